@@ -1,0 +1,175 @@
+"""The format-neutral table interface every format adapter implements.
+
+A format adapter (``storage/formats/<name>.py``) provides a ``TableFormatAdapter`` subclass,
+registered under the ``lakewarden.table_formats`` entry-point group, whose ``open`` returns a
+``SpecTable``. Everything above this layer (console, processes, Spark jobs) reads tables only
+through these classes.
+
+Instants may be passed as an ``Instant`` or as its native id (Iceberg snapshot id, Delta
+version, Hudi instant time); filters as an ``Expression`` or as filter text (see
+``storage.spec.expressions``). Listings are lazy iterators: a caller that consumes them as a
+stream holds one entry at a time, whatever the table's size.
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime as dt
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pyarrow as pa
+
+from storage.spec.errors import InstantNotFound, NotSupported
+from storage.spec.models import (
+    FileChange,
+    FileSlice,
+    Instant,
+    ReadingMode,
+    Split,
+    TableDefinition,
+    TableFormat,
+    TableSummary,
+)
+
+if TYPE_CHECKING:
+    from storage.spec.expressions import Expression
+
+MIB = 1024 * 1024
+InstantRef = Instant | int | str | None
+FilterRef = "Expression | str | None"
+
+
+class Timeline(abc.ABC):
+    """The table's completed instants, oldest first."""
+
+    @abc.abstractmethod
+    def instants(self) -> list[Instant]: ...
+
+    def latest(self) -> Instant | None:
+        instants = self.instants()
+        return instants[-1] if instants else None
+
+    def get(self, instant_id: Instant | int | str) -> Instant:
+        if isinstance(instant_id, Instant):
+            return instant_id
+        wanted = str(instant_id)
+        for instant in self.instants():
+            if str(instant.id) == wanted:
+                return instant
+        raise InstantNotFound(f"no instant {instant_id!r} in this table's timeline")
+
+    def latest_at(self, timestamp: dt.datetime) -> Instant:
+        """The last instant committed at or before ``timestamp`` (naive means UTC)."""
+        if timestamp.tzinfo is None:
+            timestamp = timestamp.replace(tzinfo=dt.timezone.utc)
+        found = None
+        for instant in self.instants():
+            if instant.timestamp <= timestamp:
+                found = instant
+        if found is None:
+            raise InstantNotFound(f"the table has no instant at or before {timestamp.isoformat()}")
+        return found
+
+
+class FileIndex(abc.ABC):
+    """Lists file slices at an instant, or the changes between two instants, pruned by filters."""
+
+    @abc.abstractmethod
+    def list_files_at(self, instant: InstantRef = None, filters: Any = None) -> Iterator[FileSlice]:
+        """Live file slices at ``instant`` (latest when None) that might hold rows matching
+        ``filters``. Never drops a slice that could hold a matching row."""
+
+    @abc.abstractmethod
+    def list_files_between(
+        self, start_exclusive: InstantRef, end_inclusive: InstantRef, filters: Any = None
+    ) -> Iterator[FileChange]:
+        """Files added and removed by the instants after ``start_exclusive`` up to and including
+        ``end_inclusive``. ``start_exclusive`` None means from the table's creation."""
+
+
+class SpecTable(abc.ABC):
+    """One table, format-neutral."""
+
+    format: ClassVar[TableFormat]
+    supported_modes: ClassVar[frozenset[ReadingMode]] = frozenset({ReadingMode.SNAPSHOT})
+
+    @property
+    @abc.abstractmethod
+    def definition(self) -> TableDefinition: ...
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.definition.schema
+
+    @property
+    def partition_spec(self):
+        return self.definition.partition_spec
+
+    @property
+    def location(self) -> str:
+        return self.definition.id.location
+
+    @abc.abstractmethod
+    def timeline(self) -> Timeline: ...
+
+    @abc.abstractmethod
+    def file_index(self) -> FileIndex: ...
+
+    @abc.abstractmethod
+    def summary(self) -> TableSummary:
+        """Current instant, live file count, bytes, records, from metadata where possible."""
+
+    @abc.abstractmethod
+    def read(
+        self,
+        source: Split | FileSlice | Iterable[FileSlice] | InstantRef = None,
+        columns: list[str] | None = None,
+        filters: Any = None,
+        mode: ReadingMode = ReadingMode.SNAPSHOT,
+        *,
+        end_instant: InstantRef = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Arrow record batches with deletes and logs applied.
+
+        ``source`` is a split, a file slice, several slices, or an instant (all the table at it).
+        For INCREMENTAL and CDC, ``source`` is the exclusive start instant and ``end_instant``
+        the inclusive end. ``filters`` both prunes files and filters rows exactly.
+        """
+
+    def plan_splits(
+        self,
+        instant: InstantRef = None,
+        filters: Any = None,
+        target_size: int = 128 * MIB,
+        open_file_cost: int = 4 * MIB,
+        lookback: int = 10,
+    ) -> Iterator[Split]:
+        from storage.spec.splits import plan_splits
+
+        return plan_splits(
+            self.file_index().list_files_at(instant, filters),
+            target_size=target_size,
+            open_file_cost=open_file_cost,
+            lookback=lookback,
+        )
+
+    def check_mode(self, mode: ReadingMode) -> None:
+        if mode not in self.supported_modes:
+            raise NotSupported(self.format.value, f"the {mode.value} reading mode")
+
+
+class TableFormatAdapter(abc.ABC):
+    """Registered under ``lakewarden.table_formats``: recognises and opens tables of one format."""
+
+    name: ClassVar[str]
+
+    @classmethod
+    @abc.abstractmethod
+    def detect(cls, location: str) -> bool:
+        """True when ``location`` (a local path or URI) holds a table of this format."""
+
+    @classmethod
+    @abc.abstractmethod
+    def open(cls, location_or_identifier: str, catalog: Any = None) -> SpecTable:
+        """Open the table, raising ``TableNotFound``/``CorruptTable``/``UnsupportedFeature``."""
