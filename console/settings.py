@@ -46,6 +46,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -75,7 +76,7 @@ TEMPLATES = [
     },
 ]
 
-DATABASE_URL = env_url("DATABASE_URL", "postgresql://127.0.0.1:5432/lakewarden", schemes=("postgres", "postgresql"))
+DATABASE_URL = env_url("DATABASE_URL", "postgresql://lakewarden:lakewarden@127.0.0.1:5432/lakewarden", schemes=("postgres", "postgresql"))
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
 DATABASES["default"]["TEST"] = {"NAME": env_str("LAKEWARDEN_TEST_DATABASE", "test_lakewarden")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -96,6 +97,13 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "var" / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Serve static files from the app folders without collectstatic in development and tests.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- Lakewarden ---------------------------------------------------------------------------------
 LAKEWARDEN_WAREHOUSE = env_path("LAKEWARDEN_WAREHOUSE", "./var/warehouse", base=BASE_DIR)
@@ -115,6 +123,10 @@ CELERY_TASK_TIME_LIMIT = env_int("LAKEWARDEN_TASK_TIME_LIMIT", 6 * 3600, minimum
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 30
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TASK_DEFAULT_QUEUE = env_str("LAKEWARDEN_DEFAULT_QUEUE", "lakewarden")
+CELERY_BEAT_SCHEDULE = {
+    "refresh-tables": {"task": "console.tasks.refresh_tables_task", "schedule": env_int("LAKEWARDEN_REFRESH_SECONDS", 300, minimum=10)},
+}
 
 # --- REST API -----------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -133,6 +145,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Manage Iceberg, Delta and Hudi tables: catalogs, tables, files, processes.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     # Swagger UI assets come from the sidecar package so the docs work offline.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -79,3 +79,84 @@ def delta_fixture(external_tables, tmp_path_factory):
         return copied[name]
 
     return copy
+
+
+# --- Django, roles, warehouse, Spark -------------------------------------------------------------
+
+
+@pytest.fixture
+def warehouse(tmp_path, settings) -> Path:
+    """A fresh warehouse folder that is the only allowed root for the test."""
+    root = tmp_path / "warehouse"
+    root.mkdir()
+    settings.LAKEWARDEN_WAREHOUSE = root
+    settings.LAKEWARDEN_ALLOWED_ROOTS = [root]
+    return root
+
+
+def _user_with_role(django_user_model, role: str):
+    from django.contrib.auth.models import Group
+
+    user = django_user_model.objects.create_user(username=f"{role}-user", password="correct horse battery")
+    # get_or_create: transactional tests flush the groups the migration made.
+    user.groups.add(Group.objects.get_or_create(name=role)[0])
+    return user
+
+
+@pytest.fixture
+def viewer(db, django_user_model):
+    return _user_with_role(django_user_model, "viewer")
+
+
+@pytest.fixture
+def operator(db, django_user_model):
+    return _user_with_role(django_user_model, "operator")
+
+
+@pytest.fixture
+def admin_user(db, django_user_model):
+    return _user_with_role(django_user_model, "admin")
+
+
+@pytest.fixture
+def client_as(client):
+    """``client_as(user)`` logs the test client in as that user."""
+
+    def login(user):
+        client.force_login(user)
+        return client
+
+    return login
+
+
+@pytest.fixture
+def api_as():
+    """``api_as(user)`` is a DRF API client authenticated as that user (None: anonymous)."""
+    from rest_framework.test import APIClient
+
+    def make(user=None):
+        api = APIClient()
+        if user is not None:
+            api.force_authenticate(user)
+        return api
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The one Spark session of the test run (local[2]), stopped at the end."""
+    from processes.spark.session import spark_session, stop_spark_session
+
+    session = spark_session(app_name="lakewarden-tests", extra_config={"spark.driver.memory": "1g"})
+    yield session
+    stop_spark_session()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """pytest-django's test database, with the Iceberg SQL catalogs' pools closed before it is dropped."""
+    yield
+    from console.catalogs import close_iceberg_catalogs
+
+    close_iceberg_catalogs()

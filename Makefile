@@ -1,0 +1,37 @@
+# Lakewarden: `make demo` sets up everything and starts the console; `make test` runs the suite.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test setup setup-test serve bench lint format clean
+
+demo: setup
+	$(PY) manage.py lakewarden_admin
+	$(PY) manage.py lakewarden_demo
+	$(PY) manage.py lakewarden_serve
+
+test: setup-test
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+setup:
+	scripts/setup.sh
+
+setup-test:
+	scripts/setup.sh --test
+
+serve: setup
+	$(PY) manage.py lakewarden_serve
+
+bench: setup
+	$(PY) bench/run.py
+
+lint:
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format:
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf var/ .pytest_cache

@@ -1,0 +1,43 @@
+"""One error body for the whole API: ``{"error": message, "field": name|null, "details": ...}``."""
+
+from __future__ import annotations
+
+import logging
+
+from rest_framework import status
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from console.errors import ServiceError
+from storage.spec import SpecError
+
+logger = logging.getLogger(__name__)
+
+
+def _first_message(detail) -> tuple[str | None, str]:
+    if isinstance(detail, dict):
+        for field_name, value in detail.items():
+            _, message = _first_message(value)
+            return (None if field_name == "non_field_errors" else field_name), message
+    if isinstance(detail, list) and detail:
+        return _first_message(detail[0])
+    return None, str(detail)
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, ServiceError):
+        return Response({"error": exc.message, "field": exc.field}, status=exc.status_code)
+    if isinstance(exc, SpecError):
+        return Response({"error": str(exc), "field": None}, status=status.HTTP_400_BAD_REQUEST)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, ValidationError):
+        field_name, message = _first_message(exc.detail)
+        text = f"{field_name}: {message}" if field_name else message
+        response.data = {"error": text, "field": field_name, "details": exc.detail}
+    else:
+        detail = response.data.get("detail", response.data) if isinstance(response.data, dict) else response.data
+        response.data = {"error": str(detail), "field": None}
+    return response

@@ -1,0 +1,222 @@
+"""The demo lakehouse: Iceberg tables in a SQL catalog kept in Lakewarden's Postgres database and
+Delta tables written by deltalake, built from many small commits so maintenance has work to do."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+
+from console import services
+from console.catalogs import iceberg_catalog
+from console.models import Catalog, CatalogKind
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE = "demo"
+REGIONS = ["eu", "us", "apac", "latam"]
+STATUSES = ["placed", "paid", "shipped", "delivered", "cancelled"]
+EPOCH = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _orders_schema():
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import (
+        DecimalType,
+        LongType,
+        NestedField,
+        StringType,
+        StructType,
+        TimestamptzType,
+    )
+
+    return Schema(
+        NestedField(1, "order_id", LongType(), required=False),
+        NestedField(2, "region", StringType(), required=False),
+        NestedField(3, "order_ts", TimestamptzType(), required=False),
+        NestedField(4, "amount", DecimalType(12, 2), required=False),
+        NestedField(5, "status", StringType(), required=False),
+        NestedField(
+            6,
+            "customer",
+            StructType(
+                NestedField(7, "id", LongType(), required=False),
+                NestedField(8, "name", StringType(), required=False),
+                NestedField(9, "country", StringType(), required=False),
+            ),
+            required=False,
+        ),
+    )
+
+
+def _events_schema():
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestampType
+
+    return Schema(
+        NestedField(1, "event_id", LongType(), required=False),
+        NestedField(2, "ts", TimestampType(), required=False),
+        NestedField(3, "kind", StringType(), required=False),
+        NestedField(4, "duration_ms", DoubleType(), required=False),
+        NestedField(5, "payload", StringType(), required=False),
+    )
+
+
+def _orders_batch(rng: random.Random, start_id: int, rows: int, day: int) -> pa.Table:
+    base = EPOCH + dt.timedelta(days=day)
+    customers = [rng.randint(1, 500) for _ in range(rows)]
+    return pa.table(
+        {
+            "order_id": pa.array(range(start_id, start_id + rows), pa.int64()),
+            "region": pa.array([rng.choice(REGIONS) for _ in range(rows)], pa.string()),
+            "order_ts": pa.array(
+                [base + dt.timedelta(seconds=rng.randint(0, 86_399)) for _ in range(rows)], pa.timestamp("us", "UTC")
+            ),
+            "amount": pa.array(
+                [Decimal(rng.randint(100, 99_999)) / 100 for _ in range(rows)], pa.decimal128(12, 2)
+            ),
+            "status": pa.array([rng.choice(STATUSES) for _ in range(rows)], pa.string()),
+            "customer": pa.array(
+                [{"id": c, "name": f"customer-{c}", "country": rng.choice(["DE", "FR", "US", "BR", "JP"])} for c in customers],
+                pa.struct([("id", pa.int64()), ("name", pa.string()), ("country", pa.string())]),
+            ),
+        }
+    )
+
+
+def _events_batch(rng: random.Random, start_id: int, rows: int) -> pa.Table:
+    return pa.table(
+        {
+            "event_id": pa.array(range(start_id, start_id + rows), pa.int64()),
+            "ts": pa.array(
+                [dt.datetime(2024, 3, 1) + dt.timedelta(minutes=start_id + i) for i in range(rows)], pa.timestamp("us")
+            ),
+            "kind": pa.array([rng.choice(["click", "view", "purchase", "error"]) for _ in range(rows)]),
+            "duration_ms": pa.array([rng.random() * 500 for _ in range(rows)], pa.float64()),
+            "payload": pa.array([f'{{"session": {rng.randint(1, 9999)}}}' for _ in range(rows)]),
+        }
+    )
+
+
+def _build_iceberg(catalog, scale: int, report: Callable[[str], None]) -> list[str]:
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import DayTransform, IdentityTransform
+
+    rng = random.Random(42)
+    catalog.create_namespace_if_not_exists(NAMESPACE)
+    built = []
+    existing = {".".join(t) for t in catalog.list_tables(NAMESPACE)}
+
+    name = f"{NAMESPACE}.orders"
+    if name not in existing:
+        spec = PartitionSpec(
+            PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="region"),
+            PartitionField(source_id=3, field_id=1001, transform=DayTransform(), name="order_ts_day"),
+        )
+        table = catalog.create_table(name, schema=_orders_schema(), partition_spec=spec)
+        next_id = 1
+        for commit in range(scale):
+            table.append(_orders_batch(rng, next_id, 40, day=commit % 6))
+            next_id += 40
+        table.overwrite(_orders_batch(rng, next_id, 200, day=2), overwrite_filter="region = 'eu'")
+        table.delete("status = 'cancelled'")
+        built.append(name)
+        report(f"iceberg {name}: {scale} appends, an overwrite and a delete")
+
+    name = f"{NAMESPACE}.events"
+    if name not in existing:
+        table = catalog.create_table(name, schema=_events_schema())
+        next_id = 1
+        for _ in range(scale):
+            table.append(_events_batch(rng, next_id, 25))
+            next_id += 25
+        table.delete("kind = 'error'")
+        built.append(name)
+        report(f"iceberg {name}: {scale} appends and a delete")
+
+    name = f"{NAMESPACE}.customers"
+    if name not in existing:
+        customers = pa.table(
+            {
+                "id": pa.array(range(1, 501), pa.int64()),
+                "name": [f"customer-{i}" for i in range(1, 501)],
+                "country": [rng.choice(["DE", "FR", "US", "BR", "JP"]) for _ in range(500)],
+                "signed_up": pa.array([dt.date(2023, 1, 1) + dt.timedelta(days=i % 365) for i in range(500)], pa.date32()),
+            }
+        )
+        table = catalog.create_table(name, schema=customers.schema)
+        table.append(customers.slice(0, 250))
+        table.append(customers.slice(250))
+        table.overwrite(customers)
+        built.append(name)
+        report(f"iceberg {name}: two appends and an overwrite")
+    return built
+
+
+def _build_delta(root: Path, scale: int, report: Callable[[str], None]) -> list[str]:
+    from deltalake import DeltaTable, write_deltalake
+
+    rng = random.Random(7)
+    built = []
+    sales = root / "sales"
+    if not (sales / "_delta_log").exists():
+        next_id = 1
+        for _ in range(max(scale // 2, 2)):
+            batch = _orders_batch(rng, next_id, 50, day=rng.randint(0, 9))
+            batch = batch.drop_columns(["customer"]).append_column(
+                "country", pa.array([rng.choice(["DE", "FR", "US"]) for _ in range(50)])
+            )
+            write_deltalake(str(sales), batch, mode="append", partition_by=["country"])
+            next_id += 50
+        DeltaTable(str(sales)).delete("status = 'cancelled'")
+        built.append(str(sales))
+        report(f"delta sales: {max(scale // 2, 2)} appends and a delete")
+    readings = root / "sensor_readings"
+    if not (readings / "_delta_log").exists():
+        for batch_number in range(scale):
+            rows = 30
+            write_deltalake(
+                str(readings),
+                pa.table(
+                    {
+                        "sensor": pa.array([f"s-{rng.randint(1, 20):02d}" for _ in range(rows)]),
+                        "reading_ts": pa.array(
+                            [EPOCH + dt.timedelta(minutes=batch_number * rows + i) for i in range(rows)],
+                            pa.timestamp("us", "UTC"),
+                        ),
+                        "temperature": pa.array([15 + rng.random() * 10 for _ in range(rows)]),
+                        "ok": pa.array([rng.random() > 0.05 for _ in range(rows)]),
+                    }
+                ),
+                mode="append",
+            )
+        built.append(str(readings))
+        report(f"delta sensor_readings: {scale} appends")
+    return built
+
+
+def demo_lakehouse_build(*, warehouse: Path, scale: int = 150, report: Callable[[str], None] = logger.info) -> dict:
+    """Build (or complete) the demo lakehouse and register its tables; safe to run again."""
+    warehouse.mkdir(parents=True, exist_ok=True)
+    delta_root = warehouse / "delta"
+    delta_root.mkdir(exist_ok=True)
+    iceberg_root = warehouse / "iceberg"
+    iceberg_root.mkdir(exist_ok=True)
+
+    iceberg = Catalog.objects.filter(name="demo").first() or services.catalog_create(
+        name="demo", kind=CatalogKind.ICEBERG_SQL, properties={"warehouse": iceberg_root.as_uri()}
+    )
+    paths = Catalog.objects.filter(name="warehouse-delta").first() or services.catalog_create(
+        name="warehouse-delta", kind=CatalogKind.PATH_ROOT, properties={"root": str(delta_root)}
+    )
+    built = _build_iceberg(iceberg_catalog(iceberg), scale, report)
+    built += _build_delta(delta_root, scale, report)
+    iceberg_sync = services.catalog_sync(catalog=iceberg)
+    delta_sync = services.catalog_sync(catalog=paths)
+    failed = {**iceberg_sync.failed, **delta_sync.failed}
+    return {"built": built, "registered": iceberg_sync.added + delta_sync.added, "failed": failed}

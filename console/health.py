@@ -1,0 +1,83 @@
+"""Liveness checks of the parts Lakewarden runs on: database, broker, Celery workers, Java/Spark."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import re
+import shutil
+import subprocess
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+
+def check_database() -> dict[str, Any]:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("select version()")
+            version = cursor.fetchone()[0]
+        return {"ok": True, "detail": version.split(",")[0]}
+    except Exception as error:
+        return {"ok": False, "detail": f"database unreachable: {error}"}
+
+
+def check_broker() -> dict[str, Any]:
+    from console.celery import app
+
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        return {"ok": True, "detail": settings.CELERY_BROKER_URL.split("@")[-1]}
+    except Exception as error:
+        return {"ok": False, "detail": f"broker unreachable: {error}"}
+
+
+def check_workers(timeout: float = 1.0) -> dict[str, Any]:
+    from console.celery import app
+
+    try:
+        replies = app.control.ping(timeout=timeout) or []
+    except Exception as error:
+        return {"ok": False, "detail": f"cannot ping workers: {error}", "workers": []}
+    names = sorted(name for reply in replies for name in reply)
+    detail = f"{len(names)} worker(s) answering" if names else "no Celery worker answered a ping"
+    return {"ok": bool(names), "detail": detail, "workers": names}
+
+
+@functools.lru_cache(maxsize=1)
+def check_spark() -> dict[str, Any]:
+    """Java present and recent enough, and pyspark importable: what a Spark session needs to start.
+
+    Cached per process: starting a real session costs seconds, and Java does not come and go.
+    """
+    if importlib.util.find_spec("pyspark") is None:
+        return {"ok": False, "detail": "pyspark is not installed"}
+    java = shutil.which("java")
+    if java is None:
+        return {"ok": False, "detail": "java not found on PATH: install a Java 17 runtime (openjdk-17-jre-headless)"}
+    try:
+        output = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=10).stderr
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return {"ok": False, "detail": f"java does not run: {error}"}
+    match = re.search(r'version "(\d+)', output)
+    major = int(match.group(1)) if match else 0
+    if major < 17:
+        return {"ok": False, "detail": f"Spark 4 needs Java 17 or newer, found: {output.splitlines()[0] if output else 'nothing'}"}
+    import pyspark
+
+    remote = settings.LAKEWARDEN_SPARK_REMOTE
+    target = remote or settings.LAKEWARDEN_SPARK_MASTER
+    return {"ok": True, "detail": f"Java {major}, pyspark {pyspark.__version__}, Spark at {target}"}
+
+
+def health_report() -> tuple[bool, dict[str, Any]]:
+    checks = {
+        "database": check_database(),
+        "broker": check_broker(),
+        "worker": check_workers(),
+        "spark": check_spark(),
+    }
+    healthy = all(check["ok"] for check in checks.values())
+    return healthy, {"status": "ok" if healthy else "degraded", "checks": checks}

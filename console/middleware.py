@@ -1,0 +1,26 @@
+"""Login (and at least the viewer role) required everywhere but the exempt paths."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.shortcuts import render
+
+from console.roles import VIEWER, has_role
+
+# The API authenticates itself (session or token) and answers 401/403 as JSON.
+EXEMPT_PREFIXES = ("/healthz", "/accounts/login/", "/api/", "/static/", "/favicon.ico")
+
+
+class LoginRequiredMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.path.startswith(EXEMPT_PREFIXES):
+            return self.get_response(request)
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
+        if not has_role(request.user, VIEWER) and not request.path.startswith("/accounts/"):
+            return render(request, "403.html", {"reason": "Your account has no role yet: ask an admin to add you to the viewer, operator or admin group."}, status=403)
+        return self.get_response(request)

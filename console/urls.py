@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from console import views
+
+console_patterns = [
+    path("", views.overview, name="overview"),
+    path("catalogs/", views.catalog_list, name="catalog-list"),
+    path("catalogs/new/", views.catalog_create, name="catalog-create"),
+    path("catalogs/<int:pk>/", views.catalog_detail, name="catalog-detail"),
+    path("catalogs/<int:pk>/sync/", views.catalog_sync, name="catalog-sync"),
+    path("tables/", views.table_list, name="table-list"),
+    path("tables/register/", views.table_register, name="table-register"),
+    path("tables/<int:pk>/", views.table_detail, name="table-detail"),
+    path("tables/<int:pk>/refresh/", views.table_refresh, name="table-refresh"),
+]
+
+urlpatterns = [
+    path("", include((console_patterns, "console"))),
+    path("healthz", views.healthz, name="healthz"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("console.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+]
+
+handler404 = "console.errorpages.not_found"
+handler500 = "console.errorpages.server_error"

@@ -1,0 +1,136 @@
+"""Console pages. Each view parses input, calls one service or selector and renders."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from console import selectors, services
+from console.decorators import role_required
+from console.errors import ServiceError
+from console.forms import CatalogCreateForm, TableRegisterForm
+from console.health import health_report
+from console.htmx import render_page
+from console.models import Catalog, Table, TableFormat
+from console.roles import ADMIN
+from storage.spec import SpecError
+
+
+@require_GET
+def healthz(request):
+    healthy, report = health_report()
+    return JsonResponse(report, status=200 if healthy else 503)
+
+
+@require_GET
+def overview(request):
+    context = {
+        "totals": selectors.lakehouse_totals(),
+        "largest_tables": selectors.table_list().order_by("-file_count")[:10],
+    }
+    return render(request, "console/overview.html", context)
+
+
+@require_GET
+def catalog_list(request):
+    context = {"catalogs": selectors.catalog_list(), "form": CatalogCreateForm()}
+    return render_page(request, "console/catalogs.html", "console/partials/catalog_rows.html", context)
+
+
+@role_required(ADMIN)
+@require_POST
+def catalog_create(request):
+    form = CatalogCreateForm(request.POST)
+    if form.is_valid():
+        try:
+            catalog = services.catalog_create(
+                name=form.cleaned_data["name"], kind=form.cleaned_data["kind"], properties=form.catalog_properties()
+            )
+            messages.success(request, f"Catalog {catalog.name} created. Sync it to find its tables.")
+            return redirect("console:catalog-list")
+        except ServiceError as error:
+            form.add_error(error.field if error.field in form.fields else None, error.message)
+    context = {"catalogs": selectors.catalog_list(), "form": form}
+    return render(request, "console/catalogs.html", context, status=400)
+
+
+@require_GET
+def catalog_detail(request, pk: int):
+    catalog = get_object_or_404(Catalog, pk=pk)
+    tables = selectors.table_list(catalog_id=catalog.pk)
+    return render(request, "console/catalog_detail.html", {"catalog": catalog, "tables": tables})
+
+
+@role_required(ADMIN)
+@require_POST
+def catalog_sync(request, pk: int):
+    catalog = get_object_or_404(Catalog, pk=pk)
+    try:
+        report = services.catalog_sync(catalog=catalog)
+        summary = f"{len(report.added)} added, {len(report.already_registered)} already registered"
+        if report.failed:
+            summary += f", {len(report.failed)} failed: " + "; ".join(f"{k}: {v}" for k, v in report.failed.items())
+        messages.info(request, f"Sync of {catalog.name}: {summary}")
+    except ServiceError as error:
+        messages.error(request, error.message)
+    return redirect("console:catalog-detail", pk=catalog.pk)
+
+
+@require_GET
+def table_list(request):
+    search = request.GET.get("q", "").strip()
+    format_filter = request.GET.get("format", "")
+    tables = selectors.table_list(search=search, format=format_filter if format_filter in TableFormat.values else "")
+    page = Paginator(tables, 50).get_page(request.GET.get("page"))
+    context = {
+        "page": page,
+        "search": search,
+        "format_filter": format_filter,
+        "formats": TableFormat.choices,
+        "form": TableRegisterForm(),
+    }
+    return render_page(request, "console/tables.html", "console/partials/table_rows.html", context)
+
+
+@role_required(ADMIN)
+@require_POST
+def table_register(request):
+    form = TableRegisterForm(request.POST)
+    if form.is_valid():
+        try:
+            table = services.table_register(
+                location=form.cleaned_data["location"], format=form.cleaned_data["format"] or None
+            )
+            messages.success(request, f"Registered {table.name}.")
+            response = HttpResponse(status=204)
+            response["HX-Redirect"] = table.get_absolute_url()
+            return response if request.htmx else redirect(table)
+        except ServiceError as error:
+            form.add_error(error.field if error.field in form.fields else None, error.message)
+    return render(request, "console/partials/table_register_form.html", {"form": form}, status=400)
+
+
+@require_GET
+def table_detail(request, pk: int):
+    table = get_object_or_404(Table.objects.select_related("catalog"), pk=pk)
+    context = {"table": table, "tab": "overview"}
+    try:
+        spec_table = services.table_open(table)
+        context["definition"] = spec_table.definition
+        context["schema_fields"] = list(spec_table.schema)
+    except SpecError as error:
+        context["open_error"] = str(error)
+    except OSError as error:
+        context["open_error"] = f"cannot read the table: {error}"
+    return render_page(request, "console/table_detail.html", "console/partials/table_overview.html", context)
+
+
+@role_required(ADMIN)
+@require_POST
+def table_refresh(request, pk: int):
+    table = get_object_or_404(Table, pk=pk)
+    services.table_refresh(table=table)
+    return redirect(table)

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Set up what Lakewarden needs on a Debian/Ubuntu machine; safe to run again.
+#   scripts/setup.sh            system packages, services, database, virtualenv, migrations
+#   scripts/setup.sh --test     the same plus Chromium for the browser tests
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+WITH_TEST=0
+[ "${1:-}" = "--test" ] && WITH_TEST=1
+PY=${PYTHON:-python3}
+VENV=.venv
+DB_NAME=${LAKEWARDEN_DB_NAME:-lakewarden}
+DB_USER=${LAKEWARDEN_DB_USER:-lakewarden}
+DB_PASSWORD=${LAKEWARDEN_DB_PASSWORD:-lakewarden}
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+is_root() { [ "$(id -u)" = 0 ]; }
+
+APT_UPDATED=0
+apt_install() {
+  # Install Debian packages when root; otherwise name them and stop.
+  if ! is_root; then
+    echo "missing: $* — install with: sudo apt-get install -y $*" >&2
+    exit 1
+  fi
+  if [ "$APT_UPDATED" = 0 ]; then
+    say "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    APT_UPDATED=1
+  fi
+  say "apt-get install $*"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1; }
+
+# --- system packages ---------------------------------------------------------------------------
+if ! command -v java >/dev/null || [ "$(java_major)" -lt 17 ]; then
+  if is_root && { [ "$APT_UPDATED" = 1 ] || { DEBIAN_FRONTEND=noninteractive apt-get update -qq && APT_UPDATED=1; }; } \
+      && apt-cache show openjdk-17-jre-headless >/dev/null 2>&1; then
+    apt_install openjdk-17-jre-headless
+  else
+    apt_install openjdk-21-jre-headless  # newer Debian releases ship 21 only; Spark 4 runs on both
+  fi
+fi
+command -v pg_ctlcluster >/dev/null || command -v pg_ctl >/dev/null || apt_install postgresql
+command -v psql >/dev/null || apt_install postgresql-client
+command -v redis-server >/dev/null || apt_install redis-server
+if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then apt_install python3-venv; fi
+if [ "$WITH_TEST" = 1 ] && [ ! -x /usr/bin/chromium ]; then apt_install chromium; fi
+
+# --- services ----------------------------------------------------------------------------------
+if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  say "starting PostgreSQL"
+  if command -v pg_ctlcluster >/dev/null; then
+    for version in $(ls /etc/postgresql); do pg_ctlcluster --skip-systemctl-redirect "$version" main start || true; done
+  fi
+  for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+  pg_isready -q -h 127.0.0.1 -p 5432 || { echo "PostgreSQL did not start on 127.0.0.1:5432" >&2; exit 1; }
+fi
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  say "starting Redis"
+  mkdir -p /tmp/lakewarden-redis
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+    --dir /tmp/lakewarden-redis --logfile /tmp/lakewarden-redis/redis.log
+  for _ in $(seq 1 20); do redis-cli -h 127.0.0.1 ping >/dev/null 2>&1 && break; sleep 0.5; done
+fi
+
+# --- database role and database ----------------------------------------------------------------
+psql_admin() {
+  # SQL on stdin, run as a Postgres superuser. Debian's fresh install trusts the postgres OS user
+  # on the socket; developer machines often trust TCP on 127.0.0.1. Try both.
+  if is_root && id postgres >/dev/null 2>&1 && su postgres -c "psql -qtAc 'select 1'" >/dev/null 2>&1; then
+    su postgres -c "psql -v ON_ERROR_STOP=1 -qtA -d postgres"
+  else
+    psql -h 127.0.0.1 -U "${PGADMINUSER:-postgres}" -d postgres -v ON_ERROR_STOP=1 -qtA
+  fi
+}
+if ! psql "postgresql://$DB_USER:$DB_PASSWORD@127.0.0.1:5432/postgres" -qtAc 'select 1' >/dev/null 2>&1 \
+    || ! psql "postgresql://$DB_USER:$DB_PASSWORD@127.0.0.1:5432/postgres" -qtAc \
+        "select 1 from pg_roles where rolname = current_user and rolcreatedb" | grep -q 1; then
+  say "creating the database role $DB_USER"
+  psql_admin <<SQL
+do \$\$ begin
+  if not exists (select from pg_roles where rolname = '$DB_USER') then
+    create role $DB_USER login createdb password '$DB_PASSWORD';
+  else
+    alter role $DB_USER login createdb password '$DB_PASSWORD';
+  end if;
+end \$\$;
+SQL
+fi
+if ! psql "postgresql://$DB_USER:$DB_PASSWORD@127.0.0.1:5432/postgres" -qtAc \
+    "select 1 from pg_database where datname = '$DB_NAME'" | grep -q 1; then
+  say "creating the database $DB_NAME"
+  psql "postgresql://$DB_USER:$DB_PASSWORD@127.0.0.1:5432/postgres" -qc "create database $DB_NAME"
+fi
+
+# --- virtualenv --------------------------------------------------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating the virtualenv $VENV"
+  "$PY" -m venv "$VENV"
+fi
+STAMP="$VENV/.installed-$(cat requirements.txt pyproject.toml | sha256sum | cut -c1-16)"
+if [ ! -f "$STAMP" ]; then
+  say "installing Python packages into $VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q -r requirements.txt
+  "$VENV/bin/pip" install -q --no-deps -e .
+  rm -f "$VENV"/.installed-*
+  touch "$STAMP"
+fi
+
+# --- schema --------------------------------------------------------------------------------------
+"$VENV/bin/python" manage.py lakewarden_check
+"$VENV/bin/python" manage.py migrate --noinput -v 0
+say "set-up done"

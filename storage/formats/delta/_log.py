@@ -1,0 +1,342 @@
+"""The Delta transaction log, read directly and lazily.
+
+A version's state is its newest checkpoint (parquet, multi-part parquet, or a v2 checkpoint with
+sidecars) plus the JSON commits after it. Live files come from the log replay Delta readers do
+(and delta-kernel does): commits newest first, remembering the key (path, deletion vector id) of
+every add and remove seen, then the checkpoint's adds streamed in parquet batches, skipping keys
+already seen. Memory holds the keys of the commits after the checkpoint, never the checkpoint's
+file list.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from storage.formats.delta import _dv
+from storage.spec.errors import CorruptTable, InstantNotFound, TableNotFound
+
+LOG_DIR = "_delta_log"
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+_CLASSIC = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
+_MULTI = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
+_V2 = re.compile(r"^(\d{20})\.checkpoint\.[0-9a-fA-F-]{36}\.(json|parquet)$")
+_BATCH_ROWS = 4096
+
+
+class Store:
+    """The table's file system: a local folder or an object-store URI, through pyarrow.fs."""
+
+    def __init__(self, location: str) -> None:
+        if "://" in location and not location.startswith("file://"):
+            self.fs, root = pafs.FileSystem.from_uri(location)
+            self.scheme = location.split("://", 1)[0] + "://"
+        else:
+            path = urlparse(location).path if location.startswith("file://") else location
+            self.fs, root = pafs.LocalFileSystem(), os.path.abspath(unquote(path) if location.startswith("file://") else path)
+            self.scheme = ""
+        self.root = root.rstrip("/") or "/"
+
+    def uri(self, fs_path: str) -> str:
+        """What callers see: a plain absolute path locally, a URI elsewhere."""
+        return f"{self.scheme}{fs_path}"
+
+    def fs_path(self, uri_or_path: str) -> str:
+        if uri_or_path.startswith("file://"):
+            return unquote(urlparse(uri_or_path).path)
+        if self.scheme and uri_or_path.startswith(self.scheme):
+            return uri_or_path[len(self.scheme) :]
+        return uri_or_path
+
+    def table_path(self, relative: str) -> str:
+        return f"{self.root}/{relative}"
+
+    def data_path(self, action_path: str) -> str:
+        """File system path of an add/remove ``path``: relative paths are URL-encoded."""
+        if "://" in action_path:
+            return self.fs_path(action_path)
+        if action_path.startswith("/"):
+            return unquote(action_path)
+        return self.table_path(unquote(action_path))
+
+    def exists(self, fs_path: str, *, directory: bool = False) -> bool:
+        info = self.fs.get_file_info(fs_path)
+        if directory:
+            return info.type == pafs.FileType.Directory
+        return info.type != pafs.FileType.NotFound
+
+    def read_range(self, fs_path: str, offset: int, length: int) -> bytes:
+        try:
+            with self.fs.open_input_file(fs_path) as handle:
+                handle.seek(offset)
+                return handle.read(length)
+        except (FileNotFoundError, OSError) as exc:
+            raise CorruptTable(f"cannot read {self.uri(fs_path)}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    version: int
+    paths: tuple[str, ...]  # file system paths: the parts, or the v2 top-level file
+    v2: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LogSnapshot:
+    version: int
+    protocol: Mapping[str, Any]
+    metadata: Mapping[str, Any]
+    checkpoint: Checkpoint | None
+
+
+def file_key(action: Mapping[str, Any]) -> tuple[str, str | None]:
+    """Identity of a logical file in the replay: its path and deletion vector."""
+    return action["path"], _dv.unique_id(action.get("deletionVector"))
+
+
+class DeltaLog:
+    """One listing of ``_delta_log``: the versions, commits and checkpoints at open time."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.log_path = store.table_path(LOG_DIR)
+        location = store.uri(store.root)
+        if not store.exists(store.root, directory=True):
+            raise TableNotFound(f"no Delta table at {location}: the path does not exist")
+        if not store.exists(self.log_path, directory=True):
+            raise TableNotFound(f"no Delta table at {location}: there is no {LOG_DIR} folder")
+        self.commits: dict[int, pafs.FileInfo] = {}
+        parts: dict[int, dict[int, dict[int, str]]] = {}  # version -> part count -> part -> path
+        self.checkpoints: dict[int, Checkpoint] = {}
+        for info in store.fs.get_file_info(pafs.FileSelector(self.log_path)):
+            name = info.base_name
+            if match := _COMMIT.match(name):
+                self.commits[int(match.group(1))] = info
+            elif match := _CLASSIC.match(name):
+                self.checkpoints.setdefault(int(match.group(1)), Checkpoint(int(match.group(1)), (info.path,)))
+            elif match := _MULTI.match(name):
+                version, part, count = (int(g) for g in match.groups())
+                parts.setdefault(version, {}).setdefault(count, {})[part] = info.path
+            elif match := _V2.match(name):
+                # A v2 checkpoint supersedes a classic one of the same version (they hold the same state).
+                version = int(match.group(1))
+                self.checkpoints[version] = Checkpoint(version, (info.path,), v2=True)
+        for version, by_count in parts.items():
+            for count, found in by_count.items():
+                if len(found) == count and version not in self.checkpoints:
+                    self.checkpoints[version] = Checkpoint(version, tuple(found[i] for i in range(1, count + 1)))
+        if not self.commits and not self.checkpoints:
+            raise TableNotFound(f"no Delta table at {location}: {LOG_DIR} holds no commits")
+        self.latest = max(max(self.commits, default=-1), max(self.checkpoints, default=-1))
+        self.earliest = self._earliest_readable()
+        self._snapshots: dict[int, LogSnapshot] = {}
+
+    def _earliest_readable(self) -> int:
+        # Commits form a contiguous run ending at the latest version; below its start, a version
+        # is readable only from a checkpoint (older commits may have been cleaned up).
+        start = self.latest + 1
+        while start - 1 in self.commits:
+            start -= 1
+        if start == 0:
+            return 0
+        usable = [v for v in self.checkpoints if start - 1 <= v <= self.latest]
+        if not usable:
+            missing = start - 1
+            raise CorruptTable(
+                f"Delta log {self.store.uri(self.log_path)} is missing commit {missing:020d}.json "
+                "and has no checkpoint after it: the table state cannot be rebuilt"
+            )
+        return min(usable)
+
+    # --- versions -------------------------------------------------------------------------------
+
+    def check_version(self, version: int) -> None:
+        if not self.earliest <= version <= self.latest:
+            raise InstantNotFound(
+                f"Delta table {self.store.uri(self.store.root)} has no version {version} "
+                f"(readable versions {self.earliest}..{self.latest})"
+            )
+
+    def checkpoint_for(self, version: int) -> Checkpoint | None:
+        usable = [v for v in self.checkpoints if self.earliest <= v <= version]
+        return self.checkpoints[max(usable)] if usable else None
+
+    def commit_path(self, version: int) -> str:
+        return f"{self.log_path}/{version:020d}.json"
+
+    def read_commit(self, version: int) -> Iterator[dict[str, Any]]:
+        """The actions of one commit, streamed line by line."""
+        path = self.commit_path(version)
+        uri = self.store.uri(path)
+        try:
+            stream = self.store.fs.open_input_stream(path)
+        except (FileNotFoundError, OSError) as exc:
+            raise CorruptTable(f"Delta commit {uri} cannot be read: {exc}") from exc
+        with stream, io.TextIOWrapper(stream, encoding="utf-8") as lines:
+            number = 0
+            try:
+                for number, line in enumerate(lines, 1):  # noqa: B007 - number is used in the error
+                    if line.strip():
+                        action = json.loads(line)
+                        if not isinstance(action, dict):
+                            raise ValueError("an action is not a JSON object")
+                        yield action
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise CorruptTable(f"Delta commit {uri} is unreadable at line {number + 1}: {exc}") from exc
+
+    def commit_info(self, version: int) -> Mapping[str, Any] | None:
+        for action in self.read_commit(version):
+            if "commitInfo" in action:
+                return action["commitInfo"]
+        return None
+
+    # --- snapshot state -------------------------------------------------------------------------
+
+    def snapshot(self, version: int) -> LogSnapshot:
+        self.check_version(version)
+        if version not in self._snapshots:
+            self._snapshots[version] = self._load_snapshot(version)
+        return self._snapshots[version]
+
+    def _load_snapshot(self, version: int) -> LogSnapshot:
+        checkpoint = self.checkpoint_for(version)
+        protocol = metadata = None
+        first = checkpoint.version + 1 if checkpoint else 0
+        for commit in range(version, first - 1, -1):
+            for action in self.read_commit(commit):
+                if protocol is None and "protocol" in action:
+                    protocol = action["protocol"]
+                if metadata is None and "metaData" in action:
+                    metadata = action["metaData"]
+            if protocol is not None and metadata is not None:
+                break
+        if (protocol is None or metadata is None) and checkpoint is not None:
+            for action in self._checkpoint_state(checkpoint):
+                if protocol is None and "protocol" in action:
+                    protocol = action["protocol"]
+                if metadata is None and "metaData" in action:
+                    metadata = action["metaData"]
+        if protocol is None or metadata is None:
+            missing = "protocol" if protocol is None else "metaData"
+            raise CorruptTable(
+                f"Delta log {self.store.uri(self.log_path)} has no {missing} action up to version {version}"
+            )
+        return LogSnapshot(version, protocol, metadata, checkpoint)
+
+    def _checkpoint_state(self, checkpoint: Checkpoint) -> Iterator[dict[str, Any]]:
+        """Protocol and metadata actions of a checkpoint."""
+        for path in checkpoint.paths:
+            if path.endswith(".json"):
+                for action in self._json_lines(path):
+                    if "protocol" in action or "metaData" in action:
+                        yield action
+                continue
+            for batch in self._parquet_batches(path, ("protocol", "metaData")):
+                for column in ("protocol", "metaData"):
+                    if column in batch.schema.names:
+                        for row in batch.column(column).drop_null().to_pylist():
+                            yield {column: _plain(row)}
+
+    # --- replay ---------------------------------------------------------------------------------
+
+    def live_adds(self, snapshot: LogSnapshot) -> Iterator[dict[str, Any]]:
+        """Add actions of the files live at ``snapshot``, newest commits first, then the
+        checkpoint's, streamed."""
+        seen: set[tuple[str, str | None]] = set()
+        first = snapshot.checkpoint.version + 1 if snapshot.checkpoint else 0
+        for version in range(snapshot.version, first - 1, -1):
+            for action in self.read_commit(version):
+                if "add" in action:
+                    add = action["add"]
+                    key = file_key(add)
+                    if key not in seen:
+                        seen.add(key)
+                        yield add
+                elif "remove" in action:
+                    seen.add(file_key(action["remove"]))
+        if snapshot.checkpoint is not None:
+            for add in self.checkpoint_adds(snapshot.checkpoint):
+                if not seen or file_key(add) not in seen:
+                    yield add
+
+    def checkpoint_adds(self, checkpoint: Checkpoint) -> Iterator[dict[str, Any]]:
+        for path in checkpoint.paths:
+            if path.endswith(".json"):
+                for action in self._json_lines(path):
+                    if "add" in action:
+                        yield action["add"]
+                    elif "sidecar" in action:
+                        yield from self._sidecar_adds(action["sidecar"])
+                continue
+            for batch in self._parquet_batches(path, ("add", "sidecar")):
+                if "add" in batch.schema.names:
+                    for row in batch.column("add").drop_null().to_pylist():
+                        yield _plain(row)
+                if "sidecar" in batch.schema.names:
+                    for row in batch.column("sidecar").drop_null().to_pylist():
+                        yield from self._sidecar_adds(row)
+
+    def _sidecar_adds(self, sidecar: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+        relative = sidecar["path"]
+        path = self.store.fs_path(relative) if "://" in relative else f"{self.log_path}/_sidecars/{relative}"
+        for batch in self._parquet_batches(path, ("add",)):
+            if "add" in batch.schema.names:
+                for row in batch.column("add").drop_null().to_pylist():
+                    yield _plain(row)
+
+    def _parquet_batches(self, path: str, columns: tuple[str, ...]):
+        uri = self.store.uri(path)
+        try:
+            handle = self.store.fs.open_input_file(path)
+        except (FileNotFoundError, OSError) as exc:
+            raise CorruptTable(f"Delta checkpoint {uri} cannot be read: {exc}") from exc
+        with handle:
+            try:
+                parquet = pq.ParquetFile(handle)
+                present = [c for c in columns if c in parquet.schema_arrow.names]
+                if not present:
+                    return
+                yield from parquet.iter_batches(batch_size=_BATCH_ROWS, columns=present)
+            except (OSError, ValueError) as exc:
+                raise CorruptTable(f"Delta checkpoint {uri} is unreadable: {exc}") from exc
+
+    def _json_lines(self, path: str) -> Iterator[dict[str, Any]]:
+        uri = self.store.uri(path)
+        try:
+            stream = self.store.fs.open_input_stream(path)
+        except (FileNotFoundError, OSError) as exc:
+            raise CorruptTable(f"Delta checkpoint {uri} cannot be read: {exc}") from exc
+        with stream, io.TextIOWrapper(stream, encoding="utf-8") as lines:
+            try:
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise CorruptTable(f"Delta checkpoint {uri} is unreadable: {exc}") from exc
+
+
+def _plain(row: Any) -> Any:
+    """A checkpoint row as the JSON log spells it: Arrow maps (lists of key/value pairs) become dicts."""
+    if isinstance(row, dict):
+        return {key: _plain_value(key, value) for key, value in row.items()}
+    return row
+
+
+_MAP_KEYS = {"partitionValues", "tags", "configuration", "options"}
+
+
+def _plain_value(key: str, value: Any) -> Any:
+    if key in _MAP_KEYS and isinstance(value, list):
+        return dict(value)
+    if isinstance(value, dict):
+        return _plain(value)
+    return value

@@ -1,0 +1,382 @@
+"""Streaming reads of Iceberg manifest lists and manifests.
+
+pyiceberg's planner (``ManifestFile.fetch_manifest_entry``) materialises every entry of every
+manifest as full ``DataFile`` records, with all column statistics decoded, before the first file
+is returned; planning a large table therefore holds the whole file list in memory. Here a
+manifest is decoded by fastavro with a *reader schema* that keeps only the fields listing needs
+(the per-column sizes, value counts and NaN counts are skipped while decoding), entries are
+turned into spec ``DataFile`` objects one at a time, and column bounds are decoded lazily
+(``LazyStats``) only for the columns a filter looks at.
+
+Delete files are the exception: the delete manifests of a snapshot (few, small) are read into a
+``DeleteIndex`` first, so that each streamed data file can be given the deletes that apply to it
+by the sequence-number rules of the Iceberg spec.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote_plus
+
+import fastavro
+
+from storage.formats.iceberg.values import ColumnDecoder, LazyStats, avro_to_python, bytes_to_python
+from storage.spec.errors import CorruptTable
+from storage.spec.models import DataFile, FileContent, PartitionDescriptor, PartitionField, PartitionSpec
+
+STATUS_EXISTING = 0
+STATUS_ADDED = 1
+STATUS_DELETED = 2
+CONTENT_DATA = 0
+CONTENT_DELETES = 1
+POS_DELETE_PATH_ID = 2147483546
+
+_CONTENT = {0: FileContent.DATA, 1: FileContent.POSITION_DELETES, 2: FileContent.EQUALITY_DELETES}
+
+# Fields of manifest_entry / data_file that listing uses; everything else is skipped by fastavro.
+_ENTRY_FIELDS = frozenset({"status", "snapshot_id", "sequence_number", "file_sequence_number", "data_file"})
+_DATA_FILE_FIELDS = frozenset(
+    {
+        "content",
+        "file_path",
+        "file_format",
+        "partition",
+        "record_count",
+        "file_size_in_bytes",
+        "null_value_counts",
+        "lower_bounds",
+        "upper_bounds",
+        "split_offsets",
+        "equality_ids",
+        "referenced_data_file",
+        "content_offset",
+        "content_size_in_bytes",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestInfo:
+    """One row of a manifest list (v1 and v2 field names normalised)."""
+
+    path: str
+    length: int
+    spec_id: int
+    content: int
+    sequence_number: int
+    min_sequence_number: int
+    added_snapshot_id: int | None
+    added_files_count: int | None
+    existing_files_count: int | None
+    deleted_files_count: int | None
+    partitions: tuple[dict[str, Any], ...] | None
+
+    @property
+    def may_have_live_files(self) -> bool:
+        if self.added_files_count is None or self.existing_files_count is None:
+            return True
+        return self.added_files_count + self.existing_files_count > 0
+
+
+def read_bytes(file_io: Any, path: str, what: str) -> bytes:
+    """The whole file, or ``CorruptTable`` naming it when it vanished or cannot be read."""
+    try:
+        with file_io.new_input(path).open(seekable=False) as stream:
+            return stream.read()
+    except FileNotFoundError:
+        raise CorruptTable(f"{what} {path} is missing: the table's metadata points at a file that does not exist") from None
+    except OSError as exc:
+        raise CorruptTable(f"cannot read {what} {path}: {exc}") from exc
+
+
+def read_manifest_list(file_io: Any, path: str) -> list[ManifestInfo]:
+    data = read_bytes(file_io, path, "manifest list")
+    try:
+        rows = list(fastavro.reader(io.BytesIO(data)))
+    except Exception as exc:  # fastavro raises ValueError, EOFError, SchemaResolutionError...
+        raise CorruptTable(f"manifest list {path} is not a valid Avro file: {exc}") from exc
+    manifests = []
+    for row in rows:
+        manifests.append(
+            ManifestInfo(
+                path=row["manifest_path"],
+                length=row.get("manifest_length", 0),
+                spec_id=row.get("partition_spec_id", 0),
+                content=row.get("content") or CONTENT_DATA,
+                sequence_number=row.get("sequence_number") or 0,
+                min_sequence_number=row.get("min_sequence_number") or 0,
+                added_snapshot_id=row.get("added_snapshot_id"),
+                added_files_count=_first(row, "added_files_count", "added_data_files_count"),
+                existing_files_count=_first(row, "existing_files_count", "existing_data_files_count"),
+                deleted_files_count=_first(row, "deleted_files_count", "deleted_data_files_count"),
+                partitions=tuple(row["partitions"]) if row.get("partitions") is not None else None,
+            )
+        )
+    return manifests
+
+
+def _first(row: dict[str, Any], *names: str) -> Any:
+    for name in names:
+        if row.get(name) is not None:
+            return row[name]
+    return None
+
+
+_reader_schemas: dict[str, tuple[Any, dict[int, str]]] = {}
+
+
+def _reader_schema(writer_schema_json: str) -> tuple[Any, dict[int, str]]:
+    """A pruned copy of the manifest's writer schema, and partition field id -> Avro field name.
+
+    Cached by schema text: every manifest of a spec shares one schema, so the cache stays as
+    small as the number of partition specs times format versions.
+    """
+    cached = _reader_schemas.get(writer_schema_json)
+    if cached is not None:
+        return cached
+    schema = json.loads(writer_schema_json)
+    schema["fields"] = [f for f in schema["fields"] if f["name"] in _ENTRY_FIELDS]
+    partition_names: dict[int, str] = {}
+    for entry_field in schema["fields"]:
+        if entry_field["name"] != "data_file":
+            continue
+        data_file = entry_field["type"]
+        data_file["fields"] = [f for f in data_file["fields"] if f["name"] in _DATA_FILE_FIELDS]
+        for field in data_file["fields"]:
+            if field["name"] == "partition":
+                for partition_field in field["type"].get("fields", []):
+                    if "field-id" in partition_field:
+                        partition_names[int(partition_field["field-id"])] = partition_field["name"]
+    if len(_reader_schemas) > 64:
+        _reader_schemas.clear()
+    result = (fastavro.parse_schema(schema), partition_names)
+    _reader_schemas[writer_schema_json] = result
+    return result
+
+
+def iter_manifest_records(file_io: Any, manifest: ManifestInfo) -> Iterator[tuple[dict[str, Any], dict[int, str]]]:
+    """Raw entries of one manifest, decoded with the pruned reader schema."""
+    data = read_bytes(file_io, manifest.path, "manifest")
+    try:
+        header = fastavro.reader(io.BytesIO(data))
+        reader_schema, partition_names = _reader_schema(header.metadata["avro.schema"])
+        reader = fastavro.reader(io.BytesIO(data), reader_schema=reader_schema)
+    except Exception as exc:
+        raise CorruptTable(f"manifest {manifest.path} is not a valid Avro file: {exc}") from exc
+    del data  # the readers hold their own buffers
+    for record in reader:
+        yield record, partition_names
+
+
+def inherited_sequence(record: dict[str, Any], manifest: ManifestInfo) -> tuple[int, int | None]:
+    """Data sequence number and snapshot id of an entry, inherited from its manifest when null."""
+    sequence = record.get("sequence_number")
+    if sequence is None and (manifest.sequence_number == 0 or record["status"] == STATUS_ADDED):
+        sequence = manifest.sequence_number
+    snapshot_id = record.get("snapshot_id")
+    if snapshot_id is None:
+        snapshot_id = manifest.added_snapshot_id
+    return sequence or 0, snapshot_id
+
+
+def _human(transform: str, value: Any) -> str:
+    if value is None:
+        return "null"
+    if transform == "year":
+        return f"{1970 + value:04d}"
+    if transform == "month":
+        return f"{1970 + value // 12:04d}-{value % 12 + 1:02d}"
+    if transform == "hour":
+        return (dt.datetime(1970, 1, 1) + dt.timedelta(hours=value)).strftime("%Y-%m-%d-%H")
+    if isinstance(value, (dt.date, dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+class SpecContext:
+    """What decoding entries of one partition spec needs: converters and names, built once."""
+
+    def __init__(self, iceberg_spec: Any, schema: Any) -> None:
+        self.spec_id: int = iceberg_spec.spec_id
+        fields = []
+        self.converters = []
+        self.bound_converters = []
+        for field in iceberg_spec.fields:
+            try:
+                source = schema.find_column_name(field.source_id) or str(field.source_id)
+                result_type = field.transform.result_type(schema.find_type(field.source_id))
+            except ValueError:
+                # the source column was dropped: keep the field, values as stored
+                source, result_type = str(field.source_id), None
+            fields.append(PartitionField(name=field.name, source_column=source, transform=str(field.transform)))
+            self.converters.append((field.field_id, avro_to_python(result_type) if result_type else None))
+            self.bound_converters.append(bytes_to_python(result_type) if result_type else None)
+        self.model = PartitionSpec(tuple(fields))
+        self.names = self.model.names
+        self._descriptors: dict[tuple[Any, ...], PartitionDescriptor] = {}
+
+    def partition_values(self, raw: dict[str, Any] | None, avro_names: dict[int, str]) -> dict[str, Any]:
+        if not self.names or raw is None:
+            return {}
+        values = {}
+        for name, (field_id, convert) in zip(self.names, self.converters, strict=True):
+            value = raw.get(avro_names.get(field_id, name))
+            values[name] = convert(value) if convert is not None and value is not None else value
+        return values
+
+    def descriptor(self, values: dict[str, Any]) -> PartitionDescriptor:
+        # consecutive entries of a manifest share few partitions: a small cache saves the
+        # path formatting; it is cleared rather than grown so memory stays bounded
+        key = tuple(values.values())
+        found = self._descriptors.get(key)
+        if found is None:
+            if len(self._descriptors) > 4096:
+                self._descriptors.clear()
+            path = "/".join(
+                f"{quote_plus(f.name, safe='')}={quote_plus(_human(f.transform, values[f.name]), safe='')}"
+                for f in self.model.fields
+            )
+            found = self._descriptors[key] = PartitionDescriptor(path=path, values=values)
+        return found
+
+    def summary_bounds(
+        self, manifest: ManifestInfo
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, bool]] | None:
+        """Manifest partition summaries as (lower, upper, contains_null) keyed by field name."""
+        if manifest.partitions is None or len(manifest.partitions) != len(self.names):
+            return None
+        lower: dict[str, Any] = {}
+        upper: dict[str, Any] = {}
+        nulls: dict[str, bool] = {}
+        for name, summary, convert in zip(self.names, manifest.partitions, self.bound_converters, strict=True):
+            nulls[name] = bool(summary.get("contains_null", True))
+            if convert is None:
+                continue
+            try:
+                if summary.get("lower_bound") is not None:
+                    lower[name] = convert(summary["lower_bound"])
+                if summary.get("upper_bound") is not None:
+                    upper[name] = convert(summary["upper_bound"])
+            except (ValueError, UnicodeDecodeError):
+                lower.pop(name, None)
+                upper.pop(name, None)
+        return lower, upper, nulls
+
+
+def make_data_file(
+    record: dict[str, Any],
+    values: dict[str, Any],
+    decoder: ColumnDecoder,
+    sequence: int,
+    snapshot_id: int | None,
+    spec_id: int,
+) -> DataFile:
+    data = record["data_file"]
+    lower = data.get("lower_bounds")
+    upper = data.get("upper_bounds")
+    nulls = data.get("null_value_counts")
+    equality_ids = data.get("equality_ids") or ()
+    offsets = data.get("split_offsets")
+    extra: dict[str, Any] = {"sequence_number": sequence, "snapshot_id": snapshot_id, "spec_id": spec_id}
+    if equality_ids:
+        extra["equality_ids"] = tuple(equality_ids)
+    if data.get("referenced_data_file"):
+        extra["referenced_data_file"] = data["referenced_data_file"]
+    if data.get("content_offset") is not None:
+        extra["content_offset"] = data["content_offset"]
+        extra["content_size_in_bytes"] = data.get("content_size_in_bytes")
+    return DataFile(
+        path=data["file_path"],
+        size_bytes=data["file_size_in_bytes"],
+        record_count=data["record_count"],
+        content=_CONTENT.get(data.get("content") or 0, FileContent.DATA),
+        file_format=str(data.get("file_format", "parquet")).lower(),
+        partition=values,
+        lower_bounds=LazyStats(lower, decoder, True) if lower is not None else None,
+        upper_bounds=LazyStats(upper, decoder, True) if upper is not None else None,
+        null_counts=LazyStats(nulls, decoder, False) if nulls is not None else None,
+        split_offsets=tuple(offsets) if offsets else None,
+        equality_columns=tuple(decoder.names.get(i, str(i)) for i in equality_ids),
+        extra=extra,
+    )
+
+
+def _path_bounds(record: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The data file path range a position delete file covers (from its file_path bounds)."""
+    data = record["data_file"]
+    if data.get("referenced_data_file"):
+        return data["referenced_data_file"], data["referenced_data_file"]
+    found: list[str | None] = [None, None]
+    for i, key in enumerate(("lower_bounds", "upper_bounds")):
+        for item in data.get(key) or ():
+            if item["key"] == POS_DELETE_PATH_ID:
+                try:
+                    found[i] = bytes(item["value"]).decode("utf-8")
+                except UnicodeDecodeError:
+                    found[i] = None
+    return found[0], found[1]
+
+
+class DeleteIndex:
+    """Delete files of one snapshot, matched to data files by the Iceberg spec's rules.
+
+    A position delete applies to a data file of the same spec and partition whose data sequence
+    number is <= the delete's (and whose path lies within the delete's ``file_path`` bounds);
+    an equality delete applies to data files with a strictly smaller data sequence number, in
+    the same partition, or everywhere when the delete was written with an unpartitioned spec.
+    """
+
+    def __init__(self) -> None:
+        self._position_by_path: dict[str, list[tuple[int, DataFile]]] = {}
+        self._position_by_partition: dict[tuple[Any, ...], list[tuple[int, DataFile, str | None, str | None]]] = {}
+        self._equality_by_partition: dict[tuple[Any, ...], list[tuple[int, DataFile]]] = {}
+        self._equality_global: list[tuple[int, DataFile]] = []
+
+    def __bool__(self) -> bool:
+        return bool(
+            self._position_by_path
+            or self._position_by_partition
+            or self._equality_by_partition
+            or self._equality_global
+        )
+
+    def add(self, record: dict[str, Any], delete_file: DataFile, sequence: int, spec_id: int, unpartitioned: bool) -> None:
+        key = (spec_id, *delete_file.partition.values())
+        if delete_file.content is FileContent.EQUALITY_DELETES:
+            if unpartitioned:
+                self._equality_global.append((sequence, delete_file))
+            else:
+                self._equality_by_partition.setdefault(key, []).append((sequence, delete_file))
+            return
+        lower, upper = _path_bounds(record)
+        if lower is not None and lower == upper:
+            self._position_by_path.setdefault(lower, []).append((sequence, delete_file))
+        else:
+            self._position_by_partition.setdefault(key, []).append((sequence, delete_file, lower, upper))
+
+    def for_data_file(self, path: str, sequence: int, spec_id: int, values: dict[str, Any]) -> tuple[DataFile, ...]:
+        found: list[DataFile] = []
+        for delete_sequence, delete_file in self._position_by_path.get(path, ()):
+            if delete_sequence >= sequence:
+                found.append(delete_file)
+        key = (spec_id, *values.values())
+        for delete_sequence, delete_file, lower, upper in self._position_by_partition.get(key, ()):
+            if delete_sequence < sequence:
+                continue
+            if (lower is not None and path < lower) or (upper is not None and path > upper):
+                continue
+            found.append(delete_file)
+        for delete_sequence, delete_file in self._equality_by_partition.get(key, ()):
+            if delete_sequence > sequence:
+                found.append(delete_file)
+        for delete_sequence, delete_file in self._equality_global:
+            if delete_sequence > sequence:
+                found.append(delete_file)
+        return tuple(found)

@@ -1,0 +1,248 @@
+"""Iceberg values to plain Python values, as the spec models want them.
+
+Two encodings reach us: manifest partition tuples decoded by fastavro with the logical types
+stripped (raw ints, bytes, strings) and the single-value binary serialisation of column bounds
+(``lower_bounds``/``upper_bounds``). Both are turned into the convention of
+``storage.spec.models``: ``date`` for dates and day partitions, naive ``datetime`` for
+``timestamp``, UTC-aware ``datetime`` for ``timestamptz``, ``Decimal`` for decimals.
+
+Converters are built once per type and reused for every manifest entry, because listing
+decodes hundreds of thousands of entries and per-entry type dispatch would dominate.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from decimal import Decimal
+from typing import Any
+
+from pyiceberg.conversions import from_bytes
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FixedType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    LongType,
+    StringType,
+    TimestampNanoType,
+    TimestamptzNanoType,
+    TimestamptzType,
+    TimestampType,
+    TimeType,
+    UUIDType,
+)
+
+EPOCH_DATE = dt.date(1970, 1, 1)
+EPOCH = dt.datetime(1970, 1, 1)
+EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_FLOAT = struct.Struct("<f")
+_DOUBLE = struct.Struct("<d")
+
+Converter = Callable[[Any], Any]
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _days(value: int) -> dt.date:
+    return EPOCH_DATE + dt.timedelta(days=value)
+
+
+def _micros(value: int) -> dt.datetime:
+    return EPOCH + dt.timedelta(microseconds=value)
+
+
+def _micros_utc(value: int) -> dt.datetime:
+    return EPOCH_UTC + dt.timedelta(microseconds=value)
+
+
+def _nanos(value: int) -> dt.datetime:
+    return EPOCH + dt.timedelta(microseconds=value // 1000)
+
+
+def _nanos_utc(value: int) -> dt.datetime:
+    return EPOCH_UTC + dt.timedelta(microseconds=value // 1000)
+
+
+def _time(value: int) -> dt.time:
+    return (EPOCH + dt.timedelta(microseconds=value)).time()
+
+
+def internal_to_python(iceberg_type: IcebergType) -> Converter:
+    """Converter from pyiceberg's internal value (days, micros...) to the spec's Python value."""
+    if isinstance(iceberg_type, DateType):
+        return _days
+    if isinstance(iceberg_type, TimestamptzType):
+        return _micros_utc
+    if isinstance(iceberg_type, TimestampType):
+        return _micros
+    if isinstance(iceberg_type, TimestamptzNanoType):
+        return _nanos_utc
+    if isinstance(iceberg_type, TimestampNanoType):
+        return _nanos
+    if isinstance(iceberg_type, TimeType):
+        return _time
+    return _identity
+
+
+def avro_to_python(iceberg_type: IcebergType) -> Converter:
+    """Converter from a fastavro-decoded partition value to the spec's Python value.
+
+    fastavro applies the writer's logical types when the writer declared them (dates, UTC
+    timestamps, decimals) and leaves raw ints or bytes otherwise, so both forms are accepted.
+    """
+    if isinstance(iceberg_type, DecimalType):
+        scale = iceberg_type.scale
+
+        def decimal(value: Any) -> Decimal | None:
+            if value is None or isinstance(value, Decimal):
+                return value
+            return Decimal(int.from_bytes(value, "big", signed=True)).scaleb(-scale)
+
+        return decimal
+    if isinstance(iceberg_type, UUIDType):
+
+        def to_uuid(value: Any) -> uuid.UUID | None:
+            if value is None or isinstance(value, uuid.UUID):
+                return value
+            return uuid.UUID(value) if isinstance(value, str) else uuid.UUID(bytes=bytes(value))
+
+        return to_uuid
+    convert = internal_to_python(iceberg_type)
+    if convert is _identity:
+        return _identity
+    aware = isinstance(iceberg_type, (TimestamptzType, TimestamptzNanoType))
+
+    def temporal(value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, int):
+            return convert(value)
+        if isinstance(value, dt.datetime):
+            if value.tzinfo is not None:
+                value = value.astimezone(dt.timezone.utc)
+                return value if aware else value.replace(tzinfo=None)
+            return value.replace(tzinfo=dt.timezone.utc) if aware else value
+        return value
+
+    return temporal
+
+
+def bytes_to_python(iceberg_type: IcebergType) -> Converter:
+    """Converter from Iceberg's single-value serialisation (manifest bounds) to a Python value.
+
+    The common types are unpacked directly; the rest go through ``pyiceberg.conversions``.
+    Promoted columns (int to long, float to double) keep their old 4-byte bounds in old files,
+    which ``int.from_bytes`` and the length check below both handle.
+    """
+    if isinstance(iceberg_type, (IntegerType, LongType)):
+        return lambda b: int.from_bytes(b, "little", signed=True)
+    if isinstance(iceberg_type, StringType):
+        return lambda b: bytes(b).decode("utf-8")
+    if isinstance(iceberg_type, (FloatType, DoubleType)):
+        return lambda b: (_DOUBLE if len(b) == 8 else _FLOAT).unpack(b)[0]
+    if isinstance(iceberg_type, DateType):
+        return lambda b: _days(int.from_bytes(b, "little", signed=True))
+    if isinstance(iceberg_type, (BinaryType, FixedType)):
+        return bytes
+    if isinstance(iceberg_type, BooleanType):
+        return lambda b: b[0] != 0
+    if isinstance(iceberg_type, UUIDType):
+        return lambda b: uuid.UUID(bytes=bytes(b))
+    convert = internal_to_python(iceberg_type)
+    return lambda b: convert(from_bytes(iceberg_type, b))
+
+
+class ColumnDecoder:
+    """Per-schema lookup tables: field id -> column name and field id -> bound converter."""
+
+    __slots__ = ("names", "ids", "bound_converters")
+
+    def __init__(self, schema: Any) -> None:
+        from pyiceberg.types import PrimitiveType
+
+        self.names: dict[int, str] = {}
+        self.bound_converters: dict[int, Converter] = {}
+        for field_id, field in schema._lazy_id_to_field.items():
+            name = schema.find_column_name(field_id)
+            if name is None:
+                continue
+            self.names[field_id] = name
+            if isinstance(field.field_type, PrimitiveType):
+                self.bound_converters[field_id] = bytes_to_python(field.field_type)
+        self.ids: dict[str, int] = {name: field_id for field_id, name in self.names.items()}
+
+
+class LazyStats(Mapping):
+    """Column statistics keyed by column name, decoded on first access.
+
+    A manifest entry carries bounds for every column but a filter looks at one or two of them;
+    decoding all of them for every listed file would cost more than reading the manifest.
+    The raw form is fastavro's list of ``{"key": field_id, "value": ...}`` records. Pickling
+    (Spark executors) materialises a plain dict.
+    """
+
+    __slots__ = ("_raw", "_decoder", "_bounds", "_by_id")
+
+    def __init__(self, raw: list[dict[str, Any]], decoder: ColumnDecoder, bounds: bool) -> None:
+        self._raw = raw
+        self._decoder = decoder
+        self._bounds = bounds
+        self._by_id: dict[int, Any] | None = None
+
+    def _index(self) -> dict[int, Any]:
+        if self._by_id is None:
+            names = self._decoder.names
+            self._by_id = {item["key"]: item["value"] for item in self._raw if item["key"] in names}
+        return self._by_id
+
+    def __getitem__(self, name: str) -> Any:
+        field_id = self._decoder.ids.get(name)
+        if field_id is None:
+            raise KeyError(name)
+        raw = self._index()[field_id]  # KeyError when the file has no stat for the column
+        if not self._bounds:
+            return raw
+        convert = self._decoder.bound_converters.get(field_id)
+        if convert is None:
+            raise KeyError(name)
+        try:
+            return convert(raw)
+        except (ValueError, struct.error, UnicodeDecodeError):
+            # a truncated or foreign bound is "unknown", which keeps pruning conservative
+            raise KeyError(name) from None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def __contains__(self, name: object) -> bool:
+        return self.get(name, _MISSING) is not _MISSING  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[str]:
+        names = self._decoder.names
+        for field_id in self._index():
+            yield names[field_id]
+
+    def __len__(self) -> int:
+        return len(self._index())
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self.items()),))
+
+
+_MISSING = object()

@@ -1,0 +1,99 @@
+"""Real Celery worker (and beat) processes on the real Redis broker, against the test database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+
+def _database_url(settings_dict) -> str:
+    user = settings_dict.get("USER") or ""
+    password = f":{settings_dict['PASSWORD']}" if settings_dict.get("PASSWORD") else ""
+    host = settings_dict.get("HOST") or "127.0.0.1"
+    port = settings_dict.get("PORT") or 5432
+    return f"postgresql://{user}{password}@{host}:{port}/{settings_dict['NAME']}"
+
+
+class CeleryProcesses:
+    """Starts worker/beat subprocesses on a queue private to this test, so no other worker on the
+    machine can take its tasks; stops them (and reports their logs) at the end."""
+
+    def __init__(self, tmp_path: Path, settings) -> None:
+        from django.db import connection
+
+        from console.celery import app
+
+        self.queue = f"test-{uuid.uuid4().hex[:10]}"
+        self.app = app
+        self.tmp_path = tmp_path
+        self.children: list[tuple[str, subprocess.Popen, Path]] = []
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": _database_url(connection.settings_dict),
+            "LAKEWARDEN_DEFAULT_QUEUE": self.queue,
+            "LAKEWARDEN_WAREHOUSE": str(settings.LAKEWARDEN_WAREHOUSE),
+            "LAKEWARDEN_ALLOWED_ROOTS": os.pathsep.join(str(r) for r in settings.LAKEWARDEN_ALLOWED_ROOTS),
+            "PYTHONPATH": str(REPO_ROOT),
+        }
+        self._previous_queue = app.conf.task_default_queue
+        app.conf.task_default_queue = self.queue
+
+    def start_worker(self, *, name: str = "w1", concurrency: int = 1, extra_env: dict | None = None) -> subprocess.Popen:
+        log = self.tmp_path / f"worker-{name}.log"
+        command = [sys.executable, "-m", "celery", "-A", "console", "worker", "--loglevel", "INFO",
+                   "--concurrency", str(concurrency), "--queues", self.queue, "--hostname", f"{name}-{self.queue}@%h",
+                   "--without-gossip", "--without-mingle"]
+        return self._spawn(f"worker {name}", command, log, extra_env)
+
+    def start_beat(self, *, extra_env: dict | None = None) -> subprocess.Popen:
+        log = self.tmp_path / "beat.log"
+        command = [sys.executable, "-m", "celery", "-A", "console", "beat", "--loglevel", "INFO",
+                   "--schedule", str(self.tmp_path / "beat-schedule")]
+        return self._spawn("beat", command, log, extra_env)
+
+    def _spawn(self, label, command, log: Path, extra_env) -> subprocess.Popen:
+        handle = log.open("w")
+        child = subprocess.Popen(command, cwd=REPO_ROOT, env={**self.env, **(extra_env or {})}, stdout=handle, stderr=subprocess.STDOUT)
+        self.children.append((label, child, log))
+        return child
+
+    def wait_for_workers(self, count: int = 1, timeout: float = 60) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            names = [n for reply in (self.app.control.ping(timeout=1) or []) for n in reply if self.queue in n]
+            if len(names) >= count:
+                return names
+            for label, child, log in self.children:
+                if child.poll() is not None:
+                    raise AssertionError(f"{label} exited early:\n{log.read_text()[-3000:]}")
+        raise AssertionError("workers did not answer a ping in time:\n" + self.logs())
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {label} ---\n{log.read_text()[-3000:]}" for label, _, log in self.children)
+
+    def stop(self) -> None:
+        for _, child, _ in self.children:
+            if child.poll() is None:
+                child.terminate()
+        for _, child, _ in self.children:
+            try:
+                child.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        self.app.conf.task_default_queue = self._previous_queue
+
+
+@pytest.fixture
+def celery_processes(tmp_path, settings, transactional_db):
+    processes = CeleryProcesses(tmp_path, settings)
+    yield processes
+    processes.stop()

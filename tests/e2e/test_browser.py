@@ -1,0 +1,63 @@
+"""An operator in a real browser: headless Chromium (Debian's) driven by Playwright."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from console.demo import demo_lakehouse_build
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
+@pytest.fixture
+def browser_page(tmp_path):
+    if not shutil.which(CHROMIUM):
+        pytest.skip("Debian's chromium is not installed (make test installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        errors: list[str] = []
+        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.console_errors = errors
+        yield page
+        browser.close()
+
+
+def test_an_admin_logs_in_sees_the_demo_tables_and_opens_one(live_server, browser_page, warehouse, django_user_model, tmp_path):
+    from django.contrib.auth.models import Group
+
+    demo_lakehouse_build(warehouse=warehouse, scale=4)
+    user = django_user_model.objects.create_user("ada", password="a long enough password")
+    user.groups.add(Group.objects.get_or_create(name="admin")[0])
+    page = browser_page
+
+    page.goto(f"{live_server.url}/tables/")
+    page.fill("input[name=username]", "ada")
+    page.fill("input[name=password]", "a long enough password")
+    page.click("button[type=submit]")
+    page.wait_for_selector("text=demo.orders")
+
+    names = page.locator("#table-rows tbody tr td:first-child a").all_inner_texts()
+    assert {"demo.orders", "demo.events", "demo.customers", "sales", "sensor_readings"} <= set(names)
+    page.screenshot(path=str(tmp_path / "tables.png"), full_page=True)
+
+    page.fill("form.filters input[name=q]", "orders")
+    page.wait_for_function("document.querySelectorAll('#table-rows tbody tr').length === 1")
+
+    page.click("text=demo.orders")
+    page.wait_for_selector("h2:has-text('Schema')")
+    assert "identity(region)" in page.content()
+    assert "day(order_ts)" in page.content()
+    page.screenshot(path=str(tmp_path / "table.png"), full_page=True)
+    assert page.console_errors == []
