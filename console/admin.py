@@ -16,4 +16,11 @@ class TableAdmin(admin.ModelAdmin):
     list_display = ["name", "format", "catalog", "file_count", "total_bytes", "refreshed_at"]
     list_filter = ["format", "catalog"]
     search_fields = ["name", "identifier", "location"]
-    readonly_fields = ["current_instant", "file_count", "total_bytes", "record_count", "instant_count", "refreshed_at"]
+    readonly_fields = [
+        "current_instant",
+        "file_count",
+        "total_bytes",
+        "record_count",
+        "instant_count",
+        "refreshed_at",
+    ]

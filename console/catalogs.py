@@ -81,8 +81,10 @@ def table_folders(root: Path) -> Iterator[Path]:
     """Folders under ``root`` that hold a table; a table's own folder is not searched further."""
 
     def is_table(path: Path) -> bool:
-        return (path / "_delta_log").is_dir() or (path / ".hoodie").is_dir() or any(
-            (path / "metadata").glob("*.metadata.json")
+        return (
+            (path / "_delta_log").is_dir()
+            or (path / ".hoodie").is_dir()
+            or any((path / "metadata").glob("*.metadata.json"))
         )
 
     stack = [(root, 0)]

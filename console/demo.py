@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 NAMESPACE = "demo"
 REGIONS = ["eu", "us", "apac", "latam"]
 STATUSES = ["placed", "paid", "shipped", "delivered", "cancelled"]
-EPOCH = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+EPOCH = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
 def _orders_schema():
@@ -75,14 +75,18 @@ def _orders_batch(rng: random.Random, start_id: int, rows: int, day: int) -> pa.
             "order_id": pa.array(range(start_id, start_id + rows), pa.int64()),
             "region": pa.array([rng.choice(REGIONS) for _ in range(rows)], pa.string()),
             "order_ts": pa.array(
-                [base + dt.timedelta(seconds=rng.randint(0, 86_399)) for _ in range(rows)], pa.timestamp("us", "UTC")
+                [base + dt.timedelta(seconds=rng.randint(0, 86_399)) for _ in range(rows)],
+                pa.timestamp("us", "UTC"),
             ),
             "amount": pa.array(
                 [Decimal(rng.randint(100, 99_999)) / 100 for _ in range(rows)], pa.decimal128(12, 2)
             ),
             "status": pa.array([rng.choice(STATUSES) for _ in range(rows)], pa.string()),
             "customer": pa.array(
-                [{"id": c, "name": f"customer-{c}", "country": rng.choice(["DE", "FR", "US", "BR", "JP"])} for c in customers],
+                [
+                    {"id": c, "name": f"customer-{c}", "country": rng.choice(["DE", "FR", "US", "BR", "JP"])}
+                    for c in customers
+                ],
                 pa.struct([("id", pa.int64()), ("name", pa.string()), ("country", pa.string())]),
             ),
         }
@@ -94,7 +98,8 @@ def _events_batch(rng: random.Random, start_id: int, rows: int) -> pa.Table:
         {
             "event_id": pa.array(range(start_id, start_id + rows), pa.int64()),
             "ts": pa.array(
-                [dt.datetime(2024, 3, 1) + dt.timedelta(minutes=start_id + i) for i in range(rows)], pa.timestamp("us")
+                [dt.datetime(2024, 3, 1) + dt.timedelta(minutes=start_id + i) for i in range(rows)],
+                pa.timestamp("us"),
             ),
             "kind": pa.array([rng.choice(["click", "view", "purchase", "error"]) for _ in range(rows)]),
             "duration_ms": pa.array([rng.random() * 500 for _ in range(rows)], pa.float64()),
@@ -146,7 +151,9 @@ def _build_iceberg(catalog, scale: int, report: Callable[[str], None]) -> list[s
                 "id": pa.array(range(1, 501), pa.int64()),
                 "name": [f"customer-{i}" for i in range(1, 501)],
                 "country": [rng.choice(["DE", "FR", "US", "BR", "JP"]) for _ in range(500)],
-                "signed_up": pa.array([dt.date(2023, 1, 1) + dt.timedelta(days=i % 365) for i in range(500)], pa.date32()),
+                "signed_up": pa.array(
+                    [dt.date(2023, 1, 1) + dt.timedelta(days=i % 365) for i in range(500)], pa.date32()
+                ),
             }
         )
         table = catalog.create_table(name, schema=customers.schema)
@@ -200,7 +207,9 @@ def _build_delta(root: Path, scale: int, report: Callable[[str], None]) -> list[
     return built
 
 
-def demo_lakehouse_build(*, warehouse: Path, scale: int = 150, report: Callable[[str], None] = logger.info) -> dict:
+def demo_lakehouse_build(
+    *, warehouse: Path, scale: int = 150, report: Callable[[str], None] = logger.info
+) -> dict:
     """Build (or complete) the demo lakehouse and register its tables; safe to run again."""
     warehouse.mkdir(parents=True, exist_ok=True)
     delta_root = warehouse / "delta"

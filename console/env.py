@@ -67,5 +67,7 @@ def env_url(name: str, default: str, *, schemes: tuple[str, ...]) -> str:
     value = env_str(name, default)
     scheme = value.split("://", 1)[0] if "://" in value else ""
     if scheme not in schemes:
-        raise ImproperlyConfigured(f"{name}={value!r} must start with one of {', '.join(s + '://' for s in schemes)}")
+        raise ImproperlyConfigured(
+            f"{name}={value!r} must start with one of {', '.join(s + '://' for s in schemes)}"
+        )
     return value

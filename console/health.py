@@ -56,7 +56,10 @@ def check_spark() -> dict[str, Any]:
         return {"ok": False, "detail": "pyspark is not installed"}
     java = shutil.which("java")
     if java is None:
-        return {"ok": False, "detail": "java not found on PATH: install a Java 17 runtime (openjdk-17-jre-headless)"}
+        return {
+            "ok": False,
+            "detail": "java not found on PATH: install a Java 17 runtime (openjdk-17-jre-headless)",
+        }
     try:
         output = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=10).stderr
     except (OSError, subprocess.TimeoutExpired) as error:
@@ -64,7 +67,10 @@ def check_spark() -> dict[str, Any]:
     match = re.search(r'version "(\d+)', output)
     major = int(match.group(1)) if match else 0
     if major < 17:
-        return {"ok": False, "detail": f"Spark 4 needs Java 17 or newer, found: {output.splitlines()[0] if output else 'nothing'}"}
+        return {
+            "ok": False,
+            "detail": f"Spark 4 needs Java 17 or newer, found: {output.splitlines()[0] if output else 'nothing'}",
+        }
     import pyspark
 
     remote = settings.LAKEWARDEN_SPARK_REMOTE

@@ -22,5 +22,12 @@ class LoginRequiredMiddleware:
         if not request.user.is_authenticated:
             return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
         if not has_role(request.user, VIEWER) and not request.path.startswith("/accounts/"):
-            return render(request, "403.html", {"reason": "Your account has no role yet: ask an admin to add you to the viewer, operator or admin group."}, status=403)
+            return render(
+                request,
+                "403.html",
+                {
+                    "reason": "Your account has no role yet: ask an admin to add you to the viewer, operator or admin group."
+                },
+                status=403,
+            )
         return self.get_response(request)

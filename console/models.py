@@ -46,12 +46,20 @@ class Table(models.Model):
     """A managed table. Metadata facts (snapshot, files, bytes) are cached here by a refresh so
     list pages never open table metadata per row."""
 
-    catalog = models.ForeignKey(Catalog, null=True, blank=True, on_delete=models.PROTECT, related_name="tables")
-    name = models.CharField(max_length=255, help_text="Display name: the catalog identifier or the folder name")
-    identifier = models.CharField(max_length=255, blank=True, help_text="Catalog identifier, e.g. demo.orders")
+    catalog = models.ForeignKey(
+        Catalog, null=True, blank=True, on_delete=models.PROTECT, related_name="tables"
+    )
+    name = models.CharField(
+        max_length=255, help_text="Display name: the catalog identifier or the folder name"
+    )
+    identifier = models.CharField(
+        max_length=255, blank=True, help_text="Catalog identifier, e.g. demo.orders"
+    )
     format = models.CharField(max_length=10, choices=TableFormat.choices)
     location = models.CharField(max_length=1024)
-    properties = models.JSONField(default=dict, blank=True, help_text="Lakewarden overrides, e.g. target-file-size")
+    properties = models.JSONField(
+        default=dict, blank=True, help_text="Lakewarden overrides, e.g. target-file-size"
+    )
     current_instant = models.CharField(max_length=64, blank=True)
     file_count = models.BigIntegerField(default=0)
     total_bytes = models.BigIntegerField(default=0)

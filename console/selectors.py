@@ -10,7 +10,9 @@ from console.models import Catalog, Table
 def table_list(*, search: str = "", format: str = "", catalog_id: int | None = None) -> QuerySet[Table]:
     tables = Table.objects.select_related("catalog")
     if search:
-        tables = tables.filter(Q(name__icontains=search) | Q(identifier__icontains=search) | Q(location__icontains=search))
+        tables = tables.filter(
+            Q(name__icontains=search) | Q(identifier__icontains=search) | Q(location__icontains=search)
+        )
     if format:
         tables = tables.filter(format=format)
     if catalog_id:
@@ -19,7 +21,7 @@ def table_list(*, search: str = "", format: str = "", catalog_id: int | None = N
 
 
 def catalog_list() -> QuerySet[Catalog]:
-    return Catalog.objects.annotate(table_count=Count("tables"))
+    return Catalog.objects.annotate(table_count=Count("tables")).order_by("name")
 
 
 def lakehouse_totals() -> dict[str, int]:

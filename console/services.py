@@ -25,7 +25,9 @@ ICEBERG_KINDS = {CatalogKind.ICEBERG_SQL, CatalogKind.ICEBERG_REST}
 def catalog_create(*, name: str, kind: str, properties: dict[str, Any] | None = None) -> Catalog:
     properties = dict(properties or {})
     if kind not in CatalogKind.values:
-        raise InvalidInput(f"unknown catalog kind {kind!r}; use one of {', '.join(CatalogKind.values)}", field="kind")
+        raise InvalidInput(
+            f"unknown catalog kind {kind!r}; use one of {', '.join(CatalogKind.values)}", field="kind"
+        )
     if Catalog.objects.filter(name=name).exists():
         raise InvalidInput(f"a catalog named {name!r} already exists", field="name")
     if kind == CatalogKind.PATH_ROOT:
@@ -38,7 +40,9 @@ def catalog_create(*, name: str, kind: str, properties: dict[str, Any] | None = 
         try:
             iceberg_catalog(catalog)
         except Exception as error:  # pyiceberg raises many kinds; the message is what matters
-            raise InvalidInput(f"cannot connect to the Iceberg catalog: {error}", field="properties") from error
+            raise InvalidInput(
+                f"cannot connect to the Iceberg catalog: {error}", field="properties"
+            ) from error
     catalog.save()
     return catalog
 
@@ -89,7 +93,9 @@ def table_register(
         with transaction.atomic():
             table.save()
     except IntegrityError:
-        raise InvalidInput(f"the table at {resolved_location} is already registered", field="location") from None
+        raise InvalidInput(
+            f"the table at {resolved_location} is already registered", field="location"
+        ) from None
     return table
 
 
@@ -159,7 +165,9 @@ def _open_from_location(location: str, format: str | None) -> tuple[SpecTable, s
         raise InvalidInput(f"{location} cannot be read as a table: {error}", field="location") from error
     except Exception as error:  # a library's own parse error on corrupt metadata
         logger.warning("opening %s failed", location, exc_info=True)
-        raise InvalidInput(f"{location} holds a corrupt or unreadable table: {error}", field="location") from error
+        raise InvalidInput(
+            f"{location} holds a corrupt or unreadable table: {error}", field="location"
+        ) from error
     return spec_table, folder.name
 
 
@@ -167,13 +175,19 @@ def _open_from_catalog(catalog: Catalog | None, identifier: str) -> tuple[SpecTa
     if catalog is None:
         raise InvalidInput("an identifier needs a catalog", field="catalog")
     if catalog.kind not in ICEBERG_KINDS:
-        raise InvalidInput(f"catalog {catalog.name} is a path root: register its tables by location", field="catalog")
+        raise InvalidInput(
+            f"catalog {catalog.name} is a path root: register its tables by location", field="catalog"
+        )
     try:
         spec_table = spec.load_table(identifier, format="iceberg", catalog=iceberg_catalog(catalog))
     except SpecError as error:
-        raise InvalidInput(f"cannot open {identifier} in catalog {catalog.name}: {error}", field="identifier") from error
+        raise InvalidInput(
+            f"cannot open {identifier} in catalog {catalog.name}: {error}", field="identifier"
+        ) from error
     except Exception as error:
-        raise InvalidInput(f"cannot open {identifier} in catalog {catalog.name}: {error}", field="identifier") from error
+        raise InvalidInput(
+            f"cannot open {identifier} in catalog {catalog.name}: {error}", field="identifier"
+        ) from error
     if "://" not in spec_table.location or spec_table.location.startswith("file://"):
         try:
             confine(spec_table.location)

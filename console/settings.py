@@ -24,7 +24,9 @@ if SECRET_KEY is None:
     else:
         SECRET_KEY = secrets.token_urlsafe(50)
 
-ALLOWED_HOSTS = [h.strip() for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")]
+ALLOWED_HOSTS = [
+    h.strip() for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
+]
 CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
 INSTALLED_APPS = [
@@ -76,7 +78,11 @@ TEMPLATES = [
     },
 ]
 
-DATABASE_URL = env_url("DATABASE_URL", "postgresql://lakewarden:lakewarden@127.0.0.1:5432/lakewarden", schemes=("postgres", "postgresql"))
+DATABASE_URL = env_url(
+    "DATABASE_URL",
+    "postgresql://lakewarden:lakewarden@127.0.0.1:5432/lakewarden",
+    schemes=("postgres", "postgresql"),
+)
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
 DATABASES["default"]["TEST"] = {"NAME": env_str("LAKEWARDEN_TEST_DATABASE", "test_lakewarden")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -97,6 +103,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "var" / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns about a missing folder
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -115,7 +122,9 @@ if LAKEWARDEN_SPARK_REMOTE is not None and not LAKEWARDEN_SPARK_REMOTE.startswit
 LAKEWARDEN_PAGE_SIZE = env_int("LAKEWARDEN_PAGE_SIZE", 50, minimum=1)
 
 # --- Celery -------------------------------------------------------------------------------------
-CELERY_BROKER_URL = env_url("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "rediss", "amqp"))
+CELERY_BROKER_URL = env_url(
+    "CELERY_BROKER_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "rediss", "amqp")
+)
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", CELERY_BROKER_URL)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -123,9 +132,29 @@ CELERY_TASK_TIME_LIMIT = env_int("LAKEWARDEN_TASK_TIME_LIMIT", 6 * 3600, minimum
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 30
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Light work (scheduler, reaper, kills, metadata refresh) and Spark-heavy processes have their own
+# queues so a long compaction never delays the scheduler.
 CELERY_TASK_DEFAULT_QUEUE = env_str("LAKEWARDEN_DEFAULT_QUEUE", "lakewarden")
+LAKEWARDEN_HEAVY_QUEUE = env_str("LAKEWARDEN_HEAVY_QUEUE", f"{CELERY_TASK_DEFAULT_QUEUE}.heavy")
+LAKEWARDEN_HEARTBEAT_SECONDS = env_int("LAKEWARDEN_HEARTBEAT_SECONDS", 5, minimum=1)
+LAKEWARDEN_SCHEDULER_SECONDS = env_int("LAKEWARDEN_SCHEDULER_SECONDS", 30, minimum=1)
+LAKEWARDEN_KILL_GRACE_SECONDS = env_int("LAKEWARDEN_KILL_GRACE_SECONDS", 30, minimum=0)
+LAKEWARDEN_RETRY_BACKOFF_SECONDS = env_int("LAKEWARDEN_RETRY_BACKOFF_SECONDS", 30, minimum=0)
+LAKEWARDEN_MAX_RETRIES = env_int("LAKEWARDEN_MAX_RETRIES", 3, minimum=0)
 CELERY_BEAT_SCHEDULE = {
-    "refresh-tables": {"task": "console.tasks.refresh_tables_task", "schedule": env_int("LAKEWARDEN_REFRESH_SECONDS", 300, minimum=10)},
+    "refresh-tables": {
+        "task": "console.tasks.refresh_tables_task",
+        "schedule": env_int("LAKEWARDEN_REFRESH_SECONDS", 300, minimum=1),
+    },
+    "schedule-processes": {
+        "task": "processes.tasks.schedule_processes_task",
+        "schedule": LAKEWARDEN_SCHEDULER_SECONDS,
+    },
+    # Twice per heartbeat: a lost worker's process is failed within two heartbeats.
+    "reap-processes": {
+        "task": "processes.tasks.reap_processes_task",
+        "schedule": LAKEWARDEN_HEARTBEAT_SECONDS / 2,
+    },
 }
 
 # --- REST API -----------------------------------------------------------------------------------
@@ -139,6 +168,8 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": LAKEWARDEN_PAGE_SIZE,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "console.api.errors.exception_handler",
+    # ?format= filters tables by table format; responses are JSON (Accept header picks otherwise).
+    "URL_FORMAT_OVERRIDE": None,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Lakewarden API",

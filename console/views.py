@@ -47,7 +47,9 @@ def catalog_create(request):
     if form.is_valid():
         try:
             catalog = services.catalog_create(
-                name=form.cleaned_data["name"], kind=form.cleaned_data["kind"], properties=form.catalog_properties()
+                name=form.cleaned_data["name"],
+                kind=form.cleaned_data["kind"],
+                properties=form.catalog_properties(),
             )
             messages.success(request, f"Catalog {catalog.name} created. Sync it to find its tables.")
             return redirect("console:catalog-list")
@@ -72,7 +74,9 @@ def catalog_sync(request, pk: int):
         report = services.catalog_sync(catalog=catalog)
         summary = f"{len(report.added)} added, {len(report.already_registered)} already registered"
         if report.failed:
-            summary += f", {len(report.failed)} failed: " + "; ".join(f"{k}: {v}" for k, v in report.failed.items())
+            summary += f", {len(report.failed)} failed: " + "; ".join(
+                f"{k}: {v}" for k, v in report.failed.items()
+            )
         messages.info(request, f"Sync of {catalog.name}: {summary}")
     except ServiceError as error:
         messages.error(request, error.message)
@@ -83,7 +87,9 @@ def catalog_sync(request, pk: int):
 def table_list(request):
     search = request.GET.get("q", "").strip()
     format_filter = request.GET.get("format", "")
-    tables = selectors.table_list(search=search, format=format_filter if format_filter in TableFormat.values else "")
+    tables = selectors.table_list(
+        search=search, format=format_filter if format_filter in TableFormat.values else ""
+    )
     page = Paginator(tables, 50).get_page(request.GET.get("page"))
     context = {
         "page": page,

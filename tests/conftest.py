@@ -25,7 +25,9 @@ def external_tables() -> Path:
     """The folder of tables written by other engines; skips when it is absent (CI always has it)."""
     root = shared_fixtures_root()
     if root is None:
-        pytest.skip("external table fixtures not found: set LAKEWARDEN_FIXTURES or put them at ../shared/fixtures")
+        pytest.skip(
+            "external table fixtures not found: set LAKEWARDEN_FIXTURES or put them at ../shared/fixtures"
+        )
     return root
 
 
@@ -38,9 +40,11 @@ def hudi_fixture(external_tables, tmp_path_factory):
         if name not in unpacked:
             target = tmp_path_factory.mktemp(f"hudi-{name}")
             with zipfile.ZipFile(external_tables / "hudi" / f"{name}.zip") as archive:
-                archive.extractall(target)
-            tables = [p for p in target.iterdir() if p.is_dir()]
-            unpacked[name] = tables[0] if len(tables) == 1 and not (target / ".hoodie").exists() else target
+                # The archives carry macOS resource forks (__MACOSX/): not part of the table.
+                members = [m for m in archive.namelist() if not m.startswith("__MACOSX")]
+                archive.extractall(target, members=members)
+            tables = [p.parent for p in target.glob("*/.hoodie")] or [target]
+            unpacked[name] = tables[0]
         return unpacked[name]
 
     return unpack

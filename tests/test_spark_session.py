@@ -23,4 +23,4 @@ def test_the_spark_session_writes_and_reads_parquet_with_microsecond_timestamps(
     ts_column = pq.ParquetFile(written).schema.column(2)
     # INT96 would carry no statistics; Iceberg and Delta need TIMESTAMP(MICROS).
     assert ts_column.physical_type == "INT64"
-    assert "MICROS" in str(ts_column.logical_type)
+    assert "timeUnit=microseconds" in str(ts_column.logical_type)

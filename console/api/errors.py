@@ -38,6 +38,8 @@ def exception_handler(exc, context):
         text = f"{field_name}: {message}" if field_name else message
         response.data = {"error": text, "field": field_name, "details": exc.detail}
     else:
-        detail = response.data.get("detail", response.data) if isinstance(response.data, dict) else response.data
+        detail = (
+            response.data.get("detail", response.data) if isinstance(response.data, dict) else response.data
+        )
         response.data = {"error": str(detail), "field": None}
     return response

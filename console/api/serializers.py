@@ -29,7 +29,9 @@ class CatalogSerializer(serializers.ModelSerializer):
 class CatalogCreateSerializer(serializers.Serializer):
     name = serializers.SlugField(max_length=100)
     kind = serializers.ChoiceField(choices=CatalogKind.choices)
-    properties = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False, default=dict)
+    properties = serializers.DictField(
+        child=serializers.CharField(allow_blank=True), required=False, default=dict
+    )
 
 
 class SyncReportSerializer(serializers.Serializer):
@@ -44,9 +46,22 @@ class TableSerializer(serializers.ModelSerializer):
     class Meta:
         model = Table
         fields = [
-            "id", "name", "identifier", "catalog", "format", "location", "properties",
-            "current_instant", "file_count", "total_bytes", "record_count", "instant_count",
-            "last_commit_at", "refreshed_at", "refresh_error", "registered_at",
+            "id",
+            "name",
+            "identifier",
+            "catalog",
+            "format",
+            "location",
+            "properties",
+            "current_instant",
+            "file_count",
+            "total_bytes",
+            "record_count",
+            "instant_count",
+            "last_commit_at",
+            "refreshed_at",
+            "refresh_error",
+            "registered_at",
         ]
 
 

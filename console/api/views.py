@@ -18,8 +18,6 @@ from console.api.serializers import (
 from console.models import Catalog, Table
 
 
-
-
 class CatalogViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = CatalogSerializer
     queryset = Catalog.objects.none()

@@ -5,51 +5,105 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Catalog',
+            name="Catalog",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=100, unique=True)),
-                ('kind', models.CharField(choices=[('iceberg_sql', 'Iceberg SQL catalog'), ('iceberg_rest', 'Iceberg REST catalog'), ('path_root', 'Path root (Delta / Hudi / Iceberg folders)')], max_length=20)),
-                ('properties', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('last_synced_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.SlugField(max_length=100, unique=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("iceberg_sql", "Iceberg SQL catalog"),
+                            ("iceberg_rest", "Iceberg REST catalog"),
+                            ("path_root", "Path root (Delta / Hudi / Iceberg folders)"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("properties", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("last_synced_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Table',
+            name="Table",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='Display name: the catalog identifier or the folder name', max_length=255)),
-                ('identifier', models.CharField(blank=True, help_text='Catalog identifier, e.g. demo.orders', max_length=255)),
-                ('format', models.CharField(choices=[('iceberg', 'Iceberg'), ('delta', 'Delta'), ('hudi', 'Hudi')], max_length=10)),
-                ('location', models.CharField(max_length=1024)),
-                ('properties', models.JSONField(blank=True, default=dict, help_text='Lakewarden overrides, e.g. target-file-size')),
-                ('current_instant', models.CharField(blank=True, max_length=64)),
-                ('file_count', models.BigIntegerField(default=0)),
-                ('total_bytes', models.BigIntegerField(default=0)),
-                ('record_count', models.BigIntegerField(default=0)),
-                ('instant_count', models.IntegerField(default=0)),
-                ('last_commit_at', models.DateTimeField(blank=True, null=True)),
-                ('refreshed_at', models.DateTimeField(blank=True, null=True)),
-                ('refresh_error', models.TextField(blank=True)),
-                ('registered_at', models.DateTimeField(auto_now_add=True)),
-                ('catalog', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='tables', to='console.catalog')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(
+                        help_text="Display name: the catalog identifier or the folder name", max_length=255
+                    ),
+                ),
+                (
+                    "identifier",
+                    models.CharField(
+                        blank=True, help_text="Catalog identifier, e.g. demo.orders", max_length=255
+                    ),
+                ),
+                (
+                    "format",
+                    models.CharField(
+                        choices=[("iceberg", "Iceberg"), ("delta", "Delta"), ("hudi", "Hudi")], max_length=10
+                    ),
+                ),
+                ("location", models.CharField(max_length=1024)),
+                (
+                    "properties",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="Lakewarden overrides, e.g. target-file-size"
+                    ),
+                ),
+                ("current_instant", models.CharField(blank=True, max_length=64)),
+                ("file_count", models.BigIntegerField(default=0)),
+                ("total_bytes", models.BigIntegerField(default=0)),
+                ("record_count", models.BigIntegerField(default=0)),
+                ("instant_count", models.IntegerField(default=0)),
+                ("last_commit_at", models.DateTimeField(blank=True, null=True)),
+                ("refreshed_at", models.DateTimeField(blank=True, null=True)),
+                ("refresh_error", models.TextField(blank=True)),
+                ("registered_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "catalog",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="tables",
+                        to="console.catalog",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
-                'indexes': [models.Index(fields=['format'], name='console_tab_format_bcaae8_idx')],
-                'constraints': [models.UniqueConstraint(fields=('location',), name='table_location_unique'), models.UniqueConstraint(condition=models.Q(('identifier', ''), _negated=True), fields=('catalog', 'identifier'), name='table_catalog_identifier_unique')],
+                "ordering": ["name"],
+                "indexes": [models.Index(fields=["format"], name="console_tab_format_bcaae8_idx")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("location",), name="table_location_unique"),
+                    models.UniqueConstraint(
+                        condition=models.Q(("identifier", ""), _negated=True),
+                        fields=("catalog", "identifier"),
+                        name="table_catalog_identifier_unique",
+                    ),
+                ],
             },
         ),
     ]

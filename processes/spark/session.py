@@ -31,7 +31,9 @@ def _target() -> tuple[str | None, str]:
 
         return settings.LAKEWARDEN_SPARK_REMOTE, settings.LAKEWARDEN_SPARK_MASTER
     except Exception:  # outside Django (a notebook, a Spark executor)
-        return os.environ.get("LAKEWARDEN_SPARK_REMOTE") or None, os.environ.get("LAKEWARDEN_SPARK_MASTER", "local[*]")
+        return os.environ.get("LAKEWARDEN_SPARK_REMOTE") or None, os.environ.get(
+            "LAKEWARDEN_SPARK_MASTER", "local[*]"
+        )
 
 
 def spark_session(app_name: str = "lakewarden", extra_config: dict[str, str] | None = None):

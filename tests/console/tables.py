@@ -20,7 +20,10 @@ def write_delta_table(path: Path, *, commits: int = 3, rows_per_commit: int = 10
                     "id": pa.array(range(start, start + rows_per_commit), pa.int64()),
                     "region": pa.array(["eu" if i % 2 else "us" for i in range(rows_per_commit)]),
                     "ts": pa.array(
-                        [dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(hours=start + i) for i in range(rows_per_commit)],
+                        [
+                            dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(hours=start + i)
+                            for i in range(rows_per_commit)
+                        ],
                         pa.timestamp("us", "UTC"),
                     ),
                 }
@@ -36,8 +39,12 @@ def write_iceberg_table(catalog, identifier: str, *, commits: int = 3, rows_per_
     namespace = identifier.rsplit(".", 1)[0]
     catalog.create_namespace_if_not_exists(namespace)
     batches = [
-        pa.table({"id": pa.array(range(c * rows_per_commit, (c + 1) * rows_per_commit), pa.int64()),
-                  "name": pa.array([f"row-{i}" for i in range(rows_per_commit)])})
+        pa.table(
+            {
+                "id": pa.array(range(c * rows_per_commit, (c + 1) * rows_per_commit), pa.int64()),
+                "name": pa.array([f"row-{i}" for i in range(rows_per_commit)]),
+            }
+        )
         for c in range(commits)
     ]
     table = catalog.create_table(identifier, schema=batches[0].schema)

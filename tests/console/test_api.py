@@ -102,7 +102,9 @@ def test_table_list_and_detail_show_metadata_facts(api_as, viewer, admin_user, w
 def test_syncing_a_catalog_through_the_api_reports_what_it_added(api_as, admin_user, warehouse):
     write_delta_table(warehouse / "a", commits=1)
     catalog = api_as(admin_user).post(
-        "/api/v1/catalogs/", {"name": "paths", "kind": "path_root", "properties": {"root": str(warehouse)}}, format="json"
+        "/api/v1/catalogs/",
+        {"name": "paths", "kind": "path_root", "properties": {"root": str(warehouse)}},
+        format="json",
     )
     assert catalog.status_code == 201, catalog.content
 
@@ -115,7 +117,9 @@ def test_syncing_a_catalog_through_the_api_reports_what_it_added(api_as, admin_u
 def test_a_catalog_with_a_bad_kind_or_root_answers_400(api_as, admin_user, warehouse):
     api = api_as(admin_user)
     bad_kind = api.post("/api/v1/catalogs/", {"name": "x", "kind": "glue"}, format="json")
-    bad_root = api.post("/api/v1/catalogs/", {"name": "y", "kind": "path_root", "properties": {"root": "/"}}, format="json")
+    bad_root = api.post(
+        "/api/v1/catalogs/", {"name": "y", "kind": "path_root", "properties": {"root": "/"}}, format="json"
+    )
 
     assert bad_kind.status_code == 400 and bad_kind.json()["field"] == "kind"
     assert bad_root.status_code == 400 and "outside the allowed roots" in bad_root.json()["error"]
@@ -123,7 +127,9 @@ def test_a_catalog_with_a_bad_kind_or_root_answers_400(api_as, admin_user, wareh
 
 
 def test_secrets_in_catalog_properties_are_masked(api_as, admin_user):
-    Catalog.objects.create(name="rest", kind=CatalogKind.ICEBERG_REST, properties={"uri": "http://x", "token": "s3cr3t"})
+    Catalog.objects.create(
+        name="rest", kind=CatalogKind.ICEBERG_REST, properties={"uri": "http://x", "token": "s3cr3t"}
+    )
 
     body = api_as(admin_user).get("/api/v1/catalogs/").content.decode()
 

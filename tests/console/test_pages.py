@@ -50,7 +50,9 @@ def test_the_tables_url_answers_htmx_with_the_rows_fragment_only(client_as, view
 
 
 def test_the_table_page_shows_schema_and_partitioning(client_as, viewer, warehouse):
-    table = services.table_register(location=str(write_delta_table(warehouse / "orders", commits=1, partition_by=["region"])))
+    table = services.table_register(
+        location=str(write_delta_table(warehouse / "orders", commits=1, partition_by=["region"]))
+    )
 
     html = client_as(viewer).get(f"/tables/{table.pk}/").content.decode()
 
@@ -71,17 +73,25 @@ def test_the_table_page_explains_a_table_that_became_unreadable(client_as, viewe
     assert "cannot be read right now" in response.content.decode()
 
 
-def test_an_admin_registers_a_table_from_the_console_and_is_sent_to_its_page(client_as, admin_user, warehouse):
+def test_an_admin_registers_a_table_from_the_console_and_is_sent_to_its_page(
+    client_as, admin_user, warehouse
+):
     path = write_delta_table(warehouse / "orders", commits=1)
 
-    response = client_as(admin_user).post("/tables/register/", {"location": str(path)}, HTTP_HX_REQUEST="true")
+    response = client_as(admin_user).post(
+        "/tables/register/", {"location": str(path)}, HTTP_HX_REQUEST="true"
+    )
 
     assert response.status_code == 204
     assert response["HX-Redirect"].startswith("/tables/")
 
 
-def test_a_bad_registration_in_the_console_re_renders_the_form_with_the_error(client_as, admin_user, warehouse):
-    response = client_as(admin_user).post("/tables/register/", {"location": str(warehouse / "nope")}, HTTP_HX_REQUEST="true")
+def test_a_bad_registration_in_the_console_re_renders_the_form_with_the_error(
+    client_as, admin_user, warehouse
+):
+    response = client_as(admin_user).post(
+        "/tables/register/", {"location": str(warehouse / "nope")}, HTTP_HX_REQUEST="true"
+    )
 
     assert response.status_code == 400
     assert "does not exist" in response.content.decode()

@@ -30,7 +30,9 @@ def test_registering_a_delta_table_by_location_stores_its_format_and_metadata_fa
 
 
 def test_registering_an_iceberg_table_by_catalog_identifier_reads_it_through_the_sql_catalog(warehouse):
-    catalog = services.catalog_create(name="lake", kind=CatalogKind.ICEBERG_SQL, properties={"warehouse": warehouse.as_uri()})
+    catalog = services.catalog_create(
+        name="lake", kind=CatalogKind.ICEBERG_SQL, properties={"warehouse": warehouse.as_uri()}
+    )
     identifier = f"ns_{uuid.uuid4().hex[:8]}.orders"
     iceberg_table = write_iceberg_table(services.iceberg_catalog(catalog), identifier, commits=4)
 
@@ -62,11 +64,13 @@ def test_registering_a_hudi_table_written_by_spark_detects_the_format(hudi_fixtu
         (lambda root: str(root / ".." / ".." / "etc"), "outside the allowed roots"),
         (lambda root: "relative/path", "not an absolute path"),
         (lambda root: "s3://bucket/table", "only local paths"),
-        (lambda root: "", "no path given"),
+        (lambda root: "", "give a location"),
     ],
     ids=["missing", "outside", "dot-dot", "relative", "object-store", "empty"],
 )
-def test_registering_a_bad_location_is_refused_with_the_problem_named_and_nothing_stored(warehouse, make_location, message):
+def test_registering_a_bad_location_is_refused_with_the_problem_named_and_nothing_stored(
+    warehouse, make_location, message
+):
     with pytest.raises(InvalidInput, match=message) as refused:
         services.table_register(location=make_location(warehouse))
 
@@ -141,7 +145,9 @@ def test_registering_the_same_table_twice_is_refused_and_keeps_one_row(warehouse
 
 
 def test_an_identifier_without_a_catalog_or_in_a_path_root_catalog_is_refused(warehouse):
-    root_catalog = Catalog.objects.create(name="paths", kind=CatalogKind.PATH_ROOT, properties={"root": str(warehouse)})
+    root_catalog = Catalog.objects.create(
+        name="paths", kind=CatalogKind.PATH_ROOT, properties={"root": str(warehouse)}
+    )
 
     with pytest.raises(InvalidInput, match="needs a catalog"):
         services.table_register(identifier="ns.t")
@@ -151,7 +157,9 @@ def test_an_identifier_without_a_catalog_or_in_a_path_root_catalog_is_refused(wa
 
 
 def test_an_unknown_identifier_in_an_iceberg_catalog_is_refused(warehouse):
-    catalog = services.catalog_create(name="lake", kind=CatalogKind.ICEBERG_SQL, properties={"warehouse": warehouse.as_uri()})
+    catalog = services.catalog_create(
+        name="lake", kind=CatalogKind.ICEBERG_SQL, properties={"warehouse": warehouse.as_uri()}
+    )
 
     with pytest.raises(InvalidInput, match="nope.missing") as refused:
         services.table_register(catalog=catalog, identifier="nope.missing")
@@ -163,7 +171,9 @@ def test_syncing_a_path_root_catalog_registers_each_table_once(warehouse):
     write_delta_table(warehouse / "a", commits=1)
     write_delta_table(warehouse / "nested" / "b", commits=2)
     (warehouse / "empty_folder").mkdir()
-    catalog = services.catalog_create(name="paths", kind=CatalogKind.PATH_ROOT, properties={"root": str(warehouse)})
+    catalog = services.catalog_create(
+        name="paths", kind=CatalogKind.PATH_ROOT, properties={"root": str(warehouse)}
+    )
 
     first = services.catalog_sync(catalog=catalog)
     second = services.catalog_sync(catalog=catalog)
@@ -174,7 +184,9 @@ def test_syncing_a_path_root_catalog_registers_each_table_once(warehouse):
 
 
 def test_syncing_an_iceberg_catalog_registers_tables_of_every_namespace(warehouse):
-    catalog = services.catalog_create(name="lake", kind=CatalogKind.ICEBERG_SQL, properties={"warehouse": warehouse.as_uri()})
+    catalog = services.catalog_create(
+        name="lake", kind=CatalogKind.ICEBERG_SQL, properties={"warehouse": warehouse.as_uri()}
+    )
     prefix = f"ns_{uuid.uuid4().hex[:8]}"
     pyiceberg_catalog = services.iceberg_catalog(catalog)
     write_iceberg_table(pyiceberg_catalog, f"{prefix}_a.one", commits=1)

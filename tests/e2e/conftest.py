@@ -46,29 +46,64 @@ class CeleryProcesses:
         self._previous_queue = app.conf.task_default_queue
         app.conf.task_default_queue = self.queue
 
-    def start_worker(self, *, name: str = "w1", concurrency: int = 1, extra_env: dict | None = None) -> subprocess.Popen:
+    def start_worker(
+        self, *, name: str = "w1", concurrency: int = 1, extra_env: dict | None = None
+    ) -> subprocess.Popen:
         log = self.tmp_path / f"worker-{name}.log"
-        command = [sys.executable, "-m", "celery", "-A", "console", "worker", "--loglevel", "INFO",
-                   "--concurrency", str(concurrency), "--queues", self.queue, "--hostname", f"{name}-{self.queue}@%h",
-                   "--without-gossip", "--without-mingle"]
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            str(concurrency),
+            "--queues",
+            self.queue,
+            "--hostname",
+            f"{name}-{self.queue}@%h",
+            "--without-gossip",
+            "--without-mingle",
+        ]
         return self._spawn(f"worker {name}", command, log, extra_env)
 
     def start_beat(self, *, extra_env: dict | None = None) -> subprocess.Popen:
         log = self.tmp_path / "beat.log"
-        command = [sys.executable, "-m", "celery", "-A", "console", "beat", "--loglevel", "INFO",
-                   "--schedule", str(self.tmp_path / "beat-schedule")]
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(self.tmp_path / "beat-schedule"),
+        ]
         return self._spawn("beat", command, log, extra_env)
 
     def _spawn(self, label, command, log: Path, extra_env) -> subprocess.Popen:
         handle = log.open("w")
-        child = subprocess.Popen(command, cwd=REPO_ROOT, env={**self.env, **(extra_env or {})}, stdout=handle, stderr=subprocess.STDOUT)
+        child = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env={**self.env, **(extra_env or {})},
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
         self.children.append((label, child, log))
         return child
 
     def wait_for_workers(self, count: int = 1, timeout: float = 60) -> list[str]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            names = [n for reply in (self.app.control.ping(timeout=1) or []) for n in reply if self.queue in n]
+            names = [
+                n for reply in (self.app.control.ping(timeout=1) or []) for n in reply if self.queue in n
+            ]
             if len(names) >= count:
                 return names
             for label, child, log in self.children:

@@ -12,8 +12,13 @@ pytestmark = pytest.mark.e2e
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
@@ -34,12 +39,19 @@ def browser_page(tmp_path):
         browser.close()
 
 
-def test_an_admin_logs_in_sees_the_demo_tables_and_opens_one(live_server, browser_page, warehouse, django_user_model, tmp_path):
+@pytest.fixture
+def demo_admin(live_server, warehouse, django_user_model):
+    """The demo lakehouse and an admin user, made before the browser starts (Playwright's sync API
+    runs an event loop in this thread, where Django refuses ORM calls)."""
     from django.contrib.auth.models import Group
 
     demo_lakehouse_build(warehouse=warehouse, scale=4)
     user = django_user_model.objects.create_user("ada", password="a long enough password")
     user.groups.add(Group.objects.get_or_create(name="admin")[0])
+    return user
+
+
+def test_an_admin_logs_in_sees_the_demo_tables_and_opens_one(demo_admin, live_server, browser_page, tmp_path):
     page = browser_page
 
     page.goto(f"{live_server.url}/tables/")

@@ -36,7 +36,11 @@ class Command(BaseCommand):
             password_file.parent.mkdir(parents=True, exist_ok=True)
             password_file.write_text(password + "\n")
             password_file.chmod(0o600)
-            self.stdout.write(self.style.SUCCESS(f"created admin user {username!r} with password: {password}"))
+            self.stdout.write(
+                self.style.SUCCESS(f"created admin user {username!r} with password: {password}")
+            )
             self.stdout.write(f"(also saved in {password_file})")
         else:
-            self.stdout.write(self.style.SUCCESS(f"created admin user {username!r} with LAKEWARDEN_ADMIN_PASSWORD"))
+            self.stdout.write(
+                self.style.SUCCESS(f"created admin user {username!r} with LAKEWARDEN_ADMIN_PASSWORD")
+            )

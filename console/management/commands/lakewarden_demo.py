@@ -19,7 +19,9 @@ class Command(BaseCommand):
         if scale < 2:
             raise CommandError("--scale must be at least 2")
         root = Path(warehouse).resolve() if warehouse else Path(settings.LAKEWARDEN_WAREHOUSE)
-        result = demo_lakehouse_build(warehouse=root, scale=scale, report=lambda line: self.stdout.write(f"  {line}"))
+        result = demo_lakehouse_build(
+            warehouse=root, scale=scale, report=lambda line: self.stdout.write(f"  {line}")
+        )
         for key, reason in result["failed"].items():
             self.stderr.write(f"could not register {key}: {reason}")
         self.stdout.write(

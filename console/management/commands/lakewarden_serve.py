@@ -12,7 +12,9 @@ from console.preflight import missing_services
 
 
 class Command(BaseCommand):
-    help = "Run the web server, a Celery worker and Celery beat together in the foreground (Ctrl-C stops all)."
+    help = (
+        "Run the web server, a Celery worker and Celery beat together in the foreground (Ctrl-C stops all)."
+    )
 
     requires_system_checks = []
 
@@ -26,15 +28,50 @@ class Command(BaseCommand):
             raise CommandError("\n".join(problems))
         python = sys.executable
         commands = {
-            "web": [python, "-m", "gunicorn", "console.wsgi", "--bind", f"{host}:{port}", "--workers", "2",
-                    "--timeout", "120", "--access-logfile", "-"],
-            "worker": [python, "-m", "celery", "-A", "console", "worker", "--loglevel", "INFO", "--concurrency", "2"],
-            "beat": [python, "-m", "celery", "-A", "console", "beat", "--loglevel", "INFO",
-                     "--schedule", os.path.join("var", "celerybeat-schedule")],
+            "web": [
+                python,
+                "-m",
+                "gunicorn",
+                "console.wsgi",
+                "--bind",
+                f"{host}:{port}",
+                "--workers",
+                "2",
+                "--timeout",
+                "120",
+                "--access-logfile",
+                "-",
+            ],
+            "worker": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "2",
+            ],
+            "beat": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                os.path.join("var", "celerybeat-schedule"),
+            ],
         }
         os.makedirs("var", exist_ok=True)
         children = {name: subprocess.Popen(command) for name, command in commands.items()}
-        self.stdout.write(self.style.SUCCESS(f"Lakewarden is running at http://{host}:{port}/  (Ctrl-C to stop)"))
+        self.stdout.write(
+            self.style.SUCCESS(f"Lakewarden is running at http://{host}:{port}/  (Ctrl-C to stop)")
+        )
         stopping = False
 
         def stop(*_):

@@ -67,14 +67,18 @@ def relative_path(descriptor: Mapping[str, Any]) -> str | None:
 
 def decode(blob: bytes, *, where: str) -> BitMap64:
     if len(blob) < 4 or struct.unpack_from("<i", blob)[0] != _MAGIC:
-        raise CorruptTable(f"deletion vector in {where} does not start with the RoaringBitmapArray magic number")
+        raise CorruptTable(
+            f"deletion vector in {where} does not start with the RoaringBitmapArray magic number"
+        )
     try:
         return BitMap64.deserialize(blob[4:])
     except Exception as exc:  # pyroaring raises plain ValueError/Exception on bad input
         raise CorruptTable(f"deletion vector in {where} cannot be decoded: {exc}") from exc
 
 
-def load(descriptor: Mapping[str, Any], read_range: Callable[[str, int, int], bytes], path: str | None) -> BitMap64:
+def load(
+    descriptor: Mapping[str, Any], read_range: Callable[[str, int, int], bytes], path: str | None
+) -> BitMap64:
     """The deleted row indexes. ``read_range(path, offset, length)`` reads bytes of a file;
     ``path`` is the vector file's location (None for inline vectors)."""
     size = int(descriptor["sizeInBytes"])
@@ -88,7 +92,9 @@ def load(descriptor: Mapping[str, Any], read_range: Callable[[str, int, int], by
         raise CorruptTable(f"deletion vector file {path} is shorter than its descriptor says")
     (stored_size,) = struct.unpack_from(">i", data)
     if stored_size != size:
-        raise CorruptTable(f"deletion vector in {path} at offset {offset}: size {stored_size}, expected {size}")
+        raise CorruptTable(
+            f"deletion vector in {path} at offset {offset}: size {stored_size}, expected {size}"
+        )
     blob = data[4 : 4 + size]
     (checksum,) = struct.unpack_from(">I", data, 4 + size)
     if zlib.crc32(blob) != checksum:

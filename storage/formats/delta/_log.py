@@ -42,7 +42,10 @@ class Store:
             self.scheme = location.split("://", 1)[0] + "://"
         else:
             path = urlparse(location).path if location.startswith("file://") else location
-            self.fs, root = pafs.LocalFileSystem(), os.path.abspath(unquote(path) if location.startswith("file://") else path)
+            self.fs, root = (
+                pafs.LocalFileSystem(),
+                os.path.abspath(unquote(path) if location.startswith("file://") else path),
+            )
             self.scheme = ""
         self.root = root.rstrip("/") or "/"
 
@@ -122,7 +125,9 @@ class DeltaLog:
             if match := _COMMIT.match(name):
                 self.commits[int(match.group(1))] = info
             elif match := _CLASSIC.match(name):
-                self.checkpoints.setdefault(int(match.group(1)), Checkpoint(int(match.group(1)), (info.path,)))
+                self.checkpoints.setdefault(
+                    int(match.group(1)), Checkpoint(int(match.group(1)), (info.path,))
+                )
             elif match := _MULTI.match(name):
                 version, part, count = (int(g) for g in match.groups())
                 parts.setdefault(version, {}).setdefault(count, {})[part] = info.path
@@ -133,7 +138,9 @@ class DeltaLog:
         for version, by_count in parts.items():
             for count, found in by_count.items():
                 if len(found) == count and version not in self.checkpoints:
-                    self.checkpoints[version] = Checkpoint(version, tuple(found[i] for i in range(1, count + 1)))
+                    self.checkpoints[version] = Checkpoint(
+                        version, tuple(found[i] for i in range(1, count + 1))
+                    )
         if not self.commits and not self.checkpoints:
             raise TableNotFound(f"no Delta table at {location}: {LOG_DIR} holds no commits")
         self.latest = max(max(self.commits, default=-1), max(self.checkpoints, default=-1))
@@ -184,14 +191,21 @@ class DeltaLog:
         with stream, io.TextIOWrapper(stream, encoding="utf-8") as lines:
             number = 0
             try:
-                for number, line in enumerate(lines, 1):  # noqa: B007 - number is used in the error
-                    if line.strip():
+                for line in lines:
+                    number += 1
+                    if not line.strip():
+                        continue
+                    try:
                         action = json.loads(line)
-                        if not isinstance(action, dict):
-                            raise ValueError("an action is not a JSON object")
-                        yield action
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise CorruptTable(f"Delta commit {uri} is unreadable at line {number + 1}: {exc}") from exc
+                    except ValueError as exc:
+                        raise CorruptTable(
+                            f"Delta commit {uri} is unreadable at line {number}: {exc}"
+                        ) from exc
+                    if not isinstance(action, dict):
+                        raise CorruptTable(f"Delta commit {uri} line {number} is not a JSON object")
+                    yield action
+            except (UnicodeDecodeError, OSError) as exc:
+                raise CorruptTable(f"Delta commit {uri} is unreadable after line {number}: {exc}") from exc
 
     def commit_info(self, version: int) -> Mapping[str, Any] | None:
         for action in self.read_commit(version):

@@ -76,7 +76,9 @@ def read_slice(
         for group in groups:
             position = first_rows[group]
             try:
-                batches = parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], columns=plan.file_columns)
+                batches = parquet.iter_batches(
+                    batch_size=BATCH_ROWS, row_groups=[group], columns=plan.file_columns
+                )
                 for raw in batches:
                     count = raw.num_rows
                     batch = plan.conform(raw)
@@ -97,7 +99,11 @@ class _ColumnPlan:
     """How each wanted logical column is produced from one file."""
 
     def __init__(
-        self, schema: DeltaSchema, file_schema: pa.Schema, columns: Sequence[str], partition: Mapping[str, Any]
+        self,
+        schema: DeltaSchema,
+        file_schema: pa.Schema,
+        columns: Sequence[str],
+        partition: Mapping[str, Any],
     ) -> None:
         self.fields = [schema.arrow.field(name) for name in columns]
         self.output_schema = pa.schema(self.fields)
@@ -105,7 +111,9 @@ class _ColumnPlan:
         self.file_columns: list[str] = []
         self.targets: list[pa.Field | None] = []
         by_id = {
-            int(f.metadata[FIELD_ID_KEY]): f.name for f in file_schema if f.metadata and FIELD_ID_KEY in f.metadata
+            int(f.metadata[FIELD_ID_KEY]): f.name
+            for f in file_schema
+            if f.metadata and FIELD_ID_KEY in f.metadata
         }
         partition_columns = set(schema.partition_columns)
         for field in self.fields:

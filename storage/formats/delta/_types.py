@@ -61,7 +61,9 @@ def arrow_type(delta_type: Any) -> pa.DataType:
     if kind == "struct":
         return pa.struct([arrow_field(f) for f in delta_type["fields"]])
     if kind == "array":
-        element = pa.field("element", arrow_type(delta_type["elementType"]), delta_type.get("containsNull", True))
+        element = pa.field(
+            "element", arrow_type(delta_type["elementType"]), delta_type.get("containsNull", True)
+        )
         return pa.list_(element)
     if kind == "map":
         return pa.map_(
@@ -89,12 +91,16 @@ def _physical_type(delta_type: Any) -> pa.DataType:
     if kind == "struct":
         return pa.struct([arrow_field(f, physical=True) for f in delta_type["fields"]])
     if kind == "array":
-        element = pa.field("element", _physical_type(delta_type["elementType"]), delta_type.get("containsNull", True))
+        element = pa.field(
+            "element", _physical_type(delta_type["elementType"]), delta_type.get("containsNull", True)
+        )
         return pa.list_(element)
     if kind == "map":
         return pa.map_(
             pa.field("key", _physical_type(delta_type["keyType"]), nullable=False),
-            pa.field("value", _physical_type(delta_type["valueType"]), delta_type.get("valueContainsNull", True)),
+            pa.field(
+                "value", _physical_type(delta_type["valueType"]), delta_type.get("valueContainsNull", True)
+            ),
         )
     return arrow_type(delta_type)
 
@@ -204,7 +210,9 @@ def _parse_timestamp(text: str, *, aware: bool) -> dt.datetime:
     value = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     if aware:
         return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
-    return value.replace(tzinfo=None) if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
+    return (
+        value.replace(tzinfo=None) if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
+    )
 
 
 class _Unknown(Exception):
@@ -291,7 +299,9 @@ def parse_stats(stats: str | Mapping[str, Any] | None, schema: DeltaSchema) -> F
     if not isinstance(stats, Mapping):
         return FileStats(None, None, None, None)
     records = stats.get("numRecords")
-    records = int(records) if isinstance(records, int | decimal.Decimal) and not isinstance(records, bool) else None
+    records = (
+        int(records) if isinstance(records, int | decimal.Decimal) and not isinstance(records, bool) else None
+    )
     mins, maxes, nulls = stats.get("minValues"), stats.get("maxValues"), stats.get("nullCount")
     lower: dict[str, Any] = {}
     upper: dict[str, Any] = {}

@@ -69,7 +69,9 @@ def read_properties(filesystem: pafs.FileSystem, root: str, location: str) -> di
     except UnicodeDecodeError:
         text = raw.decode("latin-1")  # java.util.Properties' own encoding
     if "\x00" in text:
-        raise CorruptTable(f"Hudi table {location}: .hoodie/{PROPERTIES_FILE} is binary, not a properties file")
+        raise CorruptTable(
+            f"Hudi table {location}: .hoodie/{PROPERTIES_FILE} is binary, not a properties file"
+        )
     properties = parse_java_properties(text)
     for required in ("hoodie.table.name", "hoodie.table.type"):
         if not properties.get(required):
@@ -224,9 +226,13 @@ class PartitionLayout:
 def partition_spec(properties: Mapping[str, str]) -> PartitionSpec:
     """Partition fields of ``hoodie.table.partition.fields`` given the table's key generator."""
     keygen = (
-        properties.get("hoodie.table.keygenerator.class") or properties.get("hoodie.table.keygenerator.type") or ""
+        properties.get("hoodie.table.keygenerator.class")
+        or properties.get("hoodie.table.keygenerator.type")
+        or ""
     )
-    declared = [f.strip() for f in properties.get("hoodie.table.partition.fields", "").split(",") if f.strip()]
+    declared = [
+        f.strip() for f in properties.get("hoodie.table.partition.fields", "").split(",") if f.strip()
+    ]
     if not declared or "Nonpartitioned" in keygen or keygen.upper() == "NON_PARTITION":
         return PartitionSpec()
     time_based = "TimestampBased" in keygen or keygen.upper() == "TIMESTAMP"

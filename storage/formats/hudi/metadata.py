@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -31,7 +32,7 @@ def instant_timestamp(instant_time: str) -> dt.datetime:
     digits = instant_time[:17]
     parsed = dt.datetime.strptime(digits[:14], "%Y%m%d%H%M%S")
     millis = int(digits[14:17]) if len(digits) >= 17 else 0
-    return parsed.replace(microsecond=millis * 1000, tzinfo=dt.timezone.utc)
+    return parsed.replace(microsecond=millis * 1000, tzinfo=dt.UTC)
 
 
 def is_log_file(relative_path: str) -> bool:
@@ -105,7 +106,13 @@ def iter_write_stats(metadata: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
             yield stat
 
 
-def build_instant(hudi_instant: Any, metadata: Mapping[str, Any], parent_id: str | None, sequence: int) -> Instant:
+def build_instant(
+    hudi_instant: Any,
+    metadata: Mapping[str, Any],
+    parent_id: str | None,
+    sequence: int,
+    completion_time: str | None = None,
+) -> Instant:
     action = hudi_instant.action
     totals = dict.fromkeys(_COUNTERS, 0)
     total_bytes = 0
@@ -131,6 +138,8 @@ def build_instant(hudi_instant: Any, metadata: Mapping[str, Any], parent_id: str
     }
     if replaced:
         summary["numReplacedFileGroups"] = replaced
+    if completion_time:
+        summary["completionTime"] = completion_time
     operation = metadata.get("operationType")
     if not operation:
         operation = {"replacecommit": "replace", "clustering": "cluster"}.get(action, action)
@@ -148,7 +157,32 @@ def _timestamp_of(hudi_instant: Any) -> dt.datetime:
     try:
         return instant_timestamp(hudi_instant.timestamp)
     except ValueError:
-        return dt.datetime.fromtimestamp(hudi_instant.epoch_mills / 1000, tz=dt.timezone.utc)
+        return dt.datetime.fromtimestamp(hudi_instant.epoch_mills / 1000, tz=dt.UTC)
+
+
+_COMPLETED_V8 = re.compile(r"^(\d+)_(\d+)\.(" + "|".join(DATA_ACTIONS) + r")$")
+
+
+def completion_times(filesystem: pafs.FileSystem, root: str, properties: Mapping[str, str]) -> dict[str, str]:
+    """Requested instant time -> completion time, from table version 8 timeline file names
+    (``<requested>_<completed>.<action>``); empty for older tables, which record none.
+
+    hudi-rs reads incremental ranges of version 8 tables by completion time, so an instant's
+    completion time is what an incremental read must pass for it.
+    """
+    if int(properties.get("hoodie.table.version", "0") or 0) < 8:
+        return {}
+    folder = f"{root}/.hoodie/{properties.get('hoodie.timeline.path', 'timeline')}"
+    try:
+        entries = filesystem.get_file_info(pafs.FileSelector(folder))
+    except OSError:
+        return {}
+    found = {}
+    for entry in entries:
+        match = _COMPLETED_V8.match(entry.base_name)
+        if match:
+            found[match[1]] = match[2]
+    return found
 
 
 # --- parquet footers --------------------------------------------------------------------------
@@ -157,18 +191,6 @@ def _timestamp_of(hudi_instant: Any) -> dt.datetime:
 def read_footer(filesystem: pafs.FileSystem, path: str) -> pq.FileMetaData:
     with filesystem.open_input_file(path) as handle:
         return pq.ParquetFile(handle).metadata
-
-
-def row_group_start(row_group: pq.RowGroupMetaData) -> int:
-    """Where a row group starts in its file: its first column chunk's first page."""
-    column = row_group.column(0)
-    if column.has_dictionary_page and column.dictionary_page_offset:
-        return min(column.dictionary_page_offset, column.data_page_offset)
-    return column.data_page_offset
-
-
-def split_offsets(footer: pq.FileMetaData) -> tuple[int, ...]:
-    return tuple(row_group_start(footer.row_group(i)) for i in range(footer.num_row_groups))
 
 
 def column_stats(
@@ -244,7 +266,7 @@ def _is_primitive(schema: pa.Schema, dotted: str) -> bool:
 
 def _python_value(value: Any) -> Any:
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.timezone.utc)
+        return value.astimezone(dt.UTC)
     return value
 
 

@@ -18,7 +18,13 @@ from storage.formats.iceberg.table import IcebergSpecTable, IcebergTimeline
 from storage.spec.errors import CorruptTable, TableNotFound
 from storage.spec.table import TableFormatAdapter
 
-__all__ = ["IcebergAdapter", "IcebergFileIndex", "IcebergSpecTable", "IcebergTimeline", "latest_metadata_file"]
+__all__ = [
+    "IcebergAdapter",
+    "IcebergFileIndex",
+    "IcebergSpecTable",
+    "IcebergTimeline",
+    "latest_metadata_file",
+]
 
 _VERSION = re.compile(r"^v?(\d+)[-.]")
 
@@ -103,6 +109,7 @@ class IcebergAdapter(TableFormatAdapter):
     @classmethod
     def _open_from_metadata(cls, location: str) -> IcebergSpecTable:
         from pydantic import ValidationError
+        from pyiceberg.exceptions import ValidationError as IcebergValidationError
         from pyiceberg.table import StaticTable
 
         metadata_file = latest_metadata_file(location)
@@ -110,22 +117,33 @@ class IcebergAdapter(TableFormatAdapter):
             table = StaticTable.from_metadata(metadata_file)
         except FileNotFoundError:
             raise TableNotFound(f"no Iceberg metadata file at {metadata_file}") from None
-        except (json.JSONDecodeError, ValidationError, UnicodeDecodeError, ValueError) as exc:
-            raise CorruptTable(f"Iceberg metadata file {metadata_file} is not valid table metadata: {_first_line(exc)}") from None
+        except (
+            json.JSONDecodeError,
+            ValidationError,
+            IcebergValidationError,
+            UnicodeDecodeError,
+            ValueError,
+        ) as exc:
+            raise CorruptTable(
+                f"Iceberg metadata file {metadata_file} is not valid table metadata: {_first_line(exc)}"
+            ) from None
         return IcebergSpecTable(table, location=_location_of(table))
 
     @classmethod
     def _open_from_catalog(cls, identifier: str, catalog: Any) -> IcebergSpecTable:
         from pydantic import ValidationError
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+        from pyiceberg.exceptions import ValidationError as IcebergValidationError
 
         try:
             table = catalog.load_table(identifier)
         except (NoSuchTableError, NoSuchNamespaceError):
             raise TableNotFound(f"catalog {catalog.name!r} has no table {identifier!r}") from None
         except FileNotFoundError as exc:
-            raise CorruptTable(f"table {identifier!r} points at a metadata file that is missing: {exc}") from None
-        except (json.JSONDecodeError, ValidationError) as exc:
+            raise CorruptTable(
+                f"table {identifier!r} points at a metadata file that is missing: {exc}"
+            ) from None
+        except (json.JSONDecodeError, ValidationError, IcebergValidationError) as exc:
             raise CorruptTable(f"table {identifier!r} has invalid metadata: {_first_line(exc)}") from None
         return IcebergSpecTable(table, location=_location_of(table), identifier=identifier)
 

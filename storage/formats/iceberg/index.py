@@ -25,6 +25,7 @@ from storage.formats.iceberg.manifests import (
     make_data_file,
     read_manifest_list,
 )
+from storage.formats.iceberg.prune import partition_check, stats_check
 from storage.formats.iceberg.values import ColumnDecoder
 from storage.spec.errors import CorruptTable, InvalidRange
 from storage.spec.models import (
@@ -103,7 +104,9 @@ class IcebergFileIndex(FileIndex):
                 continue
             partition = by_path.get(change.file_slice.partition.path)
             if partition is None:
-                partition = by_path[change.file_slice.partition.path] = PartitionChange(change.file_slice.partition)
+                partition = by_path[change.file_slice.partition.path] = PartitionChange(
+                    change.file_slice.partition
+                )
             if change.kind is ChangeKind.ADDED:
                 partition.files_added += 1
                 partition.bytes_added += base.size_bytes
@@ -152,7 +155,9 @@ class IcebergFileIndex(FileIndex):
         if context is None:
             specs = self._metadata.specs()
             if spec_id not in specs:
-                raise CorruptTable(f"a manifest refers to partition spec {spec_id}, which the table metadata lacks")
+                raise CorruptTable(
+                    f"a manifest refers to partition spec {spec_id}, which the table metadata lacks"
+                )
             context = self._specs[spec_id] = SpecContext(specs[spec_id], self._metadata.schema())
         return context
 
@@ -193,7 +198,9 @@ class IcebergFileIndex(FileIndex):
                     continue
                 sequence, snapshot_id = inherited_sequence(record, manifest)
                 values = context.partition_values(record["data_file"].get("partition"), avro_names)
-                delete_file = make_data_file(record, values, self._decoder, sequence, snapshot_id, context.spec_id)
+                delete_file = make_data_file(
+                    record, values, self._decoder, sequence, snapshot_id, context.spec_id
+                )
                 if delete_file.file_format == "puffin":
                     from storage.spec.errors import UnsupportedFeature
 
@@ -205,11 +212,13 @@ class IcebergFileIndex(FileIndex):
 
     def _scan(self, snapshot: Any, expr: Any, added_by: set[int] | None = None) -> Iterator[FileSlice]:
         if expr is not None:
-            from storage.spec.expressions import might_match_file
+            from storage.spec.expressions import might_match_file, partition_projection
 
         manifests = self._manifests(snapshot)
         deletes = self._delete_index(manifests, expr)
         decoder = self._decoder
+        check_stats = stats_check(expr, decoder)
+        partition_checks: dict[int, Any] = {}
         for manifest in manifests:
             if manifest.content != CONTENT_DATA or not manifest.may_have_live_files:
                 continue
@@ -217,18 +226,35 @@ class IcebergFileIndex(FileIndex):
                 continue
             context = self.spec_context(manifest.spec_id)
             spec_model = context.model
+            if expr is not None and context.spec_id not in partition_checks:
+                projected = partition_projection(expr, spec_model) if context.names else None
+                partition_checks[context.spec_id] = partition_check(projected, context.names)
+            check_partition = partition_checks.get(context.spec_id)
             for record, avro_names in iter_manifest_records(self._io, manifest):
                 if record["status"] == STATUS_DELETED:
                     continue
                 sequence, snapshot_id = inherited_sequence(record, manifest)
                 if added_by is not None and snapshot_id not in added_by:
                     continue
-                values = context.partition_values(record["data_file"].get("partition"), avro_names)
+                raw = record["data_file"]
+                values = context.partition_values(raw.get("partition"), avro_names)
+                if expr is not None:
+                    # cheap rejections first; survivors are judged by might_match_file below
+                    if check_partition is not None and not check_partition(values):
+                        continue
+                    if (
+                        check_stats is not None
+                        and not raw.get("content")
+                        and not check_stats(raw.get("lower_bounds"), raw.get("upper_bounds"))
+                    ):
+                        continue
                 data_file = make_data_file(record, values, decoder, sequence, snapshot_id, context.spec_id)
                 if expr is not None and not might_match_file(expr, data_file, spec_model):
                     continue
                 delete_files = (
-                    deletes.for_data_file(data_file.path, sequence, context.spec_id, values) if deletes else ()
+                    deletes.for_data_file(data_file.path, sequence, context.spec_id, values)
+                    if deletes
+                    else ()
                 )
                 yield FileSlice(
                     partition=context.descriptor(values),
@@ -262,13 +288,18 @@ class IcebergFileIndex(FileIndex):
                     if entry_snapshot != snapshot_id:
                         continue
                     values = context.partition_values(record["data_file"].get("partition"), avro_names)
-                    data_file = make_data_file(record, values, decoder, sequence, entry_snapshot, context.spec_id)
+                    data_file = make_data_file(
+                        record, values, decoder, sequence, entry_snapshot, context.spec_id
+                    )
                     if expr is not None and not might_match_file(expr, data_file, context.model):
                         continue
                     if data_file.content is FileContent.DATA:
-                        file_slice = FileSlice(context.descriptor(values), data_file, base_instant=snapshot_id)
+                        file_slice = FileSlice(
+                            context.descriptor(values), data_file, base_instant=snapshot_id
+                        )
                     else:
                         # a delete file on its own: the slice carries it without a base file
-                        file_slice = FileSlice(context.descriptor(values), None, (data_file,), base_instant=snapshot_id)
+                        file_slice = FileSlice(
+                            context.descriptor(values), None, (data_file,), base_instant=snapshot_id
+                        )
                     yield FileChange(kind=kind, file_slice=file_slice, instant_id=snapshot_id)
-

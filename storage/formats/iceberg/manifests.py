@@ -3,8 +3,9 @@
 pyiceberg's planner (``ManifestFile.fetch_manifest_entry``) materialises every entry of every
 manifest as full ``DataFile`` records, with all column statistics decoded, before the first file
 is returned; planning a large table therefore holds the whole file list in memory. Here a
-manifest is decoded by fastavro with a *reader schema* that keeps only the fields listing needs
-(the per-column sizes, value counts and NaN counts are skipped while decoding), entries are
+manifest's blocks are read by fastavro and its entries decoded by ``avro.ManifestDecoder``, which
+keeps only the fields listing needs (the per-column sizes, value counts and NaN counts are
+skipped while decoding, without building objects), entries are
 turned into spec ``DataFile`` objects one at a time, and column bounds are decoded lazily
 (``LazyStats``) only for the columns a filter looks at.
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +25,7 @@ from urllib.parse import quote_plus
 
 import fastavro
 
+from storage.formats.iceberg.avro import iter_blocks
 from storage.formats.iceberg.values import ColumnDecoder, LazyStats, avro_to_python, bytes_to_python
 from storage.spec.errors import CorruptTable
 from storage.spec.models import DataFile, FileContent, PartitionDescriptor, PartitionField, PartitionSpec
@@ -38,26 +39,32 @@ POS_DELETE_PATH_ID = 2147483546
 
 _CONTENT = {0: FileContent.DATA, 1: FileContent.POSITION_DELETES, 2: FileContent.EQUALITY_DELETES}
 
-# Fields of manifest_entry / data_file that listing uses; everything else is skipped by fastavro.
-_ENTRY_FIELDS = frozenset({"status", "snapshot_id", "sequence_number", "file_sequence_number", "data_file"})
-_DATA_FILE_FIELDS = frozenset(
-    {
-        "content",
-        "file_path",
-        "file_format",
-        "partition",
-        "record_count",
-        "file_size_in_bytes",
-        "null_value_counts",
-        "lower_bounds",
-        "upper_bounds",
-        "split_offsets",
-        "equality_ids",
-        "referenced_data_file",
-        "content_offset",
-        "content_size_in_bytes",
-    }
-)
+# Fields of manifest_entry / data_file that listing uses; everything else is skipped while decoding.
+KEEP: dict[str, Any] = {
+    "status": True,
+    "snapshot_id": True,
+    "sequence_number": True,
+    "file_sequence_number": True,
+    "data_file": {
+        name: True
+        for name in (
+            "content",
+            "file_path",
+            "file_format",
+            "partition",
+            "record_count",
+            "file_size_in_bytes",
+            "null_value_counts",
+            "lower_bounds",
+            "upper_bounds",
+            "split_offsets",
+            "equality_ids",
+            "referenced_data_file",
+            "content_offset",
+            "content_size_in_bytes",
+        )
+    },
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +96,9 @@ def read_bytes(file_io: Any, path: str, what: str) -> bytes:
         with file_io.new_input(path).open(seekable=False) as stream:
             return stream.read()
     except FileNotFoundError:
-        raise CorruptTable(f"{what} {path} is missing: the table's metadata points at a file that does not exist") from None
+        raise CorruptTable(
+            f"{what} {path} is missing: the table's metadata points at a file that does not exist"
+        ) from None
     except OSError as exc:
         raise CorruptTable(f"cannot read {what} {path}: {exc}") from exc
 
@@ -127,50 +136,22 @@ def _first(row: dict[str, Any], *names: str) -> Any:
     return None
 
 
-_reader_schemas: dict[str, tuple[Any, dict[int, str]]] = {}
+def iter_manifest_records(
+    file_io: Any, manifest: ManifestInfo
+) -> Iterator[tuple[dict[str, Any], dict[int, str]]]:
+    """(entry, partition field id -> Avro name) for each entry of one manifest, streamed.
 
-
-def _reader_schema(writer_schema_json: str) -> tuple[Any, dict[int, str]]:
-    """A pruned copy of the manifest's writer schema, and partition field id -> Avro field name.
-
-    Cached by schema text: every manifest of a spec shares one schema, so the cache stays as
-    small as the number of partition specs times format versions.
+    Only the manifest's bytes and the current entry are held; bounds come as ``{field id: bytes}``.
     """
-    cached = _reader_schemas.get(writer_schema_json)
-    if cached is not None:
-        return cached
-    schema = json.loads(writer_schema_json)
-    schema["fields"] = [f for f in schema["fields"] if f["name"] in _ENTRY_FIELDS]
-    partition_names: dict[int, str] = {}
-    for entry_field in schema["fields"]:
-        if entry_field["name"] != "data_file":
-            continue
-        data_file = entry_field["type"]
-        data_file["fields"] = [f for f in data_file["fields"] if f["name"] in _DATA_FILE_FIELDS]
-        for field in data_file["fields"]:
-            if field["name"] == "partition":
-                for partition_field in field["type"].get("fields", []):
-                    if "field-id" in partition_field:
-                        partition_names[int(partition_field["field-id"])] = partition_field["name"]
-    if len(_reader_schemas) > 64:
-        _reader_schemas.clear()
-    result = (fastavro.parse_schema(schema), partition_names)
-    _reader_schemas[writer_schema_json] = result
-    return result
-
-
-def iter_manifest_records(file_io: Any, manifest: ManifestInfo) -> Iterator[tuple[dict[str, Any], dict[int, str]]]:
-    """Raw entries of one manifest, decoded with the pruned reader schema."""
     data = read_bytes(file_io, manifest.path, "manifest")
     try:
-        header = fastavro.reader(io.BytesIO(data))
-        reader_schema, partition_names = _reader_schema(header.metadata["avro.schema"])
-        reader = fastavro.reader(io.BytesIO(data), reader_schema=reader_schema)
-    except Exception as exc:
-        raise CorruptTable(f"manifest {manifest.path} is not a valid Avro file: {exc}") from exc
-    del data  # the readers hold their own buffers
-    for record in reader:
-        yield record, partition_names
+        decoder, blocks = iter_blocks(data, KEEP)
+        read, names = decoder.read, decoder.partition_names
+        for dec, count in blocks:
+            for _ in range(count):
+                yield read(dec), names
+    except (ValueError, EOFError, KeyError, IndexError, UnicodeDecodeError) as exc:
+        raise CorruptTable(f"manifest {manifest.path} is not a valid Iceberg manifest: {exc}") from exc
 
 
 def inherited_sequence(record: dict[str, Any], manifest: ManifestInfo) -> tuple[int, int | None]:
@@ -215,7 +196,9 @@ class SpecContext:
             except ValueError:
                 # the source column was dropped: keep the field, values as stored
                 source, result_type = str(field.source_id), None
-            fields.append(PartitionField(name=field.name, source_column=source, transform=str(field.transform)))
+            fields.append(
+                PartitionField(name=field.name, source_column=source, transform=str(field.transform))
+            )
             self.converters.append((field.field_id, avro_to_python(result_type) if result_type else None))
             self.bound_converters.append(bytes_to_python(result_type) if result_type else None)
         self.model = PartitionSpec(tuple(fields))
@@ -255,7 +238,9 @@ class SpecContext:
         lower: dict[str, Any] = {}
         upper: dict[str, Any] = {}
         nulls: dict[str, bool] = {}
-        for name, summary, convert in zip(self.names, manifest.partitions, self.bound_converters, strict=True):
+        for name, summary, convert in zip(
+            self.names, manifest.partitions, self.bound_converters, strict=True
+        ):
             nulls[name] = bool(summary.get("contains_null", True))
             if convert is None:
                 continue
@@ -315,12 +300,12 @@ def _path_bounds(record: dict[str, Any]) -> tuple[str | None, str | None]:
         return data["referenced_data_file"], data["referenced_data_file"]
     found: list[str | None] = [None, None]
     for i, key in enumerate(("lower_bounds", "upper_bounds")):
-        for item in data.get(key) or ():
-            if item["key"] == POS_DELETE_PATH_ID:
-                try:
-                    found[i] = bytes(item["value"]).decode("utf-8")
-                except UnicodeDecodeError:
-                    found[i] = None
+        raw = (data.get(key) or {}).get(POS_DELETE_PATH_ID)
+        if raw is not None:
+            try:
+                found[i] = bytes(raw).decode("utf-8")
+            except UnicodeDecodeError:
+                found[i] = None
     return found[0], found[1]
 
 
@@ -335,7 +320,9 @@ class DeleteIndex:
 
     def __init__(self) -> None:
         self._position_by_path: dict[str, list[tuple[int, DataFile]]] = {}
-        self._position_by_partition: dict[tuple[Any, ...], list[tuple[int, DataFile, str | None, str | None]]] = {}
+        self._position_by_partition: dict[
+            tuple[Any, ...], list[tuple[int, DataFile, str | None, str | None]]
+        ] = {}
         self._equality_by_partition: dict[tuple[Any, ...], list[tuple[int, DataFile]]] = {}
         self._equality_global: list[tuple[int, DataFile]] = []
 
@@ -347,7 +334,9 @@ class DeleteIndex:
             or self._equality_global
         )
 
-    def add(self, record: dict[str, Any], delete_file: DataFile, sequence: int, spec_id: int, unpartitioned: bool) -> None:
+    def add(
+        self, record: dict[str, Any], delete_file: DataFile, sequence: int, spec_id: int, unpartitioned: bool
+    ) -> None:
         key = (spec_id, *delete_file.partition.values())
         if delete_file.content is FileContent.EQUALITY_DELETES:
             if unpartitioned:
@@ -361,7 +350,9 @@ class DeleteIndex:
         else:
             self._position_by_partition.setdefault(key, []).append((sequence, delete_file, lower, upper))
 
-    def for_data_file(self, path: str, sequence: int, spec_id: int, values: dict[str, Any]) -> tuple[DataFile, ...]:
+    def for_data_file(
+        self, path: str, sequence: int, spec_id: int, values: dict[str, Any]
+    ) -> tuple[DataFile, ...]:
         found: list[DataFile] = []
         for delete_sequence, delete_file in self._position_by_path.get(path, ()):
             if delete_sequence >= sequence:

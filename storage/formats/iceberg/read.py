@@ -40,7 +40,9 @@ def field_id(field: pa.Field) -> int | None:
     return None
 
 
-def iter_parts(source: Split | SplitPart | FileSlice | Iterable[Any]) -> Iterator[tuple[FileSlice, int | None, int | None]]:
+def iter_parts(
+    source: Split | SplitPart | FileSlice | Iterable[Any],
+) -> Iterator[tuple[FileSlice, int | None, int | None]]:
     """(slice, start, length) for every piece of a split, slice or iterable of either."""
     if isinstance(source, Split):
         for part in source.parts:
@@ -98,7 +100,9 @@ class _DeleteCache:
 
     def _read(self, delete_file: DataFile, columns: list[str] | None, filters: Any) -> pa.Table:
         if delete_file.file_format != "parquet":
-            raise UnsupportedFeature(f"delete file {delete_file.path} is {delete_file.file_format}; only parquet is read")
+            raise UnsupportedFeature(
+                f"delete file {delete_file.path} is {delete_file.file_format}; only parquet is read"
+            )
         try:
             with self._io.new_input(delete_file.path).open(seekable=True) as handle:
                 return pq.read_table(handle, columns=columns, filters=filters)
@@ -131,12 +135,16 @@ class SliceReader:
         self._base_needed = set(self._output) | filter_columns
         self._deletes = _DeleteCache(file_io)
 
-    def read(self, file_slice: FileSlice, start: int | None = None, length: int | None = None) -> Iterator[pa.RecordBatch]:
+    def read(
+        self, file_slice: FileSlice, start: int | None = None, length: int | None = None
+    ) -> Iterator[pa.RecordBatch]:
         base = file_slice.base_file
         if base is None:
             return
         if base.file_format != "parquet":
-            raise UnsupportedFeature(f"data file {base.path} is {base.file_format}; only parquet data files are read")
+            raise UnsupportedFeature(
+                f"data file {base.path} is {base.file_format}; only parquet data files are read"
+            )
         equality = [f for f in file_slice.delete_files if f.content is FileContent.EQUALITY_DELETES]
         positional = [f for f in file_slice.delete_files if f.content is FileContent.POSITION_DELETES]
         needed = set(self._base_needed)
@@ -181,11 +189,17 @@ class SliceReader:
         for group in range(metadata.num_row_groups):
             row_group = metadata.row_group(group)
             rows = row_group.num_rows
-            if start is not None and length is not None and not (start <= _row_group_start(row_group) < start + length):
+            if (
+                start is not None
+                and length is not None
+                and not (start <= _row_group_start(row_group) < start + length)
+            ):
                 first_row += rows
                 continue
             offset = first_row
-            for batch in parquet.iter_batches(batch_size=BATCH_SIZE, row_groups=[group], columns=read_columns):
+            for batch in parquet.iter_batches(
+                batch_size=BATCH_SIZE, row_groups=[group], columns=read_columns
+            ):
                 count = batch.num_rows
                 arrays = []
                 for target, source in zip(target_fields, sources, strict=True):
@@ -232,7 +246,9 @@ class SliceReader:
         for wanted in ids:
             source, target = by_id.get(wanted), targets.get(wanted)
             if source is None or target is None:
-                raise CorruptTable(f"equality delete file {delete_file.path} lacks the column with field id {wanted}")
+                raise CorruptTable(
+                    f"equality delete file {delete_file.path} lacks the column with field id {wanted}"
+                )
             columns.append(target.name)
             arrays.append(_conform(table.column(source.name).combine_chunks(), source, target))
         if len(arrays) == 1:

@@ -29,7 +29,7 @@ from storage.spec.table import InstantRef, SpecTable, Timeline
 
 
 def _utc(ms: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
 
 
 class IcebergTimeline(Timeline):
@@ -70,7 +70,9 @@ class IcebergSpecTable(SpecTable):
     """
 
     format: ClassVar[TableFormat] = TableFormat.ICEBERG
-    supported_modes: ClassVar[frozenset[ReadingMode]] = frozenset({ReadingMode.SNAPSHOT, ReadingMode.INCREMENTAL})
+    supported_modes: ClassVar[frozenset[ReadingMode]] = frozenset(
+        {ReadingMode.SNAPSHOT, ReadingMode.INCREMENTAL}
+    )
 
     def __init__(self, table: Any, location: str, identifier: str | None = None) -> None:
         self.pyiceberg_table = table
@@ -96,7 +98,8 @@ class IcebergSpecTable(SpecTable):
         )
         sort_order = metadata.sort_order_by_id(metadata.default_sort_order_id)
         sort_columns = tuple(
-            schema.find_column_name(f.source_id) or str(f.source_id) for f in (sort_order.fields if sort_order else ())
+            schema.find_column_name(f.source_id) or str(f.source_id)
+            for f in (sort_order.fields if sort_order else ())
         )
         return TableDefinition(
             id=TableId(format=TableFormat.ICEBERG, location=self._location, identifier=self._identifier),
@@ -199,11 +202,15 @@ class IcebergSpecTable(SpecTable):
         return self._read_parts(reader, parts)
 
     @staticmethod
-    def _read_parts(reader: SliceReader, parts: Iterable[tuple[FileSlice, int | None, int | None]]) -> Iterator[pa.RecordBatch]:
+    def _read_parts(
+        reader: SliceReader, parts: Iterable[tuple[FileSlice, int | None, int | None]]
+    ) -> Iterator[pa.RecordBatch]:
         for file_slice, start, length in parts:
             yield from reader.read(file_slice, start, length)
 
-    def read_arrow(self, source: Any = None, columns: list[str] | None = None, filters: Any = None, **kwargs: Any) -> pa.Table:
+    def read_arrow(
+        self, source: Any = None, columns: list[str] | None = None, filters: Any = None, **kwargs: Any
+    ) -> pa.Table:
         """``read`` gathered into one table (notebooks and tests)."""
         schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
         return pa.Table.from_batches(list(self.read(source, columns, filters, **kwargs)), schema=schema)

@@ -33,16 +33,16 @@ from pyiceberg.types import (
     LongType,
     StringType,
     TimestampNanoType,
+    TimestampType,
     TimestamptzNanoType,
     TimestamptzType,
-    TimestampType,
     TimeType,
     UUIDType,
 )
 
 EPOCH_DATE = dt.date(1970, 1, 1)
 EPOCH = dt.datetime(1970, 1, 1)
-EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _FLOAT = struct.Struct("<f")
 _DOUBLE = struct.Struct("<d")
 
@@ -129,9 +129,9 @@ def avro_to_python(iceberg_type: IcebergType) -> Converter:
             return convert(value)
         if isinstance(value, dt.datetime):
             if value.tzinfo is not None:
-                value = value.astimezone(dt.timezone.utc)
+                value = value.astimezone(dt.UTC)
                 return value if aware else value.replace(tzinfo=None)
-            return value.replace(tzinfo=dt.timezone.utc) if aware else value
+            return value.replace(tzinfo=dt.UTC) if aware else value
         return value
 
     return temporal
@@ -165,18 +165,20 @@ def bytes_to_python(iceberg_type: IcebergType) -> Converter:
 class ColumnDecoder:
     """Per-schema lookup tables: field id -> column name and field id -> bound converter."""
 
-    __slots__ = ("names", "ids", "bound_converters")
+    __slots__ = ("names", "ids", "types", "bound_converters")
 
     def __init__(self, schema: Any) -> None:
         from pyiceberg.types import PrimitiveType
 
         self.names: dict[int, str] = {}
+        self.types: dict[int, Any] = {}
         self.bound_converters: dict[int, Converter] = {}
         for field_id, field in schema._lazy_id_to_field.items():
             name = schema.find_column_name(field_id)
             if name is None:
                 continue
             self.names[field_id] = name
+            self.types[field_id] = field.field_type
             if isinstance(field.field_type, PrimitiveType):
                 self.bound_converters[field_id] = bytes_to_python(field.field_type)
         self.ids: dict[str, int] = {name: field_id for field_id, name in self.names.items()}
@@ -187,13 +189,13 @@ class LazyStats(Mapping):
 
     A manifest entry carries bounds for every column but a filter looks at one or two of them;
     decoding all of them for every listed file would cost more than reading the manifest.
-    The raw form is fastavro's list of ``{"key": field_id, "value": ...}`` records. Pickling
-    (Spark executors) materialises a plain dict.
+    The raw form is the manifest's ``{field_id: value}`` map, which may hold ids of dropped
+    columns (ignored). Pickling (Spark executors) materialises a plain dict.
     """
 
     __slots__ = ("_raw", "_decoder", "_bounds", "_by_id")
 
-    def __init__(self, raw: list[dict[str, Any]], decoder: ColumnDecoder, bounds: bool) -> None:
+    def __init__(self, raw: dict[int, Any], decoder: ColumnDecoder, bounds: bool) -> None:
         self._raw = raw
         self._decoder = decoder
         self._bounds = bounds
@@ -202,7 +204,7 @@ class LazyStats(Mapping):
     def _index(self) -> dict[int, Any]:
         if self._by_id is None:
             names = self._decoder.names
-            self._by_id = {item["key"]: item["value"] for item in self._raw if item["key"] in names}
+            self._by_id = {k: v for k, v in self._raw.items() if k in names}
         return self._by_id
 
     def __getitem__(self, name: str) -> Any:

@@ -230,7 +230,9 @@ def _coerce(type_: pa.DataType, value: Any) -> Any:  # noqa: C901 - one branch p
             if not number.is_finite():
                 raise _Mismatch()
             # Keep the column's scale when that loses nothing: bucket hashes and Delta SQL need it.
-            scaled = number.quantize(decimal.Decimal(1).scaleb(-type_.scale), context=decimal.Context(prec=80))
+            scaled = number.quantize(
+                decimal.Decimal(1).scaleb(-type_.scale), context=decimal.Context(prec=80)
+            )
             return scaled if scaled == number else number
         raise _Mismatch()
     if is_string(type_):
@@ -291,7 +293,9 @@ def parse_timestamp(text: str) -> dt.datetime:
     return value.astimezone(UTC) if value.tzinfo is not None else value
 
 
-def coerce_prefix(column: Column, value: Any, *, position: int | None = None, token: str | None = None) -> Any:
+def coerce_prefix(
+    column: Column, value: Any, *, position: int | None = None, token: str | None = None
+) -> Any:
     """The prefix of a ``starts with``: only string and binary columns have one."""
     if is_string(column.type) and isinstance(value, str):
         return value

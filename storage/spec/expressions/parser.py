@@ -86,9 +86,7 @@ def tokenize(text: str) -> list[Token]:
     while pos < len(text):
         match = _TOKEN.match(text, pos)
         if match is None:
-            raise FilterError(
-                f"unexpected {text[pos]!r} at position {pos}", position=pos, token=text[pos]
-            )
+            raise FilterError(f"unexpected {text[pos]!r} at position {pos}", position=pos, token=text[pos])
         kind = match.lastgroup
         assert kind is not None
         if kind in ("string", "qident"):
@@ -240,7 +238,9 @@ class Parser:
             self.advance()
             right = self.parse_operand()
             if right.is_column:
-                self.fail("comparing two columns is not supported; compare a column with a value", right.token)
+                self.fail(
+                    "comparing two columns is not supported; compare a column with a value", right.token
+                )
             return Comparison(token.value, left.value, self.literal_for(left, right))
         negated = False
         if token.word == "not":
@@ -304,23 +304,32 @@ class Parser:
     def parse_prefix(self, column: _Operand, *, like: bool) -> Expression:
         literal = self.parse_value_operand()
         if not isinstance(literal.value, str | bytes):
-            self.fail("expected a quoted string pattern" if like else "expected a quoted string prefix", literal.token)
+            self.fail(
+                "expected a quoted string pattern" if like else "expected a quoted string prefix",
+                literal.token,
+            )
         value = literal.value
         if like:
             prefix, exact = _like_prefix(value, literal.token)
             if not exact and prefix == "":
                 return NotNull(column.value)  # "x like '%'" matches every non-null value
             if exact:
-                return Comparison("=", column.value, self.literal_for(column, dataclasses.replace(literal, value=prefix)))
+                return Comparison(
+                    "=", column.value, self.literal_for(column, dataclasses.replace(literal, value=prefix))
+                )
             value = prefix
         if column.column is not None:
-            value = coerce_prefix(column.column, value, position=literal.token.position, token=literal.token.text)
+            value = coerce_prefix(
+                column.column, value, position=literal.token.position, token=literal.token.text
+            )
         return StartsWith(column.value, value)
 
     def parse_value_operand(self) -> _Operand:
         operand = self.parse_operand()
         if operand.is_column:
-            self.fail("expected a value (a quoted string, a number, true, false or a typed literal)", operand.token)
+            self.fail(
+                "expected a value (a quoted string, a number, true, false or a typed literal)", operand.token
+            )
         return operand
 
     def parse_operand(self) -> _Operand:
@@ -354,11 +363,17 @@ class Parser:
     def parse_column(self) -> _Operand:
         first = self.advance()
         parts = [first.value]
-        while self.current.kind == "punct" and self.current.value == "." and self.peek().kind in ("ident", "qident"):
+        while (
+            self.current.kind == "punct"
+            and self.current.value == "."
+            and self.peek().kind in ("ident", "qident")
+        ):
             self.advance()
             parts.append(self.advance().value)
         name = ".".join(parts)
-        text = self.text[first.position : self.tokens[self.index - 1].position + len(self.tokens[self.index - 1].text)]
+        text = self.text[
+            first.position : self.tokens[self.index - 1].position + len(self.tokens[self.index - 1].text)
+        ]
         token = Token(first.kind, text, name, first.position)
         if self.columns is None:
             return _Operand(True, name, token)
@@ -375,7 +390,9 @@ class Parser:
             )
         if column.column is None:
             return literal.value
-        return coerce_literal(column.column, literal.value, position=literal.token.position, token=literal.token.text)
+        return coerce_literal(
+            column.column, literal.value, position=literal.token.position, token=literal.token.text
+        )
 
 
 def _number(token: Token) -> int | decimal.Decimal:

@@ -12,7 +12,6 @@ no useful ``q`` exists the answer is ``AlwaysTrue`` (prunes nothing, never wrong
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 import functools
 import math
 import re
@@ -157,12 +156,6 @@ def _next(value: Any) -> Any:
     return value
 
 
-def _is_float(value: Any) -> bool:
-    return isinstance(value, float | decimal.Decimal) and not (
-        isinstance(value, decimal.Decimal) and value.is_finite()
-    )
-
-
 def project(field: PartitionField, predicate: Predicate, negated: bool) -> Expression:
     """Inclusive projection of ``predicate`` (or of its negation) onto ``field``."""
     name, param = parse_transform(field.transform)
@@ -191,7 +184,11 @@ def project(field: PartitionField, predicate: Predicate, negated: bool) -> Expre
     if name == "truncate" and param:
         if isinstance(predicate, StartsWith):
             prefix = predicate.prefix
-            return StartsWith(target, prefix) if len(prefix) <= param else Comparison("=", target, prefix[:param])
+            return (
+                StartsWith(target, prefix)
+                if len(prefix) <= param
+                else Comparison("=", target, prefix[:param])
+            )
         return _project_monotonic(predicate, target, lambda v: _truncate(param, v))
     if name == "bucket" and param:
         return _project_bucket(predicate, target, param)

@@ -110,7 +110,9 @@ class Comparison(Predicate):
 
     def __post_init__(self) -> None:
         if self.op not in COMPARISON_OPS:
-            raise ValueError(f"unknown comparison operator {self.op!r}; use one of {', '.join(COMPARISON_OPS)}")
+            raise ValueError(
+                f"unknown comparison operator {self.op!r}; use one of {', '.join(COMPARISON_OPS)}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,258 @@
+"""Running one process on a worker: claim, per-table lock, heartbeat, run, terminal state."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from console.errors import Conflict
+from processes.models import Process, ProcessStatus
+from processes.plugin import ProcessCancelled, ProcessContext, ProcessRecord
+from processes.registry import configured_factories
+from processes.runtime import TableRuntime
+from processes.services import clean_staging, process_fail, staging_dir, transition
+
+logger = logging.getLogger(__name__)
+
+# Advisory lock namespace for per-table maintenance locks (two-int form: namespace, table id).
+TABLE_LOCK_NAMESPACE = 0x1A4E
+
+
+class TableLockBusy(Exception):
+    pass
+
+
+class TableLock:
+    """A Postgres session advisory lock on a connection of its own, so it is held exactly as long
+    as this process lives: a killed worker's connection closes and the lock goes with it."""
+
+    def __init__(self, table_id: int) -> None:
+        self.table_id = table_id
+        self._connection: psycopg.Connection | None = None
+
+    def acquire(self) -> None:
+        db = connection.settings_dict
+        self._connection = psycopg.connect(
+            host=db.get("HOST") or "127.0.0.1",
+            port=db.get("PORT") or 5432,
+            dbname=db["NAME"],
+            user=db.get("USER") or None,
+            password=db.get("PASSWORD") or None,
+            autocommit=True,
+        )
+        got = self._connection.execute(
+            "select pg_try_advisory_lock(%s, %s)", (TABLE_LOCK_NAMESPACE, self.table_id)
+        ).fetchone()[0]
+        if not got:
+            self.release()
+            raise TableLockBusy(f"another maintenance process holds table {self.table_id}")
+
+    def release(self) -> None:
+        if self._connection is not None:
+            self._connection.close()  # closing the session releases its advisory locks
+            self._connection = None
+
+
+class WorkerContext(ProcessContext):
+    """The context a process runs with on a Celery worker."""
+
+    def __init__(self, process: Process, runtime: TableRuntime) -> None:
+        self.process_id = process.pk
+        self.runtime = runtime
+        self.staging_dir = staging_dir(process)
+        self.spark_tag = f"lakewarden-process-{process.pk}"
+        self.cancelled = threading.Event()
+        self.progress: tuple[int, int, str] | None = None
+        self._spark = None
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            from processes.spark.session import spark_session
+
+            self._spark = spark_session()
+            _tag_spark(self._spark, self.spark_tag)
+        return self._spark
+
+    def check_cancelled(self) -> None:
+        if self.cancelled.is_set():
+            raise ProcessCancelled(f"process {self.process_id} was cancelled")
+
+    def report_progress(self, done: int, total: int, message: str = "") -> None:
+        self.progress = (int(done), int(total), message[:255])
+
+    def interrupt_spark(self) -> None:
+        if self._spark is None:
+            return
+        try:
+            if hasattr(self._spark, "interruptTag"):
+                self._spark.interruptTag(self.spark_tag)
+            else:
+                self._spark.sparkContext.cancelJobGroup(self.spark_tag)
+        except Exception:
+            logger.warning("could not interrupt the Spark jobs of process %s", self.process_id, exc_info=True)
+
+
+def _tag_spark(spark, tag: str) -> None:
+    try:
+        spark.addTag(tag)
+    except Exception:
+        spark.sparkContext.setJobGroup(tag, tag, interruptOnCancel=True)
+
+
+class Heartbeat(threading.Thread):
+    """Every heartbeat: record liveness and progress; notice a cancel request and interrupt Spark."""
+
+    def __init__(self, context: WorkerContext, interval: float) -> None:
+        super().__init__(daemon=True, name=f"heartbeat-{context.process_id}")
+        self.context = context
+        self.interval = interval
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stopped.wait(self.interval):
+                self.beat()
+        finally:
+            connection.close()
+
+    def beat(self) -> None:
+        fields: dict[str, Any] = {"heartbeat_at": timezone.now()}
+        if self.context.progress is not None:
+            done, total, message = self.context.progress
+            fields.update(progress_done=done, progress_total=total, progress_message=message)
+        try:
+            Process.objects.filter(
+                pk=self.context.process_id, status__in=(ProcessStatus.RUNNING, ProcessStatus.CANCELING)
+            ).update(**fields)
+            cancel = (
+                Process.objects.filter(pk=self.context.process_id)
+                .values_list("cancel_requested", flat=True)
+                .first()
+            )
+        except Exception:
+            logger.warning("heartbeat of process %s failed", self.context.process_id, exc_info=True)
+            return
+        if cancel and not self.context.cancelled.is_set():
+            self.context.cancelled.set()
+            self.context.interrupt_spark()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+def run_process(process_id: int, *, worker: str = "", task_id: str = "") -> str:
+    """Claim and run one process; returns the status it ended in (or why it did not run)."""
+    close_old_connections()
+    now = timezone.now()
+    claimed = Process.objects.filter(pk=process_id, status=ProcessStatus.PENDING).update(
+        status=ProcessStatus.RUNNING,
+        started_at=now,
+        heartbeat_at=now,
+        worker=worker[:255],
+        **({"celery_task_id": task_id} if task_id else {}),
+    )
+    if not claimed:
+        status = Process.objects.filter(pk=process_id).values_list("status", flat=True).first()
+        return f"not claimed ({status or 'missing'})"
+    process = Process.objects.select_related("table").get(pk=process_id)
+
+    lock = TableLock(process.table_id)
+    try:
+        lock.acquire()
+    except TableLockBusy as busy:
+        # Give the row back and try again shortly: the other process on this table will finish.
+        Process.objects.filter(pk=process_id, status=ProcessStatus.RUNNING).update(
+            status=ProcessStatus.PENDING, started_at=None, heartbeat_at=None, progress_message=str(busy)[:255]
+        )
+        raise
+
+    heartbeat = None
+    try:
+        configured = {c.name: c for c in configured_factories(include_disabled=True)}.get(process.factory)
+        if configured is None:
+            raise RuntimeError(f"process factory {process.factory!r} is not installed on this worker")
+        runtime = TableRuntime(process.table, configured.factory.properties)
+        context = WorkerContext(process, runtime)
+        heartbeat = Heartbeat(context, settings.LAKEWARDEN_HEARTBEAT_SECONDS)
+        heartbeat.start()
+        record = ProcessRecord(
+            id=process.pk,
+            action=process.action,
+            params=process.params,
+            attempt=process.attempt,
+            trigger=process.trigger,
+        )
+        table_process = configured.factory.recover(runtime, record)
+        context.check_cancelled()
+        summary = table_process.run(context) or {}
+        heartbeat.stop()
+        heartbeat.beat()  # last progress in the row
+        transition(
+            process,
+            (ProcessStatus.RUNNING, ProcessStatus.CANCELING),
+            ProcessStatus.SUCCESS,
+            summary=_jsonable(summary),
+            heartbeat_at=timezone.now(),
+        )
+        return ProcessStatus.SUCCESS
+    except ProcessCancelled:
+        clean_staging(process)
+        try:
+            transition(
+                process,
+                (ProcessStatus.RUNNING, ProcessStatus.CANCELING),
+                ProcessStatus.CANCELED,
+                failure="cancelled by an operator",
+            )
+        except Conflict:
+            pass  # killed meanwhile: KILLED stands
+        return ProcessStatus.CANCELED
+    except BaseException as error:  # SoftTimeLimitExceeded and SystemExit too: never stay RUNNING
+        reason = f"{type(error).__name__}: {error}"
+        logger.warning("process %s failed: %s\n%s", process_id, reason, traceback.format_exc())
+        cancelled = Process.objects.filter(pk=process_id, cancel_requested=True).exists()
+        try:
+            if cancelled:
+                clean_staging(process)
+                transition(
+                    process,
+                    (ProcessStatus.RUNNING, ProcessStatus.CANCELING),
+                    ProcessStatus.CANCELED,
+                    failure=f"cancelled by an operator ({reason})",
+                )
+                return ProcessStatus.CANCELED
+            process_fail(
+                process=process, reason=reason, allowed_from=(ProcessStatus.RUNNING, ProcessStatus.CANCELING)
+            )
+        except Conflict:
+            pass
+        if not isinstance(error, Exception):
+            raise
+        return ProcessStatus.FAILED
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
+        lock.release()
+
+
+def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    return json.loads(json.dumps(summary, default=str))
+
+
+def local_context(process: Process, runtime: TableRuntime, staging: Path | None = None) -> WorkerContext:
+    """A worker context outside Celery (tests, notebooks)."""
+    context = WorkerContext(process, runtime)
+    if staging is not None:
+        context.staging_dir = staging
+    return context

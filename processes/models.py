@@ -1,0 +1,146 @@
+"""Process history (the record of truth), per-table state, and plugin configuration rows."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+
+
+class ProcessStatus(models.TextChoices):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+    CANCELING = "CANCELING"
+    CANCELED = "CANCELED"
+    KILLED = "KILLED"
+
+
+ACTIVE_STATUSES = (ProcessStatus.PENDING, ProcessStatus.RUNNING, ProcessStatus.CANCELING)
+TERMINAL_STATUSES = (
+    ProcessStatus.SUCCESS,
+    ProcessStatus.FAILED,
+    ProcessStatus.CANCELED,
+    ProcessStatus.KILLED,
+)
+
+
+class ProcessTrigger(models.TextChoices):
+    SCHEDULE = "schedule"
+    MANUAL = "manual"
+    RETRY = "retry"
+    AUTO_RETRY = "auto-retry"
+
+
+class Process(models.Model):
+    table = models.ForeignKey("console.Table", on_delete=models.CASCADE, related_name="processes")
+    action = models.CharField(max_length=64)
+    factory = models.CharField(max_length=100)
+    status = models.CharField(max_length=10, choices=ProcessStatus.choices, default=ProcessStatus.PENDING)
+    trigger = models.CharField(max_length=12, choices=ProcessTrigger.choices, default=ProcessTrigger.SCHEDULE)
+    params = models.JSONField(default=dict, blank=True)
+    summary = models.JSONField(default=dict, blank=True)
+    failure = models.TextField(blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    max_retries = models.PositiveIntegerField(default=3)
+    retry_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    progress_done = models.BigIntegerField(default=0)
+    progress_total = models.BigIntegerField(default=0)
+    progress_message = models.CharField(max_length=255, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    kill_deadline = models.DateTimeField(null=True, blank=True)
+    celery_task_id = models.CharField(max_length=64, blank=True)
+    worker = models.CharField(max_length=255, blank=True)
+    not_before = models.DateTimeField(null=True, blank=True, help_text="Retry backoff: not started before")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # The scheduler checks this too; the database makes it hold under any race.
+            models.UniqueConstraint(
+                fields=["table", "action"],
+                condition=models.Q(status__in=["PENDING", "RUNNING", "CANCELING"]),
+                name="one_active_process_per_table_action",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["status"]),
+            models.Index(fields=["table", "action", "-created_at"]),
+            models.Index(fields=["-created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.action} on {self.table_id} ({self.status})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("console:process-detail", args=[self.pk])
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def progress_percent(self) -> int:
+        if not self.progress_total:
+            return 0
+        return min(100, round(100 * self.progress_done / self.progress_total))
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.started_at is None:
+            return None
+        end = self.finished_at or self.heartbeat_at or self.started_at
+        return (end - self.started_at).total_seconds()
+
+    def attempts_chain(self) -> list[Process]:
+        """Oldest first: the first attempt, then each retry up to this one."""
+        chain = [self]
+        current = self
+        while current.retry_of_id is not None and len(chain) < 50:
+            current = current.retry_of
+            chain.append(current)
+        return list(reversed(chain))
+
+
+class TableState(models.Model):
+    """A factory's typed per-table value (``StateKey``), one row per (table, key)."""
+
+    table = models.ForeignKey("console.Table", on_delete=models.CASCADE, related_name="states")
+    key = models.CharField(max_length=150)
+    value = models.JSONField(null=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["table", "key"], name="table_state_key_unique")]
+
+
+class PluginKind(models.TextChoices):
+    PROCESS_FACTORY = "process_factory", "Process factory"
+
+
+class PluginConfig(models.Model):
+    """Configuration of one discovered plugin: edited in the admin, seedable from conf/plugins/."""
+
+    kind = models.CharField(max_length=30, choices=PluginKind.choices, default=PluginKind.PROCESS_FACTORY)
+    name = models.CharField(max_length=100)
+    enabled = models.BooleanField(default=True)
+    priority = models.IntegerField(default=100, help_text="Higher runs first when slots are scarce")
+    properties = models.JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["kind", "-priority", "name"]
+        constraints = [models.UniqueConstraint(fields=["kind", "name"], name="plugin_config_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({'enabled' if self.enabled else 'disabled'})"

@@ -1,0 +1,193 @@
+"""The table process plugin API: everything a plugin author needs is in this module.
+
+A plugin is a ``ProcessFactory`` subclass registered under the ``lakewarden.process_factories``
+entry-point group::
+
+    [project.entry-points."lakewarden.process_factories"]
+    my-factory = "my_package.factory:MyFactory"
+
+Lakewarden instantiates the factory without arguments, then calls ``configure(properties)`` with
+the properties an admin set (validated first against ``properties_schema``, a JSON Schema, merged
+over ``default_properties``). The scheduler asks ``supported_actions()`` which (format, action)
+pairs the factory serves and ``trigger_strategy(format, action)`` how often; for each due table it
+calls ``trigger(runtime, action)``, which returns a ``TableProcess`` describing the work, or None
+when there is nothing to do. The process's ``params`` are stored in the process history row; a
+worker rebuilds the process from that row with ``recover(runtime, record)`` and calls
+``run(context)``. ``run`` returns a summary dict (shown in the console) and must:
+
+- call ``context.check_cancelled()`` between steps (it raises ``ProcessCancelled``);
+- call ``context.report_progress(done, total, message)`` so operators see progress;
+- write new files only under ``context.staging_dir`` until the commit, so a failed or cancelled
+  run leaves the table exactly as it was (the executor deletes the staging folder afterwards);
+- commit atomically through the format library, as the last step.
+
+Per-table values the factory needs across runs (last seen snapshot...) are ``StateKey``s declared in
+``state_keys`` and read/written through ``runtime.get_state(key)`` / ``runtime.set_state(key, value)``.
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from processes.runtime import TableRuntime
+    from storage.spec import SpecTable
+
+# --- actions -------------------------------------------------------------------------------------
+
+REWRITE = "rewrite"
+EXPIRE_SNAPSHOTS = "expire-snapshots"
+CLEAN_ORPHAN_FILES = "clean-orphan-files"
+VACUUM = "vacuum"
+
+_ACTIONS: dict[str, str] = {
+    REWRITE: "Compact small files into files of the target size",
+    EXPIRE_SNAPSHOTS: "Expire old snapshots and delete the files only they reference",
+    CLEAN_ORPHAN_FILES: "Delete files under the table location that no snapshot references",
+    VACUUM: "Delete files the Delta log no longer references, then clean up the log",
+}
+
+
+def register_action(name: str, description: str) -> str:
+    """Register an action name (plugins call this at import time for actions of their own)."""
+    if not name or not all(c.isalnum() or c in "-_" for c in name):
+        raise ValueError(f"action names use letters, digits, '-' and '_': {name!r}")
+    _ACTIONS.setdefault(name, description)
+    return name
+
+
+def known_actions() -> dict[str, str]:
+    return dict(_ACTIONS)
+
+
+# --- strategy and state ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TriggerStrategy:
+    """How the scheduler triggers one (format, action) pair.
+
+    interval: evaluate a table at most this often.
+    on_new_snapshot: also require a snapshot the factory has not seen (no new data, no work).
+    parallelism: at most this many processes of the pair running at once, across all tables.
+    """
+
+    interval: dt.timedelta = dt.timedelta(hours=1)
+    on_new_snapshot: bool = False
+    parallelism: int = 1
+
+    def __post_init__(self) -> None:
+        if self.parallelism < 1:
+            raise ValueError("parallelism must be at least 1")
+        if self.interval.total_seconds() <= 0:
+            raise ValueError("interval must be positive")
+
+
+@dataclass(frozen=True)
+class StateKey:
+    """A typed per-table value, persisted per (table, key)."""
+
+    name: str
+    type: type = str
+    default: Any = None
+
+
+# --- processes -------------------------------------------------------------------------------------
+
+
+class ProcessCancelled(Exception):
+    """Raised by ``context.check_cancelled()`` once cancel (or kill) was requested."""
+
+
+class ProcessContext(abc.ABC):
+    """What a running process gets from the executor."""
+
+    process_id: int
+    staging_dir: Path
+    runtime: TableRuntime
+
+    @property
+    @abc.abstractmethod
+    def spark(self):
+        """The worker's Spark session (created on first use), tagged so cancel can interrupt it."""
+
+    @property
+    def table(self) -> SpecTable:
+        """The table through the spec API."""
+        return self.runtime.load()
+
+    @abc.abstractmethod
+    def check_cancelled(self) -> None:
+        """Raise ``ProcessCancelled`` if cancel or kill was requested."""
+
+    @abc.abstractmethod
+    def report_progress(self, done: int, total: int, message: str = "") -> None:
+        """Record progress; shown live in the console."""
+
+
+class TableProcess(abc.ABC):
+    """One unit of work on one table. ``params`` must be JSON-serialisable."""
+
+    def __init__(self, action: str, params: dict[str, Any] | None = None) -> None:
+        self.action = action
+        self.params = dict(params or {})
+
+    @abc.abstractmethod
+    def run(self, context: ProcessContext) -> dict[str, Any]:
+        """Do the work; return a summary (files and bytes in/out, what was deleted...)."""
+
+
+# --- factories -------------------------------------------------------------------------------------
+
+
+class ProcessFactory(abc.ABC):
+    """Plugin: turns table runtimes into table processes for the pairs it supports."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    #: JSON Schema of the factory's properties (admin-editable, overridable per table).
+    properties_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+    default_properties: ClassVar[dict[str, Any]] = {}
+    #: JSON Schema of the parameters a manual "run now" may pass, per action.
+    params_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+    state_keys: ClassVar[tuple[StateKey, ...]] = ()
+
+    def __init__(self) -> None:
+        self.properties: dict[str, Any] = dict(self.default_properties)
+
+    def configure(self, properties: dict[str, Any]) -> None:
+        """Receive the validated properties (defaults already merged in)."""
+        self.properties = {**self.default_properties, **properties}
+
+    @abc.abstractmethod
+    def supported_actions(self) -> dict[str, set[str]]:
+        """``{format: {action, ...}}``, e.g. ``{"iceberg": {"rewrite"}}``."""
+
+    @abc.abstractmethod
+    def trigger_strategy(self, format: str, action: str) -> TriggerStrategy: ...
+
+    @abc.abstractmethod
+    def trigger(self, runtime: TableRuntime, action: str) -> TableProcess | None:
+        """The process to run now on this table, or None when there is nothing worth doing."""
+
+    @abc.abstractmethod
+    def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
+        """Rebuild the process from its history row (to run it, retry it or resume it)."""
+
+    def pairs(self) -> set[tuple[str, str]]:
+        return {(fmt, action) for fmt, actions in self.supported_actions().items() for action in actions}
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """The plain view of a process history row a factory sees in ``recover``."""
+
+    id: int
+    action: str
+    params: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 1
+    trigger: str = "schedule"

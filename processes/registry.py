@@ -1,0 +1,150 @@
+"""Process factories: discovered once through entry points, configured from PluginConfig rows."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from types import MappingProxyType
+from typing import Any
+
+import jsonschema
+
+from console.errors import InvalidInput
+from processes.models import PluginConfig, PluginKind
+from processes.plugin import ProcessFactory
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "lakewarden.process_factories"
+
+
+class PluginConflict(Exception):
+    """Two enabled factories claim the same (format, action)."""
+
+
+@functools.cache
+def factory_classes() -> MappingProxyType:
+    """Factory classes by name, discovered once; the mapping is read-only afterwards."""
+    classes: dict[str, type[ProcessFactory]] = {}
+    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            cls = entry_point.load()
+        except Exception:
+            logger.exception("process factory plugin %s could not be loaded", entry_point.name)
+            continue
+        if not (isinstance(cls, type) and issubclass(cls, ProcessFactory)):
+            logger.error("entry point %s is not a ProcessFactory subclass; ignored", entry_point.value)
+            continue
+        classes[entry_point.name] = cls
+    return MappingProxyType(classes)
+
+
+def rediscover_factories() -> None:
+    """Forget the discovered classes (tests that install a plugin package call this)."""
+    factory_classes.cache_clear()
+
+
+def validate_properties(factory_cls: type[ProcessFactory], properties: Any) -> dict[str, Any]:
+    """Properties merged over the defaults, checked against the factory's schema.
+
+    A bad value raises ``InvalidInput`` naming the property: ``target-file-size: -1 is less than
+    the minimum of 1``.
+    """
+    if not isinstance(properties, dict):
+        raise InvalidInput("properties must be a JSON object", field="properties")
+    merged = {**factory_cls.default_properties, **properties}
+    _validate(factory_cls.properties_schema, merged, field="properties")
+    return merged
+
+
+def validate_params(factory_cls: type[ProcessFactory], params: Any) -> dict[str, Any]:
+    if not isinstance(params, dict):
+        raise InvalidInput("params must be a JSON object", field="params")
+    _validate(factory_cls.params_schema, params, field="params")
+    return params
+
+
+def _validate(schema: dict, value: dict, *, field: str) -> None:
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.path))
+    if errors:
+        error = errors[0]
+        where = ".".join(str(p) for p in error.path)
+        message = f"{where}: {error.message}" if where else error.message
+        raise InvalidInput(message, field=field)
+
+
+@dataclass
+class ConfiguredFactory:
+    name: str
+    factory: ProcessFactory
+    enabled: bool
+    priority: int
+
+
+def ensure_plugin_rows() -> None:
+    """A configuration row for every discovered factory (enabled, default properties)."""
+    existing = set(
+        PluginConfig.objects.filter(kind=PluginKind.PROCESS_FACTORY).values_list("name", flat=True)
+    )
+    missing = [
+        PluginConfig(kind=PluginKind.PROCESS_FACTORY, name=name, properties=dict(cls.default_properties))
+        for name, cls in factory_classes().items()
+        if name not in existing
+    ]
+    if missing:
+        PluginConfig.objects.bulk_create(missing, ignore_conflicts=True)
+
+
+def configured_factories(*, include_disabled: bool = False) -> list[ConfiguredFactory]:
+    """Instances of the discovered factories, configured from their rows, highest priority first."""
+    ensure_plugin_rows()
+    configs = {c.name: c for c in PluginConfig.objects.filter(kind=PluginKind.PROCESS_FACTORY)}
+    configured = []
+    for name, cls in factory_classes().items():
+        config = configs.get(name)
+        if config is None or (not config.enabled and not include_disabled):
+            continue
+        factory = cls()
+        try:
+            factory.configure(validate_properties(cls, config.properties))
+        except InvalidInput as error:
+            logger.error(
+                "process factory %s has invalid properties (%s); using its defaults", name, error.message
+            )
+            factory.configure(dict(cls.default_properties))
+        configured.append(ConfiguredFactory(name, factory, config.enabled, config.priority))
+    configured.sort(key=lambda c: (-c.priority, c.name))
+    return configured
+
+
+def coordinators(
+    factories: list[ConfiguredFactory] | None = None,
+) -> dict[tuple[str, str], ConfiguredFactory]:
+    """The enabled factory serving each (format, action); two claiming one pair is an error."""
+    claims: dict[tuple[str, str], ConfiguredFactory] = {}
+    for configured in factories if factories is not None else configured_factories():
+        if not configured.enabled:
+            continue
+        for pair in sorted(configured.factory.pairs()):
+            if pair in claims:
+                raise PluginConflict(
+                    f"process factories {claims[pair].name!r} and {configured.name!r} both claim "
+                    f"{pair[1]!r} on {pair[0]} tables: disable one of them"
+                )
+            claims[pair] = configured
+    return claims
+
+
+def conflicts_if_enabled(name: str) -> str | None:
+    """The conflict message enabling factory ``name`` would cause, or None (used by the admin)."""
+    factories = configured_factories(include_disabled=True)
+    candidates = [c for c in factories if c.enabled or c.name == name]
+    for c in candidates:
+        c.enabled = True
+    try:
+        coordinators(candidates)
+    except PluginConflict as conflict:
+        return str(conflict)
+    return None

@@ -1,0 +1,74 @@
+"""TableRuntime: what a factory sees of a table, one kind for every format."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from console.models import Table
+from processes.models import TableState
+from processes.plugin import StateKey
+from storage.spec import SpecTable
+
+
+class TableRuntime:
+    """A registered table as a factory sees it: identity, merged configuration, typed state.
+
+    ``config`` is the factory's properties with the table's own properties laid over them (a table
+    property with the same name as a factory property overrides it for that table only).
+    """
+
+    def __init__(
+        self,
+        table: Table,
+        factory_properties: dict[str, Any] | None = None,
+        states: dict[str, Any] | None = None,
+    ) -> None:
+        self.table = table
+        factory_properties = dict(factory_properties or {})
+        overrides = {k: v for k, v in (table.properties or {}).items() if k in factory_properties}
+        self.config: dict[str, Any] = {**factory_properties, **overrides}
+        self._states = states
+        self._spec_table: SpecTable | None = None
+
+    @property
+    def table_id(self) -> int:
+        return self.table.pk
+
+    @property
+    def format(self) -> str:
+        return self.table.format
+
+    @property
+    def identifier(self) -> str:
+        return self.table.identifier or self.table.location
+
+    @property
+    def location(self) -> str:
+        return self.table.location
+
+    @property
+    def current_instant(self) -> str:
+        return self.table.current_instant
+
+    def load(self) -> SpecTable:
+        """The table through the spec API (opened once per runtime)."""
+        if self._spec_table is None:
+            from console.services import table_open
+
+            self._spec_table = table_open(self.table)
+        return self._spec_table
+
+    def get_state(self, key: StateKey | str) -> Any:
+        name, default = (key.name, key.default) if isinstance(key, StateKey) else (key, None)
+        if self._states is None:
+            self._states = dict(TableState.objects.filter(table=self.table).values_list("key", "value"))
+        value = self._states.get(name, default)
+        if isinstance(key, StateKey) and value is not None and key.type in (int, float, str, bool):
+            value = key.type(value)
+        return value
+
+    def set_state(self, key: StateKey | str, value: Any) -> None:
+        name = key.name if isinstance(key, StateKey) else key
+        TableState.objects.update_or_create(table=self.table, key=name, defaults={"value": value})
+        if self._states is not None:
+            self._states[name] = value

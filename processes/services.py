@@ -1,0 +1,276 @@
+"""Process life: create, transition, cancel, kill, retry, reap. Every transition is a conditional
+update; a transition the current status does not allow raises ``Conflict`` saying why."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from console.errors import Conflict, InvalidInput
+from console.models import Table
+from processes.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Process, ProcessStatus, ProcessTrigger
+from processes.registry import coordinators, factory_classes, validate_params
+
+logger = logging.getLogger(__name__)
+
+STAGING_FOLDER = ".lakewarden-staging"
+
+
+def staging_dir(process: Process) -> Path:
+    """Staging lives under the table location, so a commit never copies across filesystems."""
+    return Path(process.table.location) / STAGING_FOLDER / f"process-{process.pk}"
+
+
+def process_create(
+    *,
+    table: Table,
+    action: str,
+    params: dict[str, Any] | None = None,
+    user=None,
+    trigger: str = ProcessTrigger.MANUAL,
+    retry_of: Process | None = None,
+    not_before: dt.datetime | None = None,
+) -> Process:
+    """A PENDING process for (table, action), enqueued once the transaction commits."""
+    pairs = coordinators()
+    coordinator = pairs.get((table.format, action))
+    if coordinator is None:
+        offered = sorted(a for (fmt, a) in pairs if fmt == table.format)
+        raise InvalidInput(
+            f"no enabled process factory offers {action!r} for {table.format} tables"
+            f" (available: {', '.join(offered) or 'none'})",
+            field="action",
+        )
+    params = validate_params(type(coordinator.factory), params if params is not None else {})
+    process = Process(
+        table=table,
+        action=action,
+        factory=coordinator.name,
+        params=params,
+        trigger=trigger,
+        requested_by=user if getattr(user, "is_authenticated", False) else None,
+        retry_of=retry_of,
+        attempt=(retry_of.attempt + 1) if retry_of else 1,
+        max_retries=retry_of.max_retries if retry_of else settings.LAKEWARDEN_MAX_RETRIES,
+        not_before=not_before,
+    )
+    try:
+        with transaction.atomic():
+            process.save()
+    except IntegrityError:
+        active = Process.objects.filter(table=table, action=action, status__in=ACTIVE_STATUSES).first()
+        where = f" (#{active.pk} is {active.status})" if active else ""
+        raise Conflict(f"a {action} process is already active on {table.name}{where}") from None
+    process_enqueue(process)
+    return process
+
+
+def process_enqueue(process: Process) -> None:
+    from processes.tasks import run_process_task
+
+    countdown = 0.0
+    if process.not_before is not None:
+        countdown = max(0.0, (process.not_before - timezone.now()).total_seconds())
+    process_id = process.pk
+
+    def send() -> None:
+        result = run_process_task.apply_async(
+            (process_id,), queue=settings.LAKEWARDEN_HEAVY_QUEUE, countdown=countdown
+        )
+        Process.objects.filter(pk=process_id, celery_task_id="").update(celery_task_id=result.id)
+
+    transaction.on_commit(send)
+
+
+def transition(process: Process, allowed_from: tuple[str, ...], to: str, **fields) -> Process:
+    """Move ``process`` to ``to`` if its status (in the database) is one of ``allowed_from``."""
+    now = timezone.now()
+    if to in TERMINAL_STATUSES:
+        fields.setdefault("finished_at", now)
+    updated = Process.objects.filter(pk=process.pk, status__in=allowed_from).update(status=to, **fields)
+    if not updated:
+        current = Process.objects.filter(pk=process.pk).values_list("status", flat=True).first()
+        allowed = " or ".join(allowed_from)
+        raise Conflict(f"process {process.pk} is {current}; only {allowed} can become {to}")
+    process.refresh_from_db()
+    return process
+
+
+def process_cancel(*, process: Process) -> Process:
+    """PENDING stops at once; RUNNING is asked to stop at its next check (and cleans its staging)."""
+    if process.status == ProcessStatus.PENDING:
+        process = transition(
+            process,
+            (ProcessStatus.PENDING,),
+            ProcessStatus.CANCELED,
+            cancel_requested=True,
+            failure="cancelled before it started",
+        )
+        _revoke(process, terminate=False)
+        return process
+    if process.status not in (ProcessStatus.RUNNING,):
+        raise Conflict(f"process {process.pk} is {process.status}; only RUNNING or PENDING can be cancelled")
+    return transition(process, (ProcessStatus.RUNNING,), ProcessStatus.CANCELING, cancel_requested=True)
+
+
+def process_kill(*, process: Process, grace_seconds: int | None = None) -> Process:
+    """Cancel, then after a grace period terminate the worker task; the kill task records KILLED."""
+    from processes.tasks import kill_process_task
+
+    grace = settings.LAKEWARDEN_KILL_GRACE_SECONDS if grace_seconds is None else grace_seconds
+    if process.status == ProcessStatus.PENDING:
+        process = transition(
+            process,
+            (ProcessStatus.PENDING,),
+            ProcessStatus.KILLED,
+            cancel_requested=True,
+            failure="killed before it started",
+        )
+        _revoke(process, terminate=False)
+        return process
+    if process.status not in (ProcessStatus.RUNNING, ProcessStatus.CANCELING):
+        raise Conflict(
+            f"process {process.pk} is {process.status}; only PENDING, RUNNING or CANCELING can be killed"
+        )
+    deadline = timezone.now() + dt.timedelta(seconds=grace)
+    process = transition(
+        process,
+        (ProcessStatus.RUNNING, ProcessStatus.CANCELING),
+        ProcessStatus.CANCELING,
+        cancel_requested=True,
+        kill_deadline=deadline,
+    )
+    process_id = process.pk
+    transaction.on_commit(lambda: kill_process_task.apply_async((process_id,), countdown=grace))
+    return process
+
+
+def process_enforce_kill(*, process_id: int) -> Process | None:
+    """After the grace period: terminate the task if it still runs, record KILLED, clean staging."""
+    process = Process.objects.select_related("table").filter(pk=process_id).first()
+    if process is None or process.status in TERMINAL_STATUSES:
+        return process
+    _revoke(process, terminate=True)
+    try:
+        process = transition(
+            process,
+            ACTIVE_STATUSES,
+            ProcessStatus.KILLED,
+            failure="killed by an operator after the grace period",
+        )
+    except Conflict:
+        process.refresh_from_db()
+        return process  # it finished on its own in the meantime
+    clean_staging(process)
+    return process
+
+
+def process_retry(*, process: Process, user=None) -> Process:
+    """A new attempt linked to a failed, cancelled or killed one (an operator's retry)."""
+    if process.status not in (ProcessStatus.FAILED, ProcessStatus.CANCELED, ProcessStatus.KILLED):
+        raise Conflict(
+            f"process {process.pk} is {process.status}; only FAILED, CANCELED or KILLED processes can be retried"
+        )
+    if process.retries.exists():
+        newer = process.retries.order_by("-pk").first()
+        raise Conflict(f"process {process.pk} was already retried as #{newer.pk}")
+    return process_create(
+        table=process.table,
+        action=process.action,
+        params=process.params,
+        user=user,
+        trigger=ProcessTrigger.RETRY,
+        retry_of=process,
+    )
+
+
+def process_fail(
+    *, process: Process, reason: str, allowed_from: tuple[str, ...] = ACTIVE_STATUSES
+) -> Process:
+    """FAILED with ``reason``; staging cleaned; an automatic retry while the budget lasts."""
+    process = transition(process, allowed_from, ProcessStatus.FAILED, failure=reason[:10_000])
+    clean_staging(process)
+    retries_used = process.attempt - 1
+    if process.cancel_requested or retries_used >= process.max_retries:
+        return process
+    if factory_classes().get(process.factory) is None:
+        return process
+    backoff = settings.LAKEWARDEN_RETRY_BACKOFF_SECONDS * (2**retries_used)
+    try:
+        process_create(
+            table=process.table,
+            action=process.action,
+            params=process.params,
+            trigger=ProcessTrigger.AUTO_RETRY,
+            retry_of=process,
+            not_before=timezone.now() + dt.timedelta(seconds=backoff),
+        )
+    except (Conflict, InvalidInput) as error:
+        logger.warning("no automatic retry of process %s: %s", process.pk, error.message)
+    return process
+
+
+def processes_reap(*, now: dt.datetime | None = None) -> dict[str, int]:
+    """Fail processes whose worker stopped heart-beating; enforce kill deadlines that passed."""
+    now = now or timezone.now()
+    stale_before = now - dt.timedelta(seconds=settings.LAKEWARDEN_HEARTBEAT_SECONDS * 1.5)
+    lost = list(
+        Process.objects.select_related("table")
+        .filter(status__in=(ProcessStatus.RUNNING, ProcessStatus.CANCELING))
+        .filter(Q(heartbeat_at__lt=stale_before) | Q(heartbeat_at__isnull=True, started_at__lt=stale_before))
+    )
+    failed = 0
+    for process in lost:
+        if process.kill_deadline is not None and process.kill_deadline <= now:
+            process_enforce_kill(process_id=process.pk)
+            continue
+        try:
+            process_fail(
+                process=process,
+                reason="worker lost: no heartbeat since "
+                f"{(process.heartbeat_at or process.started_at).isoformat()}",
+                allowed_from=(ProcessStatus.RUNNING, ProcessStatus.CANCELING),
+            )
+            failed += 1
+        except Conflict:
+            pass  # it finished in the meantime
+    overdue_kills = Process.objects.filter(
+        status__in=ACTIVE_STATUSES, kill_deadline__lt=now - dt.timedelta(seconds=5)
+    )
+    killed = 0
+    for process_id in overdue_kills.values_list("pk", flat=True):
+        process_enforce_kill(process_id=process_id)
+        killed += 1
+    return {"failed": failed, "killed": killed}
+
+
+def clean_staging(process: Process) -> None:
+    folder = staging_dir(process)
+    if folder.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+    parent = folder.parent
+    if parent.exists() and not any(parent.iterdir()):
+        parent.rmdir()
+
+
+def _revoke(process: Process, *, terminate: bool) -> None:
+    if not process.celery_task_id:
+        return
+    from console.celery import app
+
+    try:
+        app.control.revoke(
+            process.celery_task_id, terminate=terminate, signal="SIGKILL" if terminate else "SIGTERM"
+        )
+    except Exception:
+        logger.warning(
+            "could not revoke task %s of process %s", process.celery_task_id, process.pk, exc_info=True
+        )

@@ -1,0 +1,42 @@
+"""Process tasks: thin wrappers around the scheduler, executor and services."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from celery import shared_task
+from django.conf import settings
+
+from processes.executor import TableLockBusy, run_process
+from processes.scheduler import schedule_tick
+from processes.services import process_enforce_kill, processes_reap
+
+# A process may run for hours; the soft limit lets it fail cleanly (staging removed) first.
+PROCESS_TIME_LIMIT = settings.CELERY_TASK_TIME_LIMIT
+
+
+@shared_task(
+    bind=True, soft_time_limit=PROCESS_TIME_LIMIT - 60, time_limit=PROCESS_TIME_LIMIT, max_retries=None
+)
+def run_process_task(self, process_id: int) -> str:
+    try:
+        return run_process(process_id, worker=self.request.hostname or "", task_id=self.request.id or "")
+    except TableLockBusy as busy:
+        raise self.retry(countdown=10, exc=busy, queue=settings.LAKEWARDEN_HEAVY_QUEUE) from busy
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def schedule_processes_task() -> dict:
+    report = schedule_tick()
+    return {**asdict(report), "triggered": len(report.triggered)}
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def reap_processes_task() -> dict:
+    return processes_reap()
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def kill_process_task(process_id: int) -> str | None:
+    process = process_enforce_kill(process_id=process_id)
+    return process.status if process else None

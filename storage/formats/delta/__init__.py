@@ -1,0 +1,13 @@
+"""Delta Lake tables through the table spec API (``storage.formats.delta:DeltaAdapter``)."""
+
+from __future__ import annotations
+
+from storage.formats.delta.table import (
+    DeltaAdapter,
+    DeltaFileIndex,
+    DeltaSpecTable,
+    DeltaTimeline,
+    check_protocol,
+)
+
+__all__ = ["DeltaAdapter", "DeltaFileIndex", "DeltaSpecTable", "DeltaTimeline", "check_protocol"]

@@ -1,0 +1,299 @@
+"""Listing a Hudi table: file slices at an instant, file changes between two instants.
+
+Partitions are pruned from their folder names before any file is listed; hudi-rs then lists the
+surviving partitions a batch at a time (a partition ``IN`` filter), so the caller holds one
+batch of slices at most. Column statistics come from a base file's parquet footer, read only when
+the filter names a non-partition column, and only for slices without log files (a log may update
+a row so that it matches whatever the base file's bounds say).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from storage.spec.errors import InvalidRange
+from storage.spec.models import (
+    ChangeKind,
+    DataFile,
+    FileChange,
+    FileContent,
+    FileSlice,
+    Instant,
+    PartitionDescriptor,
+    PartitionSpec,
+)
+from storage.spec.table import FileIndex, InstantRef
+
+from .layout import HIVE_DEFAULT_PARTITION, LEGACY_DEFAULT_PARTITION, list_partition_paths
+from .metadata import is_log_file, is_null_commit, iter_write_stats, log_file_base_instant
+
+if TYPE_CHECKING:
+    from .table import HudiSpecTable
+
+PARTITION_BATCH = 256
+# Folder values hudi-rs's partition filter parses the way we do (no list separators, no escapes).
+_SAFE_PARTITION_VALUE = re.compile(r"[A-Za-z0-9_.:+/\-]+")
+_PARTITION_PATH_COLUMN = "_hoodie_partition_path"
+
+
+def batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+class HudiFileIndex(FileIndex):
+    def __init__(self, table: HudiSpecTable) -> None:
+        self._table = table
+
+    # --- at an instant -------------------------------------------------------------------------
+
+    def list_files_at(self, instant: InstantRef = None, filters: Any = None) -> Iterator[FileSlice]:
+        timeline = self._table.timeline()
+        target = timeline.resolve(instant) or timeline.latest()
+        expr = self._table.bind(filters)
+        if target is None:
+            return iter(())
+        return self.slices_at(target, expr)
+
+    def slices_at(self, target: Instant, expr: Any, *, base_only: bool = False) -> Iterator[FileSlice]:
+        """Slices at ``target`` that might hold rows matching ``expr``; ``base_only`` drops logs
+        (read-optimized), which also lets column statistics prune merge-on-read slices."""
+        table = self._table
+        stats_columns = self._stats_columns(expr)
+        excluded = frozenset() if base_only else table.logs_written_after(target)
+        for batch in batched(self.partitions(expr), PARTITION_BATCH):
+            descriptors = dict(batch)
+            hudi_slices = table.hudi_slices(str(target.id), self._partition_filter(batch), base_only)
+            wanted = sorted(
+                (s for s in hudi_slices if s.partition_path in descriptors),
+                key=lambda s: (s.partition_path, s.file_id),
+            )
+            del hudi_slices
+            for hudi_slice in wanted:
+                descriptor, exact = descriptors[hudi_slice.partition_path]
+                file_slice = table.to_file_slice(hudi_slice, descriptor, target, excluded)
+                if base_only and file_slice.delete_files:
+                    file_slice = replace(file_slice, delete_files=())
+                if stats_columns and not file_slice.delete_files and file_slice.base_file is not None:
+                    file_slice = replace(
+                        file_slice, base_file=table.with_footer(file_slice.base_file, stats_columns)
+                    )
+                    if not self._file_might_match(expr, file_slice.base_file, exact):
+                        continue
+                yield file_slice
+
+    def partitions(self, expr: Any) -> Iterator[tuple[str, tuple[PartitionDescriptor, bool]]]:
+        """``(path, (descriptor, exact))`` of each partition folder that might hold matching rows."""
+        layout = self._table.layout
+        for path in list_partition_paths(
+            self._table.filesystem, self._table.root, layout.spec.is_partitioned
+        ):
+            matched = self.partition_might_match(expr, path)
+            if matched is not None:
+                yield path, matched
+
+    def partition_might_match(self, expr: Any, path: str) -> tuple[PartitionDescriptor, bool] | None:
+        """The partition of folder ``path`` and whether its values are exact, or None when its
+        identity values rule out every row ``expr`` matches."""
+        from storage.spec.expressions import might_match_partition
+
+        layout = self._table.layout
+        pruning = layout.pruning_spec
+        descriptor, exact = layout.descriptor(path)
+        if expr is not None and exact and pruning.fields:
+            values = {name: descriptor.values[name] for name in pruning.names}
+            if not might_match_partition(expr, pruning, values):
+                return None
+        return descriptor, exact
+
+    def _stats_columns(self, expr: Any) -> tuple[str, ...]:
+        if expr is None:
+            return ()
+        partition_columns = {f.source_column for f in self._table.layout.pruning_spec.fields}
+        return tuple(sorted(set(expr.columns()) - partition_columns))
+
+    def _file_might_match(self, expr: Any, data_file: DataFile, exact: bool) -> bool:
+        from storage.spec.expressions import might_match_file
+
+        # Only identity values are column values; a time-based folder value is not.
+        pruning = self._table.layout.pruning_spec if exact else PartitionSpec()
+        values = {name: data_file.partition[name] for name in pruning.names}
+        return might_match_file(expr, replace(data_file, partition=values), pruning)
+
+    def _partition_filter(self, batch: list[tuple[str, Any]]) -> list[tuple[str, str, str]] | None:
+        """A hudi-rs filter selecting (a superset of) the batch's partitions, so hudi-rs lists only
+        those folders; None (list all, keep ours) when a value could be misread by hudi-rs."""
+        layout = self._table.layout
+        if not layout.spec.is_partitioned or layout.url_encoded:
+            return None
+        with self._table.errors("reading the partition schema"):
+            hudi_fields = self._table.hudi.get_partition_schema().names
+        paths = [path for path, _ in batch]
+        if hudi_fields == [_PARTITION_PATH_COLUMN]:
+            columns = [paths]
+        elif hudi_fields == list(layout.spec.names):
+            raw = [layout.raw_values(path) for path in paths]
+            if any(values is None for values in raw):
+                return None
+            columns = [sorted({values[i] for values in raw}) for i in range(len(hudi_fields))]
+        else:
+            return None
+        filters = []
+        for name, values in zip(hudi_fields, columns, strict=True):
+            if not all(_is_safe_value(v) for v in values):
+                return None
+            filters.append((name, "IN", ",".join(values)))
+        return filters
+
+    # --- between two instants ------------------------------------------------------------------
+
+    def list_files_between(
+        self, start_exclusive: InstantRef, end_inclusive: InstantRef, filters: Any = None
+    ) -> Iterator[FileChange]:
+        timeline = self._table.timeline()
+        start = timeline.resolve(start_exclusive)
+        end = timeline.resolve(end_inclusive) or timeline.latest()
+        expr = self._table.bind(filters)
+        if end is None:
+            return iter(())
+        if start is not None and start.sequence > end.sequence:
+            raise InvalidRange(
+                f"instant {start.id} is after instant {end.id}: the start of a range must not follow its end"
+            )
+        return self._changes(timeline.after(start, end), expr)
+
+    def _changes(self, instants: list[Instant], expr: Any) -> Iterator[FileChange]:
+        """Per instant, in timeline order: a new base file version replaces its file group's
+        previous slice; a replace commit removes whole file groups; log files are added."""
+        table = self._table
+        stats_columns = self._stats_columns(expr)
+        for instant in instants:
+            metadata = table.commit_metadata.get(str(instant.id))
+            written: dict[str, list[dict[str, Any]]] = {}
+            for stat in iter_write_stats(metadata):
+                written.setdefault(stat["partitionPath"] or "", []).append(stat)
+            replaced = {
+                p: list(ids or ()) for p, ids in (metadata.get("partitionToReplaceFileIds") or {}).items()
+            }
+            surviving = []
+            for path in sorted(set(written) | set(replaced)):
+                matched = self.partition_might_match(expr, path)
+                if matched is not None:
+                    surviving.append((path, *matched))
+            previous = self._previous_slices(instant, surviving, written, replaced)
+            for path, descriptor, exact in surviving:
+                for stat in written.get(path, ()):
+                    yield from self._stat_changes(
+                        instant, stat, descriptor, exact, previous, expr, stats_columns
+                    )
+                for file_id in replaced.get(path, ()):
+                    old = previous.pop((path, file_id), None)
+                    if old is None:
+                        old = FileSlice(partition=descriptor, base_file=None, file_group_id=file_id)
+                    yield FileChange(ChangeKind.REMOVED, old, instant.id)
+
+    def _previous_slices(
+        self,
+        instant: Instant,
+        surviving: list[tuple[str, PartitionDescriptor, bool]],
+        written: dict[str, list[dict[str, Any]]],
+        replaced: dict[str, list[str]],
+    ) -> dict[tuple[str, str], FileSlice]:
+        """The slices, at the parent instant, of partitions where file groups get a new base file
+        or are replaced; hudi-rs lists them, we keep only the groups the instant touches."""
+        touched: dict[str, set[str]] = {}
+        for path, _, _ in surviving:
+            ids = set(replaced.get(path, ()))
+            ids |= {
+                s["fileId"]
+                for s in written.get(path, ())
+                if not is_log_file(s.get("path") or "") and not is_null_commit(s.get("prevCommit"))
+            }
+            if ids:
+                touched[path] = ids
+        if not touched or instant.parent_id is None:
+            return {}
+        table = self._table
+        parent = table.timeline().get(instant.parent_id)
+        excluded = table.logs_written_after(parent)
+        descriptors = {path: (descriptor, exact) for path, descriptor, exact in surviving}
+        previous: dict[tuple[str, str], FileSlice] = {}
+        for batch in batched(sorted(touched), PARTITION_BATCH):
+            entries = [(path, descriptors[path]) for path in batch]
+            for hudi_slice in table.hudi_slices(str(parent.id), self._partition_filter(entries), False):
+                ids = touched.get(hudi_slice.partition_path)
+                if ids and hudi_slice.file_id in ids:
+                    descriptor = descriptors[hudi_slice.partition_path][0]
+                    previous[(hudi_slice.partition_path, hudi_slice.file_id)] = table.to_file_slice(
+                        hudi_slice, descriptor, parent, excluded
+                    )
+        return previous
+
+    def _stat_changes(
+        self,
+        instant: Instant,
+        stat: dict[str, Any],
+        descriptor: PartitionDescriptor,
+        exact: bool,
+        previous: dict[tuple[str, str], FileSlice],
+        expr: Any,
+        stats_columns: tuple[str, ...],
+    ) -> Iterator[FileChange]:
+        table = self._table
+        relative = stat.get("path") or ""
+        file_id = stat.get("fileId")
+        size = int(stat.get("fileSizeInBytes") or stat.get("totalWriteBytes") or 0)
+        records = int(stat.get("numWrites") or 0)
+        extra = {"as_of_instant": instant.id}
+        if is_log_file(relative):
+            prev_commit = stat.get("prevCommit")
+            log = DataFile(
+                path=table.absolute(relative),
+                size_bytes=size,
+                record_count=records,
+                content=FileContent.LOG,
+                file_format="hudi_log",
+                partition=descriptor.values,
+                extra=extra,
+            )
+            base_instant = log_file_base_instant(relative) if is_null_commit(prev_commit) else prev_commit
+            added = FileSlice(descriptor, None, (log,), file_group_id=file_id, base_instant=base_instant)
+            yield FileChange(ChangeKind.ADDED, added, instant.id)
+            return
+        prev_commit = stat.get("prevCommit")
+        if not is_null_commit(prev_commit):
+            old = previous.pop((descriptor.path, file_id), None)
+            if old is None:  # the old version is outside the active timeline or already cleaned
+                old = FileSlice(descriptor, None, file_group_id=file_id, base_instant=prev_commit)
+            yield FileChange(ChangeKind.REMOVED, old, instant.id)
+        base = DataFile(
+            path=table.absolute(relative),
+            size_bytes=size,
+            record_count=records,
+            file_format=table.properties.get("hoodie.table.base.file.format", "PARQUET").lower(),
+            partition=descriptor.values,
+            extra=extra,
+        )
+        if stats_columns:
+            try:
+                base = table.with_footer(base, stats_columns)
+            except Exception:  # noqa: BLE001 - a cleaned file: no stats, so it might match
+                pass
+            else:
+                if not self._file_might_match(expr, base, exact):
+                    return
+        added = FileSlice(descriptor, base, (), file_group_id=file_id, base_instant=instant.id)
+        yield FileChange(ChangeKind.ADDED, added, instant.id)
+
+
+def _is_safe_value(value: str) -> bool:
+    return (
+        bool(_SAFE_PARTITION_VALUE.fullmatch(value))
+        and value not in (HIVE_DEFAULT_PARTITION, LEGACY_DEFAULT_PARTITION)
+        and "," not in value
+    )
