@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 .PHONY: demo test setup setup-test serve bench lint format clean
 
 demo: setup
+	$(PY) manage.py lakewarden_plugins
 	$(PY) manage.py lakewarden_admin
 	$(PY) manage.py lakewarden_demo
 	$(PY) manage.py lakewarden_serve

@@ -335,7 +335,14 @@ def main() -> None:
                 impl: measure(impl, case, entries, metadata) for impl in ("ours", "pyiceberg")
             }
             print(f"  {case}: {json.dumps(results[entries][case])}", flush=True)
-    notes = []
+    notes = [
+        "the issue's reference for pyiceberg on this machine: 200k full listing 12.0 s and 765 MB, 20k 200 MB;"
+        " 1% partition predicate 6.8 s, 151 MB (a different table; pyiceberg's numbers above are on this one)",
+        "the machine is shared (2 cores, other jobs running): times vary by ±30% between runs, ratios less",
+        "how: manifests are decoded by a projecting decoder compiled per Avro schema (fastavro block reader +"
+        " pyiceberg's Cython primitives), skipping size/count maps; bounds stay bytes until a filter reads"
+        " them; cheap conservative pre-checks reject entries before a DataFile is built (storage/formats/iceberg)",
+    ]
     if len(results) > 1:
         small, large = min(results), max(results)
         growth = results[large]["full"]["ours"]["rss_mb"] - results[small]["full"]["ours"]["rss_mb"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -88,6 +90,22 @@ class WorkerContext(ProcessContext):
 
     def report_progress(self, done: int, total: int, message: str = "") -> None:
         self.progress = (int(done), int(total), message[:255])
+
+    def checkpoint(self, name: str) -> None:
+        self.check_cancelled()
+        failpoint = failpoints().get(name)
+        if failpoint is not None:
+            kind, _, argument = failpoint.partition(":")
+            logger.warning("process %s: failpoint %s=%s", self.process_id, name, failpoint)
+            if kind == "sleep":
+                deadline = time.monotonic() + float(argument or 1)
+                while time.monotonic() < deadline:
+                    self.check_cancelled()
+                    time.sleep(0.1)
+            elif kind == "raise":
+                raise RuntimeError(f"failpoint {name}: {argument or 'injected failure'}")
+        self.check_cancelled()
+
 
     def interrupt_spark(self) -> None:
         if self._spark is None:
@@ -241,6 +259,7 @@ def run_process(process_id: int, *, worker: str = "", task_id: str = "") -> str:
     finally:
         if heartbeat is not None:
             heartbeat.stop()
+        clean_staging(process)
         lock.release()
 
 
@@ -256,3 +275,14 @@ def local_context(process: Process, runtime: TableRuntime, staging: Path | None 
     if staging is not None:
         context.staging_dir = staging
     return context
+
+
+def failpoints() -> dict[str, str]:
+    """``LAKEWARDEN_FAILPOINTS=before-commit=sleep:30,after-write=raise`` as a dict (fault tests)."""
+    raw = os.environ.get("LAKEWARDEN_FAILPOINTS", "")
+    points = {}
+    for item in raw.split(","):
+        name, _, action = item.strip().partition("=")
+        if name:
+            points[name] = action or "raise"
+    return points

@@ -18,8 +18,11 @@ worker rebuilds the process from that row with ``recover(runtime, record)`` and 
 - call ``context.check_cancelled()`` between steps (it raises ``ProcessCancelled``);
 - call ``context.report_progress(done, total, message)`` so operators see progress;
 - write new files only under ``context.staging_dir`` until the commit, so a failed or cancelled
-  run leaves the table exactly as it was (the executor deletes the staging folder afterwards);
-- commit atomically through the format library, as the last step.
+  run leaves the table exactly as it was;
+- move the files it commits out of staging into the table's data folder (a rename: staging lives
+  under the table location, on the same filesystem) and commit atomically through the format
+  library, as the last step. The executor deletes the staging folder when the process ends,
+  whatever the outcome, so nothing committed may stay in it.
 
 Per-table values the factory needs across runs (last seen snapshot...) are ``StateKey``s declared in
 ``state_keys`` and read/written through ``runtime.get_state(key)`` / ``runtime.set_state(key, value)``.
@@ -128,6 +131,12 @@ class ProcessContext(abc.ABC):
     def report_progress(self, done: int, total: int, message: str = "") -> None:
         """Record progress; shown live in the console."""
 
+    def checkpoint(self, name: str) -> None:
+        """Mark a named step (``"after-write"``, ``"before-commit"``): checks for cancellation and
+        honours failpoints (``LAKEWARDEN_FAILPOINTS=before-commit=sleep:30``), which the fault
+        tests use to stop a worker at an exact step. Call it right before committing."""
+        self.check_cancelled()
+
 
 class TableProcess(abc.ABC):
     """One unit of work on one table. ``params`` must be JSON-serialisable."""
@@ -155,6 +164,9 @@ class ProcessFactory(abc.ABC):
     #: JSON Schema of the parameters a manual "run now" may pass, per action.
     params_schema: ClassVar[dict[str, Any]] = {"type": "object"}
     state_keys: ClassVar[tuple[StateKey, ...]] = ()
+    #: Whether a newly discovered factory starts enabled (a factory that overlaps another's pairs
+    #: should start disabled, or the start-up conflict check refuses both).
+    enabled_by_default: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.properties: dict[str, Any] = dict(self.default_properties)

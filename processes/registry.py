@@ -89,7 +89,12 @@ def ensure_plugin_rows() -> None:
         PluginConfig.objects.filter(kind=PluginKind.PROCESS_FACTORY).values_list("name", flat=True)
     )
     missing = [
-        PluginConfig(kind=PluginKind.PROCESS_FACTORY, name=name, properties=dict(cls.default_properties))
+        PluginConfig(
+            kind=PluginKind.PROCESS_FACTORY,
+            name=name,
+            enabled=cls.enabled_by_default,
+            properties=dict(cls.default_properties),
+        )
         for name, cls in factory_classes().items()
         if name not in existing
     ]

@@ -62,13 +62,28 @@ def schedule_tick(*, now: dt.datetime | None = None) -> TickReport:
         if free <= 0:
             report.skipped_busy += len(due_tables)
             continue
-        for table, state in due_tables:
+        evaluated: list[Table] = []
+        for table, _state in due_tables:
             if free <= 0:
                 report.skipped_busy += 1
                 continue
-            if _trigger_one(configured, table, action, state, now, report):
+            evaluated.append(table)
+            if _trigger_one(configured, table, action, report):
                 free -= 1
+        _record_evaluations(evaluated, action, now)
     return report
+
+
+def _record_evaluations(tables: list[Table], action: str, now: dt.datetime) -> None:
+    """One upsert for all evaluated tables: when, and at which snapshot."""
+    rows = []
+    for table in tables:
+        rows.append(TableState(table=table, key=evaluated_key(action), value=now.timestamp()))
+        rows.append(TableState(table=table, key=seen_snapshot_key(action), value=table.current_instant))
+    if rows:
+        TableState.objects.bulk_create(
+            rows, update_conflicts=True, unique_fields=["table", "key"], update_fields=["value", "updated_at"]
+        )
 
 
 def _due_tables(table_format, action, strategy, now, report) -> list[tuple[Table, dict]]:
@@ -108,7 +123,7 @@ def _due_tables(table_format, action, strategy, now, report) -> list[tuple[Table
     return due
 
 
-def _trigger_one(configured: ConfiguredFactory, table: Table, action: str, state: dict, now, report) -> bool:
+def _trigger_one(configured: ConfiguredFactory, table: Table, action: str, report: TickReport) -> bool:
     runtime = TableRuntime(table, configured.factory.properties, states=None)
     try:
         table_process = configured.factory.trigger(runtime, action)
@@ -116,12 +131,6 @@ def _trigger_one(configured: ConfiguredFactory, table: Table, action: str, state
         logger.exception("factory %s failed to evaluate %s on table %s", configured.name, action, table.pk)
         report.errors[f"{table.pk}:{action}"] = f"{type(error).__name__}: {error}"
         table_process = None
-    TableState.objects.update_or_create(
-        table=table, key=evaluated_key(action), defaults={"value": now.timestamp()}
-    )
-    TableState.objects.update_or_create(
-        table=table, key=seen_snapshot_key(action), defaults={"value": table.current_instant}
-    )
     if table_process is None:
         return False
     try:

@@ -164,3 +164,19 @@ def django_db_setup(django_db_setup):
     from console.catalogs import close_iceberg_catalogs
 
     close_iceberg_catalogs()
+
+
+PLUGIN_PACKAGES = REPO_ROOT / "tests" / "plugins"
+
+
+@pytest.fixture
+def test_plugin(db, monkeypatch):
+    """Installs the third-party test plugin package (tests/plugins) the way an installed package
+    is found: its dist-info on sys.path, discovered through its entry points."""
+    from processes.registry import rediscover_factories
+
+    monkeypatch.syspath_prepend(str(PLUGIN_PACKAGES))
+    rediscover_factories()
+    yield
+    monkeypatch.undo()
+    rediscover_factories()

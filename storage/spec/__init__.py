@@ -14,6 +14,7 @@ from storage.spec.errors import (
     UnsupportedFeature,
 )
 from storage.spec.models import ReadingMode, TableFormat
+from storage.spec.expressions import bind_filter, parse_filter
 from storage.spec.registry import detect_format, format_adapters, load_table
 from storage.spec.table import FileIndex, SpecTable, TableFormatAdapter, Timeline
 
@@ -33,7 +34,9 @@ __all__ = [
     "Timeline",
     "UnknownFormat",
     "UnsupportedFeature",
+    "bind_filter",
     "detect_format",
     "format_adapters",
     "load_table",
+    "parse_filter",
 ]

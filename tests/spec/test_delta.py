@@ -10,7 +10,6 @@ exit), ``history()`` for the timeline, ``load_cdf`` for the change data feed.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import os
@@ -30,6 +29,7 @@ from storage.formats.delta.table import CDF_COLUMNS, CDF_FIELDS
 from storage.spec import load_table
 from storage.spec.errors import (
     CorruptTable,
+    FilterError,
     InstantNotFound,
     InvalidRange,
     NotSupported,
@@ -37,7 +37,7 @@ from storage.spec.errors import (
     UnsupportedFeature,
 )
 from storage.spec.models import ChangeKind, FileContent, ReadingMode
-from storage.spec.splits import plan_splits, row_group_offsets, row_groups_in_range
+from storage.spec.splits import row_group_offsets, row_groups_in_range
 
 FIXTURES = [
     "simple_table",
@@ -463,6 +463,11 @@ def test_reading_projected_columns_returns_only_those(history_table):
     assert _rows(table.read(columns=["region", "id"])) == _scan(history_table, columns=["region", "id"])
     batch = next(table.read(columns=["region", "id"]))
     assert batch.schema.names == ["region", "id"]
+    # A filter on a column left out of the projection still filters.
+    filtered = _rows(table.read(columns=["id"], filters="region = 'eu'"))
+    assert filtered == _rows(
+        [pa.Table.from_batches(list(table.read())).filter(pc.field("region") == "eu").select(["id"])]
+    )
 
 
 def test_deletion_vectors_are_applied_when_reading(delta_fixture):
@@ -507,13 +512,12 @@ def test_reading_a_split_part_reads_only_its_row_groups_and_parts_cover_the_file
     (file_slice,) = table.file_index().list_files_at()
     metadata = pq.ParquetFile(file_slice.base_file.path).metadata
     assert metadata.num_row_groups > 3
-    # The Delta log does not record row-group offsets; give the planner the footer's.
-    with_offsets = dataclasses.replace(
-        file_slice,
-        base_file=dataclasses.replace(file_slice.base_file, split_offsets=row_group_offsets(metadata)),
-    )
-    splits = list(plan_splits([with_offsets], target_size=file_slice.size_bytes // 3, open_file_cost=1))
+    # The planner gets the footer's row-group offsets: the Delta log does not record them.
+    splits = list(table.plan_splits(target_size=file_slice.size_bytes // 3, open_file_cost=1))
     assert len(splits) > 1
+    assert all(
+        p.file_slice.base_file.split_offsets == row_group_offsets(metadata) for s in splits for p in s.parts
+    )
     ids: list[int] = []
     for split in splits:
         rows = _rows(table.read(split, columns=["id"]))
@@ -521,6 +525,15 @@ def test_reading_a_split_part_reads_only_its_row_groups_and_parts_cover_the_file
         assert len(rows) == sum(metadata.row_group(g).num_rows for g in groups)
         ids.extend(r["id"] for r in rows)
     assert sorted(ids) == list(range(5000))
+
+
+def test_a_table_survives_pickling_at_its_version(history_table):
+    import pickle
+
+    table = DeltaAdapter.open(str(history_table), version=3)
+    copy = pickle.loads(pickle.dumps(table))
+    assert copy.version == 3
+    assert _rows(copy.read()) == _rows(table.read()) == _scan(history_table, 3)
 
 
 def test_an_unsupported_reading_mode_raises_not_supported(history_table):
@@ -814,6 +827,8 @@ def test_a_commit_that_only_attaches_a_deletion_vector_adds_no_rows(delta_fixtur
     table = DeltaAdapter.open(str(delta_fixture("table-with-dv-small")))
     assert _rows(table.read(0, mode=ReadingMode.INCREMENTAL, end_instant=1)) == []
     assert len(_rows(table.read(None, mode=ReadingMode.INCREMENTAL, end_instant=0))) == 10
+    # The file added at version 0 is read as it is at the end of the range: its deleted rows go.
+    assert _rows(table.read(None, mode=ReadingMode.INCREMENTAL, end_instant=1)) == _scan(table.location, 1)
 
 
 def test_the_change_data_feed_projects_columns_and_filters_rows(delta_fixture):
@@ -864,3 +879,46 @@ def test_removes_without_partition_values_are_never_pruned(history_table):
         if c.kind is ChangeKind.REMOVED
     }
     assert filtered == removed
+
+
+def test_bad_columns_and_filters_are_refused_when_called(history_table):
+    table = DeltaAdapter.open(str(history_table))
+    with pytest.raises(FilterError, match="nope"):
+        table.read(columns=["id", "nope"])
+    with pytest.raises(FilterError, match="nope"):
+        table.file_index().list_files_at(filters="nope = 1")
+    with pytest.raises(FilterError):
+        table.file_index().list_files_between(0, 2, filters="id = 'x'")
+
+
+def test_absolute_file_uris_in_the_log_are_followed(history_table):
+    # Writers may log absolute URIs (Spark writes file:/...) instead of paths relative to the table.
+    expected = _scan(history_table)
+    commit = history_table / "_delta_log" / f"{5:020d}.json"
+    actions = [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
+    for action in actions:
+        if "add" in action:
+            action["add"]["path"] = f"file:{history_table}/{action['add']['path']}"
+    commit.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    table = DeltaAdapter.open(str(history_table))
+    assert _rows(table.read()) == expected
+    assert all(Path(s.base_file.path).is_file() for s in table.file_index().list_files_at())
+
+
+def test_timestamp_without_time_zone_columns_read_and_prune(tmp_path):
+    path = tmp_path / "ntz"
+    moments = [dt.datetime(2024, 5, d, 8, 30, 0, 250) for d in range(1, 4)]
+    for moment in moments:
+        _write(
+            path,
+            {"at": pa.array([moment], pa.timestamp("us")), "n": pa.array([moment.day], pa.int32())},
+            mode="append",
+        )
+    protocol = DeltaTable(str(path)).protocol()
+    assert "timestampNtz" in (protocol.reader_features or [])
+    table = DeltaAdapter.open(str(path))
+    assert table.schema.field("at").type == pa.timestamp("us")
+    assert _rows(table.read()) == _scan(path)
+    kept = list(table.file_index().list_files_at(filters="at >= timestamp '2024-05-03 08:30:00.000200'"))
+    assert len(kept) == 1
+    assert [r["n"] for r in _rows(table.read(kept))] == [3]

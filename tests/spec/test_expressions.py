@@ -224,6 +224,7 @@ def test_unknown_column_error_suggests_close_matches_and_lists_the_columns():
         ("id = 'abc'", "column id is long; 'abc' is a string", 5),
         ("id in (1, 'x')", "column id is long; 'x' is a string", 10),
         ("id > 1.5", "column id is long; 1.5 is a decimal", 5),
+        ("price > 1.555", "column price is decimal(10,2); 1.555 is a decimal: more than 2 decimal places", 8),
         ("region = 5", "column region is string; 5 is an integer", 9),
         ("active = 1", "column active is boolean; 1 is an integer", 9),
         ("day > 'tomorrow'", "column day is date; 'tomorrow' is a string: not an ISO date", 6),

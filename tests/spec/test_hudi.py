@@ -22,7 +22,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from storage.formats.hudi import HudiAdapter, HudiSpecTable
-from storage.formats.hudi import listing as hudi_listing
 from storage.spec import load_table
 from storage.spec.errors import (
     CorruptTable,
@@ -446,15 +445,16 @@ def many_partitions(hudi_table_path, tmp_path):
     return path
 
 
-def test_listing_many_partitions_in_bounded_batches_matches_hudi_rs(many_partitions, monkeypatch):
-    monkeypatch.setattr(hudi_listing, "PARTITION_BATCH", 64)
+def test_listing_many_partitions_matches_hudi_rs_and_a_pruned_listing_asks_hudi_rs_for_few_folders(
+    many_partitions, monkeypatch
+):
     table = _open(many_partitions)
-    largest = []
+    calls = []
     listed_by_hudi = table.hudi_slices
 
-    def spy(*args, **kwargs):
-        slices = listed_by_hudi(*args, **kwargs)
-        largest.append(len(slices))
+    def spy(as_of, partition_filter, base_only):
+        slices = listed_by_hudi(as_of, partition_filter, base_only)
+        calls.append((partition_filter, len(slices)))
         return slices
 
     monkeypatch.setattr(table, "hudi_slices", spy)
@@ -462,13 +462,15 @@ def test_listing_many_partitions_in_bounded_batches_matches_hudi_rs(many_partiti
     expected = {(s.partition_path, s.file_id) for s in reference.get_file_slices()}
     listed = [(s.partition.path, s.file_group_id) for s in table.file_index().list_files_at()]
     assert sorted(listed) == sorted(expected) and len(listed) == 303
-    assert len(largest) == 5 and max(largest) <= 64
+    calls.clear()
     pruned = {
         (s.partition.path, s.file_group_id)
         for s in table.file_index().list_files_at(None, "byteField >= 390")
     }
     by_hudi = reference.get_file_slices(hudi.HudiReadOptions(filters=[("byteField", ">=", "390")]))
-    assert pruned == {(s.partition_path, s.file_id) for s in by_hudi}
+    assert pruned == {(s.partition_path, s.file_id) for s in by_hudi} and len(pruned) == 10
+    ((partition_filter, returned),) = calls
+    assert partition_filter is not None and returned == 10
 
 
 # --- changes between instants ---------------------------------------------------------------------

@@ -403,6 +403,16 @@ def test_split_parts_of_one_file_read_every_row_exactly_once(catalog):
     assert sorted(ids) == list(range(10_000))
 
 
+def test_planned_splits_read_the_same_rows_as_the_whole_table(catalog, spec_table):
+    for table in (spec_table, IcebergAdapter.open(catalog.load_table("spec.row_groups").metadata_location)):
+        splits = list(table.plan_splits(target_size=4096, open_file_cost=512))
+        assert len(splits) > 1
+        from_splits = pa.Table.from_batches(
+            [b for split in splits for b in table.read(split)], schema=table.schema
+        )
+        assert _sorted_rows(from_splits) == _sorted_rows(table.read_arrow())
+
+
 def test_incremental_read_returns_the_rows_of_files_added_in_the_range(events, spec_table):
     table, snapshot_ids = events
     # a plain append: exactly the appended rows

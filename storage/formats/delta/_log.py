@@ -54,7 +54,7 @@ class Store:
         return f"{self.scheme}{fs_path}"
 
     def fs_path(self, uri_or_path: str) -> str:
-        if uri_or_path.startswith("file://"):
+        if uri_or_path.startswith("file:"):  # file:///x and Spark's file:/x
             return unquote(urlparse(uri_or_path).path)
         if self.scheme and uri_or_path.startswith(self.scheme):
             return uri_or_path[len(self.scheme) :]
@@ -65,7 +65,7 @@ class Store:
 
     def data_path(self, action_path: str) -> str:
         """File system path of an add/remove ``path``: relative paths are URL-encoded."""
-        if "://" in action_path:
+        if "://" in action_path or action_path.startswith("file:"):
             return self.fs_path(action_path)
         if action_path.startswith("/"):
             return unquote(action_path)

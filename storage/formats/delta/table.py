@@ -7,8 +7,9 @@ change data feed is read through deltalake's ``load_cdf``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -32,6 +33,13 @@ from storage.spec.errors import (
     SpecError,
     UnsupportedFeature,
 )
+from storage.spec.expressions import (
+    Expression,
+    bind_filter,
+    might_match_partition,
+    might_match_stats,
+    to_arrow,
+)
 from storage.spec.models import (
     ChangeKind,
     DataFile,
@@ -49,10 +57,7 @@ from storage.spec.models import (
     TableId,
     TableSummary,
 )
-from storage.spec.table import FileIndex, InstantRef, SpecTable, TableFormatAdapter
-
-if TYPE_CHECKING:
-    from storage.spec.expressions import Expression
+from storage.spec.table import MIB, FileIndex, InstantRef, SpecTable, TableFormatAdapter
 
 # Reader features this reader implements. Anything else (typeWidening, variantType, ...) is
 # refused rather than read wrongly.
@@ -84,13 +89,6 @@ def check_protocol(protocol: Mapping[str, Any], where: str) -> None:
                 f"{where} needs the Delta reader feature {names}: unsupported feature "
                 f"(this reader supports {', '.join(sorted(SUPPORTED_READER_FEATURES))})"
             )
-
-
-def _expressions():
-    # Imported late: the expressions package is only needed once filters are used.
-    from storage.spec import expressions
-
-    return expressions
 
 
 class _State:
@@ -205,6 +203,55 @@ class DeltaSpecTable(SpecTable):
         expr = self._bind(filters, state.schema)
         return self._read_slices(((s, None) for s in source), state, columns, expr)
 
+    def plan_splits(
+        self,
+        instant: InstantRef = None,
+        filters: Any = None,
+        target_size: int = 128 * MIB,
+        open_file_cost: int = 4 * MIB,
+        lookback: int = 10,
+    ) -> Iterator[Split]:
+        """As ``SpecTable.plan_splits``, reading the footer of each base file larger than the
+        target (the Delta log records no row-group offsets) so that the planner can cut it."""
+        from storage.spec.splits import plan_splits
+
+        slices = self.file_index().list_files_at(instant, filters)
+        return plan_splits(
+            (self._with_offsets(s, target_size) for s in slices),
+            target_size=target_size,
+            open_file_cost=open_file_cost,
+            lookback=lookback,
+        )
+
+    def _with_offsets(self, file_slice: FileSlice, target_size: int) -> FileSlice:
+        base = file_slice.base_file
+        # Slices with a deletion vector are never cut (the planner merges deletes whole).
+        if (
+            base is None
+            or file_slice.delete_files
+            or base.split_offsets is not None
+            or base.size_bytes <= target_size
+        ):
+            return file_slice
+        import pyarrow.parquet as pq
+
+        from storage.spec.splits import row_group_offsets
+
+        path = self._store.fs_path(base.path)
+        try:
+            with self._store.fs.open_input_file(path) as handle:
+                offsets = row_group_offsets(pq.ParquetFile(handle).metadata)
+        except (OSError, ValueError) as exc:
+            raise CorruptTable(f"data file {base.path} cannot be read: {exc}") from exc
+        return dataclasses.replace(file_slice, base_file=dataclasses.replace(base, split_offsets=offsets))
+
+    # Spark and Celery ship tables to other processes: reopened there at the same version.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"location": self.location_uri, "version": self._version}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(DeltaLog(Store(state["location"])), state["version"])
+
     # --- internals shared with the file index ----------------------------------------------------
 
     def _state(self, version: int) -> _State:
@@ -252,7 +299,7 @@ class DeltaSpecTable(SpecTable):
     def _bind(filters: Any, schema: DeltaSchema) -> Expression | None:
         if filters is None:
             return None
-        return _expressions().bind_filter(filters, schema.arrow)
+        return bind_filter(filters, schema.arrow)
 
     def _live_slices(self, state: _State, expr: Expression | None) -> Iterator[FileSlice]:
         for add in self._log.live_adds(state.snapshot):
@@ -278,16 +325,15 @@ class DeltaSpecTable(SpecTable):
             raise CorruptTable(
                 f"file {action.get('path')} of Delta table {self.location_uri} has an unreadable partition value: {exc}"
             ) from exc
-        expressions = _expressions() if expr is not None else None
-        if expressions is not None and known and state.spec.is_partitioned:
-            if not expressions.might_match_partition(expr, state.spec, values):
+        if expr is not None and known and state.spec.is_partitioned:
+            if not might_match_partition(expr, state.spec, values):
                 return None
         stats = parse_stats(action.get("stats") or action.get("stats_parsed"), schema)
-        if expressions is not None and not expressions.might_match_stats(
+        if expr is not None and not might_match_stats(
             expr,
-            lower=stats.lower or {},
-            upper=stats.upper or {},
-            null_counts=stats.null_counts or {},
+            lower=stats.lower,
+            upper=stats.upper,
+            null_counts=stats.null_counts,
             record_count=stats.record_count,
         ):
             return None
@@ -405,7 +451,7 @@ class DeltaSpecTable(SpecTable):
         row_filter = None
         wanted = list(output)
         if expr is not None:
-            row_filter = _expressions().to_arrow(expr)
+            row_filter = to_arrow(expr)
             for name in sorted(expr.columns()):
                 top = name if name in state.schema.arrow.names else name.split(".", 1)[0]
                 if top not in wanted:
@@ -459,7 +505,7 @@ class DeltaSpecTable(SpecTable):
         # deltalake answers with string views and a naive millisecond commit time: cast to the
         # table's types and the spec's aware UTC timestamps, as snapshot reads give them.
         target = pa.schema([*schema.arrow, *CDF_FIELDS])
-        row_filter = _expressions().to_arrow(expr) if expr is not None else None
+        row_filter = to_arrow(expr) if expr is not None else None
         try:
             table = DeltaTable(self.location_uri, version=self._version)
             reader = pa.RecordBatchReader.from_stream(

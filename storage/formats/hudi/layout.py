@@ -10,6 +10,7 @@ timestamp such as ``2023/04/01/12`` that is *not* the column's value: such a fie
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import urllib.parse
 from collections.abc import Iterator, Mapping
@@ -35,8 +36,6 @@ def open_filesystem(location: str) -> tuple[pafs.FileSystem, str, str]:
     """The filesystem, the path on it, and the location to report (absolute, no trailing slash)."""
     location = location.rstrip("/") or "/"
     if "://" not in location:
-        import os
-
         location = os.path.abspath(location)
     try:
         filesystem, path = pafs.FileSystem.from_uri(location)

@@ -1,21 +1,23 @@
 """Listing a Hudi table: file slices at an instant, file changes between two instants.
 
-Partitions are pruned from their folder names before any file is listed; hudi-rs then lists the
-surviving partitions a batch at a time (a partition ``IN`` filter), so the caller holds one
-batch of slices at most. Column statistics come from a base file's parquet footer, read only when
-the filter names a non-partition column, and only for slices without log files (a log may update
-a row so that it matches whatever the base file's bounds say).
+Partitions are pruned from their folder names before any file is listed; hudi-rs then lists
+only the surviving folders (a partition ``IN`` filter) and we turn its slices into ours one at a
+time, as the caller consumes them. Memory: hudi-rs answers a listing with one list and keeps a
+file-system view of every folder it listed (about 13 KB per file measured with hudi 0.5), so a
+Hudi listing is bounded by hudi-rs's view, not by this module, which adds one slice at a time
+plus the partition paths. Column statistics come from a base file's parquet footer, read only
+when the filter names a non-partition column, and only for slices without log files (a log may
+update a row so that it matches whatever the base file's bounds say).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from storage.spec.errors import InvalidRange
+from storage.spec.errors import CorruptTable, InvalidRange
 from storage.spec.models import (
     ChangeKind,
     DataFile,
@@ -34,16 +36,11 @@ from .metadata import is_log_file, is_null_commit, iter_write_stats, log_file_ba
 if TYPE_CHECKING:
     from .table import HudiSpecTable
 
-PARTITION_BATCH = 256
+# Up to this many partitions go to hudi-rs as an IN filter; its cost grows with the list's length.
+PARTITION_FILTER_LIMIT = 256
 # Folder values hudi-rs's partition filter parses the way we do (no list separators, no escapes).
 _SAFE_PARTITION_VALUE = re.compile(r"[A-Za-z0-9_.:+/\-]+")
 _PARTITION_PATH_COLUMN = "_hoodie_partition_path"
-
-
-def batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    iterator = iter(items)
-    while batch := list(islice(iterator, size)):
-        yield batch
 
 
 class HudiFileIndex(FileIndex):
@@ -66,26 +63,40 @@ class HudiFileIndex(FileIndex):
         table = self._table
         stats_columns = self._stats_columns(expr)
         excluded = frozenset() if base_only else table.logs_written_after(target)
-        for batch in batched(self.partitions(expr), PARTITION_BATCH):
-            descriptors = dict(batch)
-            hudi_slices = table.hudi_slices(str(target.id), self._partition_filter(batch), base_only)
-            wanted = sorted(
-                (s for s in hudi_slices if s.partition_path in descriptors),
-                key=lambda s: (s.partition_path, s.file_id),
-            )
-            del hudi_slices
-            for hudi_slice in wanted:
-                descriptor, exact = descriptors[hudi_slice.partition_path]
-                file_slice = table.to_file_slice(hudi_slice, descriptor, target, excluded)
-                if base_only and file_slice.delete_files:
-                    file_slice = replace(file_slice, delete_files=())
-                if stats_columns and not file_slice.delete_files and file_slice.base_file is not None:
-                    file_slice = replace(
-                        file_slice, base_file=table.with_footer(file_slice.base_file, stats_columns)
-                    )
-                    if not self._file_might_match(expr, file_slice.base_file, exact):
-                        continue
-                yield file_slice
+        surviving = list(self.partitions(expr))
+        descriptors = dict(surviving)
+        hudi_slices = self.hudi_slices_in(str(target.id), surviving, base_only)
+        for hudi_slice in hudi_slices:
+            descriptor, exact = descriptors[hudi_slice.partition_path]
+            file_slice = table.to_file_slice(hudi_slice, descriptor, target, excluded)
+            if base_only and file_slice.delete_files:
+                file_slice = replace(file_slice, delete_files=())
+            if stats_columns and not file_slice.delete_files and file_slice.base_file is not None:
+                file_slice = replace(
+                    file_slice, base_file=table.with_footer(file_slice.base_file, stats_columns)
+                )
+                if not self._file_might_match(expr, file_slice.base_file, exact):
+                    continue
+            yield file_slice
+
+    def hudi_slices_in(self, as_of: str, partitions: list[tuple[str, Any]], base_only: bool) -> list[Any]:
+        """hudi-rs's slices as of ``as_of`` in ``partitions``, sorted by partition and file group.
+
+        hudi-rs walks every partition folder on each call and keeps what it lists in its own
+        file-system view, so calls are not batched: a few surviving partitions go to hudi-rs as
+        a partition filter (it then lists only those folders), many go as one unfiltered call.
+        """
+        if not partitions:
+            return []
+        wanted = {path for path, _ in partitions}
+        partition_filter = (
+            self._partition_filter(partitions) if len(partitions) <= PARTITION_FILTER_LIMIT else None
+        )
+        hudi_slices = self._table.hudi_slices(as_of, partition_filter, base_only)
+        return sorted(
+            (s for s in hudi_slices if s.partition_path in wanted),
+            key=lambda s: (s.partition_path, s.file_id),
+        )
 
     def partitions(self, expr: Any) -> Iterator[tuple[str, tuple[PartitionDescriptor, bool]]]:
         """``(path, (descriptor, exact))`` of each partition folder that might hold matching rows."""
@@ -223,15 +234,13 @@ class HudiFileIndex(FileIndex):
         excluded = table.logs_written_after(parent)
         descriptors = {path: (descriptor, exact) for path, descriptor, exact in surviving}
         previous: dict[tuple[str, str], FileSlice] = {}
-        for batch in batched(sorted(touched), PARTITION_BATCH):
-            entries = [(path, descriptors[path]) for path in batch]
-            for hudi_slice in table.hudi_slices(str(parent.id), self._partition_filter(entries), False):
-                ids = touched.get(hudi_slice.partition_path)
-                if ids and hudi_slice.file_id in ids:
-                    descriptor = descriptors[hudi_slice.partition_path][0]
-                    previous[(hudi_slice.partition_path, hudi_slice.file_id)] = table.to_file_slice(
-                        hudi_slice, descriptor, parent, excluded
-                    )
+        entries = [(path, descriptors[path]) for path in sorted(touched)]
+        for hudi_slice in self.hudi_slices_in(str(parent.id), entries, False):
+            if hudi_slice.file_id in touched[hudi_slice.partition_path]:
+                descriptor = descriptors[hudi_slice.partition_path][0]
+                previous[(hudi_slice.partition_path, hudi_slice.file_id)] = table.to_file_slice(
+                    hudi_slice, descriptor, parent, excluded
+                )
         return previous
 
     def _stat_changes(
@@ -282,7 +291,7 @@ class HudiFileIndex(FileIndex):
         if stats_columns:
             try:
                 base = table.with_footer(base, stats_columns)
-            except Exception:  # noqa: BLE001 - a cleaned file: no stats, so it might match
+            except CorruptTable:  # a cleaned file: no stats, so it might match
                 pass
             else:
                 if not self._file_might_match(expr, base, exact):

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from storage.spec.errors import CorruptTable, FilterError, UnsupportedFeature
 from storage.spec.models import DataFile, FileContent, FileSlice, Split, SplitPart
+from storage.spec.splits import row_groups_in_range
 
 FIELD_ID_KEY = b"PARQUET:field_id"
 BATCH_SIZE = 64 * 1024
@@ -185,15 +186,14 @@ class SliceReader:
         deleted_positions = self._positions(base, positional)
         equality_sets = [self._equality_set(d, target_fields) for d in equality]
         metadata = parquet.metadata
+        # the split planner's rule: a part reads the row groups that start inside it
+        wanted = None
+        if start is not None and length is not None:
+            wanted = set(row_groups_in_range(metadata, start, length))
         first_row = 0
         for group in range(metadata.num_row_groups):
-            row_group = metadata.row_group(group)
-            rows = row_group.num_rows
-            if (
-                start is not None
-                and length is not None
-                and not (start <= _row_group_start(row_group) < start + length)
-            ):
+            rows = metadata.row_group(group).num_rows
+            if wanted is not None and group not in wanted:
                 first_row += rows
                 continue
             offset = first_row
@@ -276,11 +276,3 @@ def _equality_hits(batch: pa.RecordBatch, columns: list[str], values: Any) -> pa
         return pc.is_in(batch.column(columns[0]), value_set=values, skip_nulls=False)
     keys = zip(*(batch.column(c).to_pylist() for c in columns), strict=True)
     return pa.array([key in values for key in keys], pa.bool_())
-
-
-def _row_group_start(row_group: pq.RowGroupMetaData) -> int:
-    """Offset of a row group's first byte: its first column chunk's dictionary or data page."""
-    column = row_group.column(0)
-    if column.has_dictionary_page and column.dictionary_page_offset:
-        return min(column.dictionary_page_offset, column.data_page_offset)
-    return column.data_page_offset

@@ -1,8 +1,8 @@
 """Iceberg values to plain Python values, as the spec models want them.
 
-Two encodings reach us: manifest partition tuples decoded by fastavro with the logical types
-stripped (raw ints, bytes, strings) and the single-value binary serialisation of column bounds
-(``lower_bounds``/``upper_bounds``). Both are turned into the convention of
+Two encodings reach us: manifest partition tuples as raw Avro values (ints for dates and
+timestamps, bytes for decimals; fastavro-decoded ones may already be dates) and the single-value
+binary serialisation of column bounds (``lower_bounds``/``upper_bounds``). Both are turned into the convention of
 ``storage.spec.models``: ``date`` for dates and day partitions, naive ``datetime`` for
 ``timestamp``, UTC-aware ``datetime`` for ``timestamptz``, ``Decimal`` for decimals.
 

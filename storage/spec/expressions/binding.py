@@ -229,11 +229,13 @@ def _coerce(type_: pa.DataType, value: Any) -> Any:  # noqa: C901 - one branch p
             number = decimal.Decimal(value) if not isinstance(value, float) else decimal.Decimal(repr(value))
             if not number.is_finite():
                 raise _Mismatch()
-            # Keep the column's scale when that loses nothing: bucket hashes and Delta SQL need it.
+            # The column's scale exactly: Iceberg refuses other scales, and bucket hashes depend on it.
             scaled = number.quantize(
                 decimal.Decimal(1).scaleb(-type_.scale), context=decimal.Context(prec=80)
             )
-            return scaled if scaled == number else number
+            if scaled != number:
+                raise _Mismatch(f"more than {type_.scale} decimal places")
+            return scaled
         raise _Mismatch()
     if is_string(type_):
         if isinstance(value, str):

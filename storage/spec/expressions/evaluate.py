@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from storage.spec.expressions.transforms import project
@@ -75,8 +74,14 @@ def _comparable(a: Any, b: Any) -> tuple[Any, Any] | None:
     return None
 
 
+_SIMPLE_TYPES = frozenset({int, float, str, bytes, dt.date, decimal.Decimal})
+
+
 def _cmp(a: Any, b: Any) -> int | None:
     """-1, 0 or 1 comparing ``a`` with ``b``; None when they cannot be compared."""
+    kind = type(a)
+    if kind is type(b) and kind in _SIMPLE_TYPES:
+        return (a > b) - (a < b)  # the common case, kept cheap: listing asks per file
     pair = _comparable(a, b)
     if pair is None:
         return None
@@ -87,135 +92,214 @@ def _cmp(a: Any, b: Any) -> int | None:
         return None
 
 
-class _StatsEvaluator(NegationFold):
-    """``fold(expr)`` is True unless the statistics prove no row matches.
+# A compiled check takes (lower, upper, null_counts, record_count) and answers "might match".
+Check = Callable[[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any], "int | None"], bool]
 
-    ``exact`` says the bounds are the values themselves (partition values of one partition):
+
+def _always(lower: Any, upper: Any, nulls: Any, rows: Any) -> bool:
+    return True
+
+
+def _never(lower: Any, upper: Any, nulls: Any, rows: Any) -> bool:
+    return False
+
+
+class _Compiler(NegationFold):
+    """Compiles an expression once into nested closures over the statistics mappings.
+
+    ``exact`` says the bounds are the values themselves (the partition values of one partition):
     no truncation, no hidden NaN.
     """
 
-    def __init__(
-        self,
-        lower: Mapping[str, Any],
-        upper: Mapping[str, Any],
-        null_counts: Mapping[str, int | None],
-        record_count: int | None,
-        exact: bool,
-    ) -> None:
-        self.lower = lower
-        self.upper = upper
-        self.null_counts = null_counts
-        self.record_count = record_count
+    true = staticmethod(_always)
+    false = staticmethod(_never)
+
+    def __init__(self, exact: bool) -> None:
         self.exact = exact
 
-    def leaf(self, predicate: Predicate, negated: bool) -> bool:
+    def all_of(self, parts: list[Check]) -> Check:
+        if len(parts) == 1:
+            return parts[0]
+
+        def every(lower: Any, upper: Any, nulls: Any, rows: Any) -> bool:
+            for part in parts:
+                if not part(lower, upper, nulls, rows):
+                    return False
+            return True
+
+        return every
+
+    def any_of(self, parts: list[Check]) -> Check:
+        if len(parts) == 1:
+            return parts[0]
+
+        def some(lower: Any, upper: Any, nulls: Any, rows: Any) -> bool:
+            for part in parts:
+                if part(lower, upper, nulls, rows):
+                    return True
+            return False
+
+        return some
+
+    def leaf(self, predicate: Predicate, negated: bool) -> Check:
         column = predicate.column
-        nulls = self.null_counts.get(column)
-        rows = self.record_count
-        all_null = nulls is not None and rows is not None and nulls >= rows
         if isinstance(predicate, IsNull | NotNull):
-            wants_null = isinstance(predicate, IsNull) != negated
-            return (nulls is None or nulls > 0) if wants_null else not all_null
-        if all_null:
-            return False  # every other predicate, either way round, needs a non-null value
-        lower = self._bound(self.lower, column)
-        upper = self._bound(self.upper, column)
-        if upper is not None and not self.exact and isinstance(upper, dt.datetime):
-            upper = upper + _MILLISECOND
-        nan_possible = not self.exact and any(
-            isinstance(v, float) for v in (lower, upper, _value_of(predicate))
-        )
+            if isinstance(predicate, IsNull) != negated:
+
+                def has_null(lower: Any, upper: Any, nulls: Any, rows: Any) -> bool:
+                    count = nulls.get(column)
+                    return count is None or count > 0
+
+                return has_null
+
+            def has_value(lower: Any, upper: Any, nulls: Any, rows: Any) -> bool:
+                count = nulls.get(column)
+                return count is None or rows is None or count < rows
+
+            return has_value
+        test = self._value_test(predicate, negated)
+        if test is None:
+            return _always
+        exact = self.exact
+
+        def check(lower: Any, upper: Any, nulls: Any, rows: Any) -> bool:
+            count = nulls.get(column)
+            if count is not None and rows is not None and count >= rows:
+                return False  # only nulls: every predicate but the null tests needs a value
+            low = lower.get(column)
+            high = upper.get(column)
+            if low is not None and low != low:  # NaN bound: says nothing
+                low = None
+            if high is not None and high != high:
+                high = None
+            if high is not None and not exact and type(high) is dt.datetime:
+                high = high + _MILLISECOND
+            return test(low, high)
+
+        return check
+
+    def _value_test(self, predicate: Predicate, negated: bool) -> Callable[[Any, Any], bool] | None:
+        """(lower, upper) -> might some non-null value within the bounds make the leaf true
+        (or false, when negated)? None when the answer is always yes."""
+        exact = self.exact
         if isinstance(predicate, Comparison):
-            if _is_nan(predicate.value):
-                return True
+            value = predicate.value
+            if _is_nan(value):
+                return None
             op = NEGATED_OP[predicate.op] if negated else predicate.op
-            if nan_possible and (negated or op == "!="):
-                return True
-            return self._compare(op, predicate.value, lower, upper)
+            nan_satisfies = negated or op == "!="
+            float_literal = isinstance(value, float)
+            if nan_satisfies and not exact and float_literal:
+                return None
+
+            def compare(low: Any, high: Any) -> bool:
+                if nan_satisfies and not exact and (isinstance(low, float) or isinstance(high, float)):
+                    return True
+                return _compare(op, value, low, high, exact)
+
+            return compare
         if isinstance(predicate, In | NotIn):
-            wants_in = isinstance(predicate, In) != negated
-            if any(_is_nan(v) for v in predicate.values):
-                return True
-            if wants_in:
-                return any(self._compare("=", v, lower, upper) for v in predicate.values)
-            if nan_possible:
-                return True
-            return self._some_value_outside(predicate.values, lower, upper)
+            values = predicate.values
+            if any(_is_nan(v) for v in values):
+                return None
+            if isinstance(predicate, In) != negated:
+                return lambda low, high: any(_compare("=", v, low, high, exact) for v in values)
+            if not exact and any(isinstance(v, float) for v in values):
+                return None
+
+            def outside(low: Any, high: Any) -> bool:
+                if not exact and (isinstance(low, float) or isinstance(high, float)):
+                    return True
+                return _some_value_outside(values, low, high, exact)
+
+            return outside
         if isinstance(predicate, StartsWith):
+            prefix = predicate.prefix
             if negated:
-                return self._some_value_without_prefix(predicate.prefix, lower, upper)
-            return self._some_value_with_prefix(predicate.prefix, lower, upper)
+                return lambda low, high: _some_value_without_prefix(prefix, low, high)
+            return lambda low, high: _some_value_with_prefix(prefix, low, high, exact)
+        return None
+
+
+def _upper_admits(upper: Any, value: Any, strict: bool, exact: bool) -> bool:
+    """Might some value <= ``upper`` (the true maximum) be > (or >=) ``value``?"""
+    if (
+        not exact
+        and isinstance(upper, str | bytes)
+        and type(upper) is type(value)
+        and value.startswith(upper)
+    ):
+        return True  # upper may be a truncated prefix of a larger maximum
+    order = _cmp(upper, value)
+    return order is None or order > 0 or (order == 0 and not strict)
+
+
+def _compare(op: str, value: Any, lower: Any, upper: Any, exact: bool) -> bool:
+    if op in ("<", "<="):
+        order = None if lower is None else _cmp(lower, value)
+        return order is None or order < 0 or (order == 0 and op == "<=")
+    if op in (">", ">="):
+        return upper is None or _upper_admits(upper, value, op == ">", exact)
+    if op == "=":
+        return _compare("<=", value, lower, upper, exact) and _compare(">=", value, lower, upper, exact)
+    # "!=": only a file whose every value equals ``value`` cannot match.
+    if lower is None or upper is None:
         return True
+    if not exact and isinstance(value, str | bytes):
+        return True  # equal truncated bounds do not prove equal values
+    return not (_cmp(lower, value) == 0 and _cmp(upper, value) == 0)
 
-    @staticmethod
-    def _bound(bounds: Mapping[str, Any], column: str) -> Any:
-        value = bounds.get(column)
-        return None if value is None or _is_nan(value) else value
 
-    def _upper_admits(self, upper: Any, value: Any, strict: bool) -> bool:
-        """Might some value <= ``upper`` (the true maximum) be > (or >=) ``value``?"""
-        if (
-            not self.exact
-            and isinstance(upper, str | bytes)
-            and type(upper) is type(value)
-            and value.startswith(upper)
-        ):
-            return True  # upper may be a truncated prefix of a larger maximum
-        order = _cmp(upper, value)
-        return order is None or order > 0 or (order == 0 and not strict)
-
-    def _compare(self, op: str, value: Any, lower: Any, upper: Any) -> bool:
-        if op in ("<", "<="):
-            order = None if lower is None else _cmp(lower, value)
-            return order is None or order < 0 or (order == 0 and op == "<=")
-        if op in (">", ">="):
-            return upper is None or self._upper_admits(upper, value, strict=op == ">")
-        if op == "=":
-            return self._compare("<=", value, lower, upper) and self._compare(">=", value, lower, upper)
-        # "!=": only a file whose every value equals ``value`` cannot match.
-        if lower is None or upper is None:
-            return True
-        if not self.exact and isinstance(value, str | bytes):
-            return True  # equal truncated bounds do not prove equal values
-        return not (_cmp(lower, value) == 0 and _cmp(upper, value) == 0)
-
-    def _some_value_outside(self, values: tuple[Any, ...], lower: Any, upper: Any) -> bool:
-        if lower is None or upper is None or _cmp(lower, upper) != 0:
-            return True
-        if not self.exact and isinstance(lower, str | bytes):
-            return True
-        return not any(_cmp(lower, v) == 0 for v in values)
-
-    def _some_value_with_prefix(self, prefix: Any, lower: Any, upper: Any) -> bool:
-        n = len(prefix)
-        if lower is not None and type(lower) is type(prefix) and lower[:n] > prefix:
-            return False  # every value is at least lower, so its first n characters pass the prefix
-        if upper is not None and type(upper) is type(prefix):
-            if self.exact:
-                return upper[:n] >= prefix
-            # A truncated upper bound that is itself a prefix of the prefix proves nothing.
-            return not (upper < prefix and not prefix.startswith(upper))
+def _some_value_outside(values: tuple[Any, ...], lower: Any, upper: Any, exact: bool) -> bool:
+    if lower is None or upper is None or _cmp(lower, upper) != 0:
         return True
-
-    @staticmethod
-    def _some_value_without_prefix(prefix: Any, lower: Any, upper: Any) -> bool:
-        # Every string between two strings that both start with p starts with p.
-        if (
-            lower is None
-            or upper is None
-            or type(lower) is not type(prefix)
-            or type(upper) is not type(prefix)
-        ):
-            return True
-        return not (lower.startswith(prefix) and upper.startswith(prefix))
+    if not exact and isinstance(lower, str | bytes):
+        return True
+    return not any(_cmp(lower, v) == 0 for v in values)
 
 
-def _value_of(predicate: Predicate) -> Any:
-    if isinstance(predicate, Comparison):
-        return predicate.value
-    if isinstance(predicate, In | NotIn) and predicate.values:
-        return predicate.values[0]
-    return None
+def _some_value_with_prefix(prefix: Any, lower: Any, upper: Any, exact: bool) -> bool:
+    n = len(prefix)
+    if lower is not None and type(lower) is type(prefix) and lower[:n] > prefix:
+        return False  # every value is at least lower, so its first n characters pass the prefix
+    if upper is not None and type(upper) is type(prefix):
+        if exact:
+            return upper[:n] >= prefix
+        # A truncated upper bound that is itself a prefix of the prefix proves nothing.
+        return not (upper < prefix and not prefix.startswith(upper))
+    return True
+
+
+def _some_value_without_prefix(prefix: Any, lower: Any, upper: Any) -> bool:
+    # Every string between two strings that both start with p starts with p.
+    if lower is None or upper is None or type(lower) is not type(prefix) or type(upper) is not type(prefix):
+        return True
+    return not (lower.startswith(prefix) and upper.startswith(prefix))
+
+
+class _Memo:
+    """Remembers the last few results by the identity of their inputs.
+
+    Listing evaluates one expression against thousands of files; hashing a frozen dataclass tree
+    on every call would cost more than the evaluation itself.
+    """
+
+    def __init__(self, build: Callable[..., Any], size: int = 8) -> None:
+        self.build = build
+        self.size = size
+        self.entries: list[tuple[tuple[Any, ...], Any]] = []
+
+    def __call__(self, *key: Any) -> Any:
+        for cached_key, value in self.entries:
+            if all(a is b for a, b in zip(cached_key, key, strict=True)):
+                return value
+        value = self.build(*key)
+        self.entries.insert(0, (key, value))  # the key holds references, so ids stay valid
+        del self.entries[self.size :]
+        return value
+
+
+_compiled = _Memo(lambda expr, exact: _Compiler(exact).fold(expr))
 
 
 def might_match_stats(
@@ -235,10 +319,8 @@ def might_match_stats(
         return True
     if record_count == 0:
         return False
-    evaluator = _StatsEvaluator(
-        lower or _EMPTY, upper or _EMPTY, null_counts or _EMPTY, record_count, exact=False
-    )
-    return bool(evaluator.fold(expr))
+    check = _compiled(expr, False)
+    return check(lower or _EMPTY, upper or _EMPTY, null_counts or _EMPTY, record_count)
 
 
 class _Projector(NegationFold):
@@ -271,21 +353,14 @@ def partition_projection(expr: Expression | None, spec: PartitionSpec) -> Expres
     """
     if expr is None:
         return AlwaysTrue()
-    try:
-        return _cached_projection(expr, spec)
-    except TypeError:  # an unhashable literal: project without the cache
-        return _Projector(spec).fold(expr)
+    return _projection(expr, spec)
 
 
-@functools.lru_cache(maxsize=128)
-def _cached_projection(expr: Expression, spec: PartitionSpec) -> Expression:
-    # Listing asks once per file with the same expression and spec; bucket hashing is not free.
-    return _Projector(spec).fold(expr)
+_projection = _Memo(lambda expr, spec: _Projector(spec).fold(expr))
 
 
-def _exact_partition_evaluator(values: Mapping[str, Any]) -> _StatsEvaluator:
-    nulls = {name: 1 if value is None else 0 for name, value in values.items()}
-    return _StatsEvaluator(values, values, nulls, 1, exact=True)
+def _null_flags(values: Mapping[str, Any]) -> dict[str, int]:
+    return {name: 1 if value is None else 0 for name, value in values.items()}
 
 
 def might_match_partition(expr: Expression | None, spec: PartitionSpec, values: Mapping[str, Any]) -> bool:
@@ -293,7 +368,8 @@ def might_match_partition(expr: Expression | None, spec: PartitionSpec, values: 
     field name, None for a null partition value) can satisfy ``expr``."""
     if expr is None or not spec.fields:
         return True
-    return bool(_exact_partition_evaluator(values).fold(partition_projection(expr, spec)))
+    check = _compiled(partition_projection(expr, spec), True)
+    return check(values, values, _null_flags(values), 1)
 
 
 def might_match_partition_bounds(
@@ -311,8 +387,8 @@ def might_match_partition_bounds(
     if expr is None or not spec.fields:
         return True
     nulls = {name: (1 if has else 0) for name, has in (contains_null or {}).items() if has is not None}
-    evaluator = _StatsEvaluator(lower or _EMPTY, upper or _EMPTY, nulls, None, exact=False)
-    return bool(evaluator.fold(partition_projection(expr, spec)))
+    check = _compiled(partition_projection(expr, spec), False)
+    return check(lower or _EMPTY, upper or _EMPTY, nulls, None)
 
 
 def might_match_file(expr: Expression | None, data_file: DataFile, spec: PartitionSpec) -> bool:
