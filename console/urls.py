@@ -17,6 +17,11 @@ console_patterns = [
     path("tables/register/", views.table_register, name="table-register"),
     path("tables/<int:pk>/", views.table_detail, name="table-detail"),
     path("tables/<int:pk>/refresh/", views.table_refresh, name="table-refresh"),
+    path("tables/<int:pk>/snapshots/", views.table_snapshots, name="table-snapshots"),
+    path("tables/<int:pk>/files/", views.table_files, name="table-files"),
+    path("tables/<int:pk>/splits/", views.table_splits, name="table-splits"),
+    path("tables/<int:pk>/partitions/", views.table_partitions, name="table-partitions"),
+    path("tables/<int:pk>/changes/", views.table_changes, name="table-changes"),
 ]
 
 urlpatterns = [

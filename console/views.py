@@ -8,7 +8,7 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from console import selectors, services
+from console import selectors, services, table_selectors
 from console.decorators import role_required
 from console.errors import ServiceError
 from console.forms import CatalogCreateForm, TableRegisterForm
@@ -140,3 +140,71 @@ def table_refresh(request, pk: int):
     table = get_object_or_404(Table, pk=pk)
     services.table_refresh(table=table)
     return redirect(table)
+
+
+# --- table tabs: reads through the spec API -------------------------------------------------------
+
+
+def _table_tab(request, pk: int, tab: str, read):
+    """Render one tab of the table page; ``read(table, query)`` returns the tab's context."""
+    table = get_object_or_404(Table.objects.select_related("catalog"), pk=pk)
+    context = {"table": table, "tab": tab, "params": request.GET}
+    status = 200
+    try:
+        query = table_selectors.spec_query_parse(request.GET)
+        context["query"] = query
+        context.update(read(table, query))
+    except ServiceError as error:
+        context["read_error"] = error.message
+        status = error.status_code
+    return render_page(
+        request, f"console/table_{tab}.html", f"console/partials/table_{tab}.html", context, status=status
+    )
+
+
+@require_GET
+def table_snapshots(request, pk: int):
+    return _table_tab(
+        request,
+        pk,
+        "snapshots",
+        lambda table, query: {"snapshots": table_selectors.table_snapshots(table=table)},
+    )
+
+
+@require_GET
+def table_files(request, pk: int):
+    return _table_tab(
+        request,
+        pk,
+        "files",
+        lambda table, query: {"files_page": table_selectors.table_files(table=table, query=query)},
+    )
+
+
+@require_GET
+def table_splits(request, pk: int):
+    return _table_tab(
+        request,
+        pk,
+        "splits",
+        lambda table, query: {"plan": table_selectors.table_splits(table=table, query=query)},
+    )
+
+
+@require_GET
+def table_partitions(request, pk: int):
+    def read(table, query):
+        instant, partitions, small = table_selectors.table_partitions(table=table, query=query)
+        return {"instant": instant, "partitions": partitions, "small_file_bytes": small}
+
+    return _table_tab(request, pk, "partitions", read)
+
+
+@require_GET
+def table_changes(request, pk: int):
+    def read(table, query):
+        start, end, partitions, files = table_selectors.table_changes(table=table, query=query)
+        return {"start": start, "end": end, "partition_changes": partitions, "file_changes": files}
+
+    return _table_tab(request, pk, "changes", read)

@@ -42,7 +42,10 @@ class PluginConfigAdmin(admin.ModelAdmin):
         cls = factory_classes().get(config.name)
         if cls is None:
             return "not installed"
-        return "; ".join(f"{fmt}: {', '.join(sorted(actions))}" for fmt, actions in sorted(cls().supported_actions().items()))
+        return "; ".join(
+            f"{fmt}: {', '.join(sorted(actions))}"
+            for fmt, actions in sorted(cls().supported_actions().items())
+        )
 
     @admin.action(description="Disable the selected plugins")
     def disable_plugins(self, request, queryset):

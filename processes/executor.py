@@ -106,7 +106,6 @@ class WorkerContext(ProcessContext):
                 raise RuntimeError(f"failpoint {name}: {argument or 'injected failure'}")
         self.check_cancelled()
 
-
     def interrupt_spark(self) -> None:
         if self._spark is None:
             return

@@ -78,3 +78,110 @@ class TableRegisterSerializer(serializers.Serializer):
         if attrs.get("identifier") and not attrs.get("catalog"):
             raise serializers.ValidationError({"catalog": "an identifier needs a catalog"})
         return attrs
+
+
+# --- table reads through the spec API -----------------------------------------------------------
+
+
+class InstantSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    timestamp = serializers.DateTimeField()
+    operation = serializers.CharField()
+    parent_id = serializers.CharField(allow_null=True)
+    summary = serializers.SerializerMethodField()
+
+    def get_summary(self, instant) -> dict:
+        from console.table_selectors import jsonable
+
+        return jsonable(instant.summary)
+
+
+class DataFileSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    content = serializers.CharField(source="content.value")
+    size_bytes = serializers.IntegerField()
+    record_count = serializers.IntegerField()
+
+
+class FileSliceSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    partition_path = serializers.CharField(source="partition.path")
+    partition = serializers.SerializerMethodField()
+    size_bytes = serializers.IntegerField(source="base_file.size_bytes", default=0)
+    record_count = serializers.IntegerField()
+    delete_files = DataFileSerializer(many=True)
+    stats = serializers.SerializerMethodField()
+
+    def get_partition(self, file_slice) -> dict:
+        from console.table_selectors import jsonable
+
+        return jsonable(file_slice.partition.values)
+
+    def get_stats(self, file_slice) -> dict:
+        from console.table_selectors import jsonable
+
+        base = file_slice.base_file
+        if base is None:
+            return {}
+        return {
+            "lower_bounds": jsonable(base.lower_bounds or {}),
+            "upper_bounds": jsonable(base.upper_bounds or {}),
+            "null_counts": jsonable(base.null_counts or {}),
+        }
+
+
+class FilesPageSerializer(serializers.Serializer):
+    instant = InstantSerializer(allow_null=True)
+    page = serializers.IntegerField()
+    page_size = serializers.IntegerField()
+    has_next = serializers.BooleanField()
+    files = FileSliceSerializer(many=True)
+
+
+class SplitPartSerializer(serializers.Serializer):
+    path = serializers.CharField(source="file_slice.path")
+    start = serializers.IntegerField()
+    length = serializers.IntegerField()
+    estimated_rows = serializers.IntegerField()
+    delete_files = serializers.SerializerMethodField()
+
+    def get_delete_files(self, part) -> int:
+        return len(part.file_slice.delete_files)
+
+
+class SplitSerializer(serializers.Serializer):
+    weight = serializers.IntegerField()
+    size_bytes = serializers.IntegerField()
+    estimated_rows = serializers.IntegerField()
+    parts = SplitPartSerializer(many=True)
+
+
+class SplitPlanSerializer(serializers.Serializer):
+    instant = InstantSerializer(allow_null=True)
+    summary = serializers.DictField()
+    truncated = serializers.BooleanField(help_text="only the first 200 splits are listed")
+    splits = SplitSerializer(many=True)
+
+
+class PartitionSerializer(serializers.Serializer):
+    path = serializers.CharField(source="partition.path")
+    file_count = serializers.IntegerField()
+    total_bytes = serializers.IntegerField()
+    record_count = serializers.IntegerField()
+    delete_file_count = serializers.IntegerField()
+    small_file_count = serializers.IntegerField()
+
+
+class PartitionChangeSerializer(serializers.Serializer):
+    path = serializers.CharField(source="partition.path")
+    files_added = serializers.IntegerField()
+    files_removed = serializers.IntegerField()
+    bytes_added = serializers.IntegerField()
+    bytes_removed = serializers.IntegerField()
+    records_added = serializers.IntegerField()
+    records_removed = serializers.IntegerField()
+
+
+class FileChangeSerializer(serializers.Serializer):
+    kind = serializers.CharField(source="kind.value")
+    file = FileSliceSerializer(source="file_slice")

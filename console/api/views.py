@@ -2,20 +2,43 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status, viewsets
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from console import selectors, services
+from console import selectors, services, table_selectors
 from console.api.serializers import (
     CatalogCreateSerializer,
     CatalogSerializer,
+    FileChangeSerializer,
+    FilesPageSerializer,
+    InstantSerializer,
+    PartitionChangeSerializer,
+    PartitionSerializer,
+    SplitPlanSerializer,
     SyncReportSerializer,
     TableRegisterSerializer,
     TableSerializer,
 )
 from console.models import Catalog, Table
+
+AT = OpenApiParameter(
+    "at",
+    str,
+    description="instant id (Iceberg snapshot id, Delta version, Hudi instant time); latest when absent",
+)
+FILTER = OpenApiParameter(
+    "filter", str, description="filter text, e.g. region = 'eu' and ts >= timestamp '2024-01-01 00:00:00'"
+)
+PAGE = OpenApiParameter("page", int, description="page number, from 1")
+PAGE_SIZE = OpenApiParameter("page_size", int, description="files per page (at most 500)")
+TARGET_SIZE = OpenApiParameter("target_size", int, description="split target size in bytes (default 128 MiB)")
+OPEN_FILE_COST = OpenApiParameter(
+    "open_file_cost", int, description="bytes counted per opened file (default 4 MiB)"
+)
+FROM = OpenApiParameter("from", str, description="exclusive start instant (default: the parent of `to`)")
+TO = OpenApiParameter("to", str, description="inclusive end instant (default: the latest)")
 
 
 class CatalogViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -58,3 +81,77 @@ class TableViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     @action(detail=True, methods=["post"])
     def refresh(self, request, pk=None):
         return Response(TableSerializer(services.table_refresh(table=self.get_object())).data)
+
+    # --- reads through the spec API ---------------------------------------------------------------
+
+    @extend_schema(responses={200: InstantSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def snapshots(self, request, pk=None):
+        instants = table_selectors.table_snapshots(table=self.get_object())
+        return Response(InstantSerializer(instants, many=True).data)
+
+    @extend_schema(parameters=[AT, FILTER, PAGE, PAGE_SIZE], responses={200: FilesPageSerializer})
+    @action(detail=True, methods=["get"])
+    def files(self, request, pk=None):
+        query = table_selectors.spec_query_parse(request.query_params)
+        page = table_selectors.table_files(table=self.get_object(), query=query)
+        return Response(FilesPageSerializer(page).data)
+
+    @extend_schema(parameters=[AT, FILTER, TARGET_SIZE, OPEN_FILE_COST], responses={200: SplitPlanSerializer})
+    @action(detail=True, methods=["get"])
+    def splits(self, request, pk=None):
+        query = table_selectors.spec_query_parse(request.query_params)
+        plan = table_selectors.table_splits(table=self.get_object(), query=query)
+        return Response(SplitPlanSerializer(plan).data)
+
+    @extend_schema(
+        parameters=[AT, FILTER],
+        responses={
+            200: inline_serializer(
+                "PartitionsAt",
+                {
+                    "instant": InstantSerializer(allow_null=True),
+                    "small_file_bytes": serializers.IntegerField(),
+                    "partitions": PartitionSerializer(many=True),
+                },
+            )
+        },
+    )
+    @action(detail=True, methods=["get"])
+    def partitions(self, request, pk=None):
+        query = table_selectors.spec_query_parse(request.query_params)
+        instant, partitions, small = table_selectors.table_partitions(table=self.get_object(), query=query)
+        return Response(
+            {
+                "instant": InstantSerializer(instant).data if instant else None,
+                "small_file_bytes": small,
+                "partitions": PartitionSerializer(partitions, many=True).data,
+            }
+        )
+
+    @extend_schema(
+        parameters=[FROM, TO],
+        responses={
+            200: inline_serializer(
+                "ChangesBetween",
+                {
+                    "from": InstantSerializer(allow_null=True),
+                    "to": InstantSerializer(allow_null=True),
+                    "partitions": PartitionChangeSerializer(many=True),
+                    "files": FileChangeSerializer(many=True),
+                },
+            )
+        },
+    )
+    @action(detail=True, methods=["get"])
+    def changes(self, request, pk=None):
+        query = table_selectors.spec_query_parse(request.query_params)
+        start, end, partitions, files = table_selectors.table_changes(table=self.get_object(), query=query)
+        return Response(
+            {
+                "from": InstantSerializer(start).data if start else None,
+                "to": InstantSerializer(end).data if end else None,
+                "partitions": PartitionChangeSerializer(partitions, many=True).data,
+                "files": FileChangeSerializer(files, many=True).data,
+            }
+        )

@@ -34,3 +34,31 @@ def intcomma_plain(value) -> str:
 @register.filter
 def masked(properties) -> list[tuple[str, object]]:
     return sorted(mask_secrets(properties or {}).items())
+
+
+@register.filter
+def basename(path) -> str:
+    return str(path or "").rstrip("/").rsplit("/", 1)[-1]
+
+
+@register.filter
+def stats_rows(data_file) -> list[tuple[str, object, object, object]]:
+    """(column, lower, upper, null count) for the columns a file has statistics for."""
+    if data_file is None:
+        return []
+    lower = data_file.lower_bounds or {}
+    upper = data_file.upper_bounds or {}
+    nulls = data_file.null_counts or {}
+    columns = sorted(set(lower) | set(upper) | set(nulls))
+    return [(c, lower.get(c, "?"), upper.get(c, "?"), nulls.get(c)) for c in columns]
+
+
+@register.simple_tag
+def query_with(params, **changes) -> str:
+    """The current query string with some parameters replaced (pagination links)."""
+    query = params.copy() if hasattr(params, "copy") else dict(params)
+    for key, value in changes.items():
+        query[key] = value
+    return (
+        query.urlencode() if hasattr(query, "urlencode") else "&".join(f"{k}={v}" for k, v in query.items())
+    )

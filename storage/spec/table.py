@@ -22,9 +22,12 @@ import pyarrow as pa
 
 from storage.spec.errors import InstantNotFound, NotSupported
 from storage.spec.models import (
+    ChangeKind,
     FileChange,
     FileSlice,
     Instant,
+    PartitionChange,
+    PartitionSnapshot,
     ReadingMode,
     Split,
     TableDefinition,
@@ -33,7 +36,7 @@ from storage.spec.models import (
 )
 
 if TYPE_CHECKING:
-    from storage.spec.expressions import Expression
+    pass
 
 MIB = 1024 * 1024
 InstantRef = Instant | int | str | None
@@ -62,7 +65,7 @@ class Timeline(abc.ABC):
     def latest_at(self, timestamp: dt.datetime) -> Instant:
         """The last instant committed at or before ``timestamp`` (naive means UTC)."""
         if timestamp.tzinfo is None:
-            timestamp = timestamp.replace(tzinfo=dt.timezone.utc)
+            timestamp = timestamp.replace(tzinfo=dt.UTC)
         found = None
         for instant in self.instants():
             if instant.timestamp <= timestamp:
@@ -72,8 +75,60 @@ class Timeline(abc.ABC):
         return found
 
 
+#: Maintenance aims at 128 MiB files; a file under an eighth of the target counts as small.
+DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+SMALL_FILE_FRACTION = 8
+
+
 class FileIndex(abc.ABC):
     """Lists file slices at an instant, or the changes between two instants, pruned by filters."""
+
+    def small_file_bytes(self) -> int:
+        """Files below this size count as small (formats may read it from table properties)."""
+        return DEFAULT_TARGET_FILE_SIZE // SMALL_FILE_FRACTION
+
+    def partitions_at(self, instant: InstantRef = None, filters: Any = None) -> list[PartitionSnapshot]:
+        """Per-partition file counts, bytes, records, delete files and small files at ``instant``.
+
+        Streams the listing: memory grows with the number of partitions, not of files.
+        """
+        small = self.small_file_bytes()
+        by_path: dict[str, PartitionSnapshot] = {}
+        for file_slice in self.list_files_at(instant, filters):
+            partition = by_path.get(file_slice.partition.path)
+            if partition is None:
+                partition = by_path[file_slice.partition.path] = PartitionSnapshot(file_slice.partition)
+            base = file_slice.base_file
+            partition.delete_file_count += len(file_slice.delete_files)
+            if base is None:
+                continue
+            partition.file_count += 1
+            partition.total_bytes += base.size_bytes
+            partition.record_count += base.record_count
+            partition.small_file_count += base.size_bytes < small
+        return sorted(by_path.values(), key=lambda p: p.partition.path)
+
+    def partition_changes_between(
+        self, start_exclusive: InstantRef, end_inclusive: InstantRef, filters: Any = None
+    ) -> list[PartitionChange]:
+        """Base files, bytes and records added and removed per partition between two instants."""
+        by_path: dict[str, PartitionChange] = {}
+        for change in self.list_files_between(start_exclusive, end_inclusive, filters):
+            base = change.file_slice.base_file
+            if base is None:
+                continue
+            partition = by_path.get(change.file_slice.partition.path)
+            if partition is None:
+                partition = by_path[change.file_slice.partition.path] = PartitionChange(change.file_slice.partition)
+            if change.kind is ChangeKind.ADDED:
+                partition.files_added += 1
+                partition.bytes_added += base.size_bytes
+                partition.records_added += base.record_count
+            else:
+                partition.files_removed += 1
+                partition.bytes_removed += base.size_bytes
+                partition.records_removed += base.record_count
+        return sorted(by_path.values(), key=lambda p: p.partition.path)
 
     @abc.abstractmethod
     def list_files_at(self, instant: InstantRef = None, filters: Any = None) -> Iterator[FileSlice]:

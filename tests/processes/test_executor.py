@@ -58,10 +58,14 @@ def test_a_failing_process_is_failed_with_its_reason_and_retried_later(test_plug
     assert "asked to fail" in process.failure
     assert not services.staging_dir(process).exists()
     retry = Process.objects.get(retry_of=process)
-    assert retry.status == ProcessStatus.PENDING and retry.not_before > timezone.now() + dt.timedelta(seconds=50)
+    assert retry.status == ProcessStatus.PENDING and retry.not_before > timezone.now() + dt.timedelta(
+        seconds=50
+    )
 
 
-def test_a_cancel_stops_a_running_process_at_its_next_check_and_cleans_staging(test_plugin, delta_table, settings):
+def test_a_cancel_stops_a_running_process_at_its_next_check_and_cleans_staging(
+    test_plugin, delta_table, settings
+):
     settings.LAKEWARDEN_HEARTBEAT_SECONDS = 1
     process = services.process_create(table=delta_table, action="touch", params={"seconds": 30})
     outcome = {}
@@ -97,10 +101,18 @@ def test_the_reaper_fails_a_process_whose_worker_stopped_heart_beating(test_plug
     settings.LAKEWARDEN_HEARTBEAT_SECONDS = 2
     process = services.process_create(table=delta_table, action="touch")
     stale = timezone.now() - dt.timedelta(seconds=4)
-    Process.objects.filter(pk=process.pk).update(status=ProcessStatus.RUNNING, started_at=stale, heartbeat_at=stale)
-    fresh = services.process_create(table=console_services.table_register(
-        location=str(write_delta_table(settings.LAKEWARDEN_WAREHOUSE / "fresh", commits=1))), action="touch")
-    Process.objects.filter(pk=fresh.pk).update(status=ProcessStatus.RUNNING, started_at=timezone.now(), heartbeat_at=timezone.now())
+    Process.objects.filter(pk=process.pk).update(
+        status=ProcessStatus.RUNNING, started_at=stale, heartbeat_at=stale
+    )
+    fresh = services.process_create(
+        table=console_services.table_register(
+            location=str(write_delta_table(settings.LAKEWARDEN_WAREHOUSE / "fresh", commits=1))
+        ),
+        action="touch",
+    )
+    Process.objects.filter(pk=fresh.pk).update(
+        status=ProcessStatus.RUNNING, started_at=timezone.now(), heartbeat_at=timezone.now()
+    )
 
     report = services.processes_reap()
 

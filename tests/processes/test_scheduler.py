@@ -17,7 +17,9 @@ pytestmark = pytest.mark.django_db
 
 def _tables(count: int, *, file_count: int = 10) -> list[Table]:
     return Table.objects.bulk_create(
-        Table(name=f"t{i}", format="delta", location=f"/lake/t{i}", file_count=file_count, current_instant="1")
+        Table(
+            name=f"t{i}", format="delta", location=f"/lake/t{i}", file_count=file_count, current_instant="1"
+        )
         for i in range(count)
     )
 
@@ -87,7 +89,9 @@ def test_a_disabled_factory_triggers_nothing(test_plugin):
     assert schedule_tick().triggered == []
 
 
-def test_a_tick_over_many_idle_tables_uses_a_bounded_number_of_queries(test_plugin, django_assert_max_num_queries):
+def test_a_tick_over_many_idle_tables_uses_a_bounded_number_of_queries(
+    test_plugin, django_assert_max_num_queries
+):
     _configure(parallelism=10, interval=3600, **{"min-files": 100})  # the factory declines every table
     _tables(300, file_count=10)
     first = schedule_tick()

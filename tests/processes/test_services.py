@@ -96,7 +96,9 @@ def test_cancelling_a_finished_process_is_a_conflict_that_says_why(test_plugin, 
     Process.objects.filter(pk=process.pk).update(status=status)
     process.refresh_from_db()
 
-    with pytest.raises(Conflict, match=f"process {process.pk} is {status}; only RUNNING or PENDING can be cancelled"):
+    with pytest.raises(
+        Conflict, match=f"process {process.pk} is {status}; only RUNNING or PENDING can be cancelled"
+    ):
         services.process_cancel(process=process)
     process.refresh_from_db()
     assert process.status == status
@@ -161,7 +163,9 @@ def test_retrying_a_failed_process_creates_a_linked_attempt(test_plugin, delta_t
         services.process_retry(process=process)
 
 
-def test_a_failure_retries_automatically_with_backoff_until_the_budget_is_spent(test_plugin, delta_table, settings):
+def test_a_failure_retries_automatically_with_backoff_until_the_budget_is_spent(
+    test_plugin, delta_table, settings
+):
     settings.LAKEWARDEN_RETRY_BACKOFF_SECONDS = 10
     process = services.process_create(table=delta_table, action="touch")
     process.max_retries = 2
@@ -179,4 +183,6 @@ def test_a_failure_retries_automatically_with_backoff_until_the_budget_is_spent(
     assert all(p.trigger == ProcessTrigger.AUTO_RETRY for p in chain[1:])
     backoffs = [(p.not_before - p.created_at).total_seconds() for p in chain[1:]]
     assert 9 <= backoffs[0] <= 11 and 19 <= backoffs[1] <= 21
-    assert Process.objects.filter(status=ProcessStatus.FAILED).count() == 3  # the third failure spent the budget
+    assert (
+        Process.objects.filter(status=ProcessStatus.FAILED).count() == 3
+    )  # the third failure spent the budget

@@ -14,7 +14,9 @@ class Command(BaseCommand):
     help = "Seed plugin configuration from conf/plugins/process-factories.yaml and check for conflicts."
 
     def add_arguments(self, parser):
-        parser.add_argument("--file", default=str(Path(settings.BASE_DIR) / "conf" / "plugins" / "process-factories.yaml"))
+        parser.add_argument(
+            "--file", default=str(Path(settings.BASE_DIR) / "conf" / "plugins" / "process-factories.yaml")
+        )
         parser.add_argument("--overwrite", action="store_true", help="update existing rows from the file")
 
     def handle(self, *args, file: str, overwrite: bool, **options):

@@ -33,20 +33,14 @@ from storage.spec.models import (
     FileChange,
     FileContent,
     FileSlice,
-    PartitionChange,
-    PartitionSnapshot,
 )
-from storage.spec.table import FileIndex, InstantRef
+from storage.spec.table import DEFAULT_TARGET_FILE_SIZE, SMALL_FILE_FRACTION, FileIndex, InstantRef
 
 if TYPE_CHECKING:
     from storage.formats.iceberg.table import IcebergSpecTable
 
-MIB = 1024 * 1024
-# Iceberg's own default write.target-file-size-bytes is 512 MiB; the maintenance processes of
-# this project aim at 128 MiB files, so "small" means under 128 MiB / 8 = 16 MiB unless the
-# table sets write.target-file-size-bytes.
-DEFAULT_TARGET_FILE_SIZE = 128 * MIB
-SMALL_FILE_FRACTION = 8
+# Iceberg's own default write.target-file-size-bytes is 512 MiB; the maintenance processes aim at
+# 128 MiB files, so the table property decides only when set (see FileIndex.small_file_bytes).
 
 
 class IcebergFileIndex(FileIndex):
@@ -73,49 +67,10 @@ class IcebergFileIndex(FileIndex):
         expr = self._table.bind(filters)
         return self._changes(snapshots, expr)
 
-    def partitions_at(self, instant: InstantRef = None, filters: Any = None) -> list[PartitionSnapshot]:
-        """Per-partition file counts, bytes, records, delete files and small files at ``instant``.
-
-        A file is small under ``write.target-file-size-bytes`` / 8 (128 MiB / 8 by default).
-        """
+    def small_file_bytes(self) -> int:
+        """Small means under ``write.target-file-size-bytes`` / 8 (128 MiB / 8 when unset)."""
         target = int(self._metadata.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
-        small = target // SMALL_FILE_FRACTION
-        by_path: dict[str, PartitionSnapshot] = {}
-        for file_slice in self.list_files_at(instant, filters):
-            partition = by_path.get(file_slice.partition.path)
-            if partition is None:
-                partition = by_path[file_slice.partition.path] = PartitionSnapshot(file_slice.partition)
-            base = file_slice.base_file
-            partition.file_count += 1
-            partition.total_bytes += base.size_bytes
-            partition.record_count += base.record_count
-            partition.delete_file_count += len(file_slice.delete_files)
-            partition.small_file_count += base.size_bytes < small
-        return sorted(by_path.values(), key=lambda p: p.partition.path)
-
-    def partition_changes_between(
-        self, start_exclusive: InstantRef, end_inclusive: InstantRef, filters: Any = None
-    ) -> list[PartitionChange]:
-        """Files and bytes added and removed per partition between two snapshots (data files)."""
-        by_path: dict[str, PartitionChange] = {}
-        for change in self.list_files_between(start_exclusive, end_inclusive, filters):
-            base = change.file_slice.base_file
-            if base is None:
-                continue
-            partition = by_path.get(change.file_slice.partition.path)
-            if partition is None:
-                partition = by_path[change.file_slice.partition.path] = PartitionChange(
-                    change.file_slice.partition
-                )
-            if change.kind is ChangeKind.ADDED:
-                partition.files_added += 1
-                partition.bytes_added += base.size_bytes
-                partition.records_added += base.record_count
-            else:
-                partition.files_removed += 1
-                partition.bytes_removed += base.size_bytes
-                partition.records_removed += base.record_count
-        return sorted(by_path.values(), key=lambda p: p.partition.path)
+        return target // SMALL_FILE_FRACTION
 
     # -- helpers shared with reads --------------------------------------------------------
 
