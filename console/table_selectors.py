@@ -247,7 +247,7 @@ def size_histogram(sizes, buckets: tuple[int, ...] = (1, 4, 16, 64, 128, 256, 51
     peak = max(counts) or 1
     return [
         {"label": label, "count": count, "percent": round(100 * count / peak)}
-        for label, count in zip(labels, counts)
+        for label, count in zip(labels, counts, strict=True)
     ]
 
 

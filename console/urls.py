@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from console import views
+from processes import views as process_views
 
 console_patterns = [
     path("", views.overview, name="overview"),
@@ -22,6 +23,11 @@ console_patterns = [
     path("tables/<int:pk>/splits/", views.table_splits, name="table-splits"),
     path("tables/<int:pk>/partitions/", views.table_partitions, name="table-partitions"),
     path("tables/<int:pk>/changes/", views.table_changes, name="table-changes"),
+    path("tables/<int:pk>/processes/", process_views.table_processes, name="table-processes"),
+    path("tables/<int:pk>/processes/run/", process_views.table_process_run, name="table-process-run"),
+    path("processes/", process_views.process_list, name="process-list"),
+    path("processes/<int:pk>/", process_views.process_detail, name="process-detail"),
+    path("processes/<int:pk>/<str:verb>/", process_views.process_act, name="process-act"),
 ]
 
 urlpatterns = [

@@ -9,7 +9,7 @@ from django.db import transaction
 
 from console.errors import InvalidInput
 from processes.models import PluginConfig, PluginKind
-from processes.registry import coordinators, configured_factories, factory_classes, validate_properties
+from processes.registry import configured_factories, coordinators, factory_classes, validate_properties
 
 
 def plugin_configs_seed(*, path: Path, overwrite: bool = False) -> dict[str, str]:

@@ -62,3 +62,24 @@ def query_with(params, **changes) -> str:
     return (
         query.urlencode() if hasattr(query, "urlencode") else "&".join(f"{k}={v}" for k, v in query.items())
     )
+
+
+@register.filter
+def duration(seconds) -> str:
+    if seconds is None:
+        return "—"
+    seconds = float(seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {rest} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+@register.filter
+def json_inline(value) -> str:
+    import json
+
+    return json.dumps(value, default=str, sort_keys=True)

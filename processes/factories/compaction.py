@@ -27,7 +27,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -287,9 +287,10 @@ def spark_schema(schema: pa.Schema, *, field_ids: bool, exclude: Iterable[str] =
 
 
 def local_path(path: str) -> str:
-    """The filesystem path of a local path or ``file:`` URI (object stores are not supported)."""
+    """The filesystem path of a local path or ``file:`` URI (object stores are not supported).
+    Like pyiceberg's file IO, the URI path is taken literally (not percent-decoded)."""
     if path.startswith("file:"):
-        return unquote(urlparse(path).path)
+        return urlparse(path).path
     if "://" in path:
         raise ValueError(f"{path} is not on a local filesystem; rewrites need local table storage")
     return path

@@ -13,8 +13,8 @@ from storage.spec.errors import (
     UnknownFormat,
     UnsupportedFeature,
 )
-from storage.spec.models import ReadingMode, TableFormat
 from storage.spec.expressions import bind_filter, parse_filter
+from storage.spec.models import ReadingMode, TableFormat
 from storage.spec.registry import detect_format, format_adapters, load_table
 from storage.spec.table import FileIndex, SpecTable, TableFormatAdapter, Timeline
 

@@ -21,13 +21,13 @@ from typing import Any
 import pyarrow as pa
 
 
-class TableFormat(str, enum.Enum):
+class TableFormat(enum.StrEnum):
     ICEBERG = "iceberg"
     DELTA = "delta"
     HUDI = "hudi"
 
 
-class ReadingMode(str, enum.Enum):
+class ReadingMode(enum.StrEnum):
     """How a read interprets the table.
 
     SNAPSHOT: the rows visible at an instant, deletes and logs applied (every format).
@@ -42,7 +42,7 @@ class ReadingMode(str, enum.Enum):
     CDC = "cdc"
 
 
-class FileContent(str, enum.Enum):
+class FileContent(enum.StrEnum):
     DATA = "data"
     POSITION_DELETES = "position_deletes"
     EQUALITY_DELETES = "equality_deletes"
@@ -182,7 +182,7 @@ class PartitionSnapshot:
     small_file_count: int = 0
 
 
-class ChangeKind(str, enum.Enum):
+class ChangeKind(enum.StrEnum):
     ADDED = "added"
     REMOVED = "removed"
 

@@ -590,12 +590,28 @@ def _iceberg_names_are_stable(table: SpecTable) -> bool:
                 now = current.find_field(field_id)
             except ValueError:
                 continue  # dropped column: Spark ignores it, as Iceberg does
-            if (
-                current.find_column_name(field_id) != name
-                or now.field_type != schema.find_field(field_id).field_type
-            ):
+            if current.find_column_name(field_id) != name:
+                return False
+            if not _spark_reads_as(schema.find_field(field_id).field_type, now.field_type):
                 return False
     return True
+
+
+def _spark_reads_as(old: Any, new: Any) -> bool:
+    """Whether Spark's parquet reader reads a file column of Iceberg type ``old`` as ``new``: the
+    same type, or one of Iceberg's promotions that Spark 4 widens while reading (int to long, float
+    to double, a decimal's precision)."""
+    from pyiceberg.types import DecimalType, DoubleType, FloatType, IntegerType, LongType
+
+    if old == new:
+        return True
+    if isinstance(old, IntegerType) and isinstance(new, LongType):
+        return True
+    if isinstance(old, FloatType) and isinstance(new, DoubleType):
+        return True
+    if isinstance(old, DecimalType) and isinstance(new, DecimalType):
+        return old.scale == new.scale and old.precision <= new.precision
+    return False
 
 
 def _has_type(type_: T.DataType, kinds: tuple[type, ...]) -> bool:

@@ -11,12 +11,14 @@ import datetime as dt
 import decimal
 import json
 import pickle
+import re
 from pathlib import Path
 
 import hudi
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from pyiceberg import expressions as ice
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.datasource import (
@@ -76,6 +78,11 @@ def _spec_rows(location, columns=None, filters=None, instant=None) -> list[dict]
 def _scan_partitions(frame) -> int:
     """The number of input partitions of the frame's scan (one per planned split)."""
     return frame.rdd.getNumPartitions()
+
+
+def _spark_filters_above_scan(frame) -> bool:
+    plan = frame._jdf.queryExecution().executedPlan().toString()
+    return re.search(r"\bFilter\b", plan) is not None  # a Filter node, not "RuntimeFilters: []"
 
 
 def _source(spark, location, **options):
@@ -441,3 +448,65 @@ def test_a_filter_matching_no_file_gives_an_empty_frame_with_the_table_schema(la
     assert frame.schema == T.StructType(
         [T.StructField("id", T.LongType(), True), T.StructField("name", T.StringType(), True)]
     )
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "ts >= timestamp'2024-01-15 00:00:00'",
+        "amount between 12.5 and 20",
+        "note is null",
+        "id in (21, 22, 23)",
+        "note like 'note-3%'",
+        "region <> 'eu'",
+        "not (id <=> 25)",
+    ],
+)
+def test_typed_spark_filters_are_taken_by_the_source_and_agree_with_spark(
+    lakewarden, delta_orders, condition
+):
+    pushed = _source(lakewarden, delta_orders, target_size=1).filter(condition)
+    unpushed = _source(lakewarden, delta_orders, target_size=1, pushdown="false").filter(condition)
+
+    assert _spark_rows(pushed) == _spark_rows(unpushed)
+    # the source took the whole condition: Spark plans no filter of its own above the scan
+    assert not _spark_filters_above_scan(pushed)
+    assert _spark_filters_above_scan(unpushed)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("name", "condition"),
+    [
+        ("mor_parquet_v6_simplekeygen_nonhivestyle", "byteField = 10"),
+        ("mor_avro_v6_trips_8i1u", "city = 'chennai'"),
+    ],
+)
+def test_hudi_partition_filters_prune_file_groups_and_merge_logs(lakewarden, hudi_fixture, name, condition):
+    path = hudi_fixture(name)
+
+    pushed = _source(lakewarden, path, target_size=1).filter(condition)
+    everything = _source(lakewarden, path, target_size=1)
+
+    assert _scan_partitions(pushed) < _scan_partitions(everything)
+    assert _spark_rows(pushed) == _spec_rows(path, filters=condition)
+    assert _spark_rows(pushed) == _spark_rows(everything.filter(condition))
+    assert _spark_rows(pushed)
+
+
+@pytest.mark.spark
+def test_iceberg_filters_are_applied_after_deletes(lakewarden, iceberg_fixture):
+    path = iceberg_fixture("spark_v2_position_deletes")
+    condition = "l_partkey_int < 500 and l_shipdate_date >= date'1996-01-01'"
+
+    pushed = _source(lakewarden, path).filter(condition)
+
+    assert not _spark_filters_above_scan(pushed)
+    assert _spark_rows(pushed) == _spec_rows(path, filters=condition)
+    table = load_table(str(path))
+    row_filter = ice.And(
+        ice.LessThan("l_partkey_int", 500), ice.GreaterThanOrEqual("l_shipdate_date", "1996-01-01")
+    )
+    reference = table.pyiceberg_table.scan(row_filter=row_filter).to_arrow()
+    assert pushed.count() == reference.num_rows

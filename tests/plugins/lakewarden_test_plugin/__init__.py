@@ -45,7 +45,10 @@ class TouchFactory(ProcessFactory):
     default_properties = {"min-files": 0, "interval": 3600, "parallelism": 2, "on-new-snapshot": False}
     params_schema = {
         "type": "object",
-        "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": 600}, "fail": {"type": "boolean"}},
+        "properties": {
+            "seconds": {"type": "number", "minimum": 0, "maximum": 600},
+            "fail": {"type": "boolean"},
+        },
         "additionalProperties": False,
     }
 

@@ -1,0 +1,152 @@
+"""REST API for processes and plugins (``/api/v1/processes/``, ``/api/v1/plugins/``)."""
+
+from __future__ import annotations
+
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from console.api.serializers import mask_secrets
+from console.models import Table
+from console.roles import OPERATOR
+from processes import selectors, services
+from processes.models import Process
+from processes.registry import configured_factories
+
+
+class ProcessSerializer(serializers.ModelSerializer):
+    table_name = serializers.CharField(source="table.name", read_only=True)
+    progress_percent = serializers.IntegerField(read_only=True)
+    duration_seconds = serializers.FloatField(read_only=True, allow_null=True)
+    requested_by = serializers.CharField(source="requested_by.username", default=None, read_only=True)
+
+    class Meta:
+        model = Process
+        fields = [
+            "id",
+            "table",
+            "table_name",
+            "action",
+            "factory",
+            "status",
+            "trigger",
+            "params",
+            "summary",
+            "failure",
+            "attempt",
+            "max_retries",
+            "retry_of",
+            "requested_by",
+            "progress_done",
+            "progress_total",
+            "progress_percent",
+            "progress_message",
+            "cancel_requested",
+            "worker",
+            "not_before",
+            "created_at",
+            "started_at",
+            "heartbeat_at",
+            "finished_at",
+            "duration_seconds",
+        ]
+
+
+class ProcessCreateSerializer(serializers.Serializer):
+    table = serializers.PrimaryKeyRelatedField(queryset=Table.objects.all())
+    action = serializers.CharField(max_length=64)
+    params = serializers.DictField(required=False, default=dict)
+
+
+class KillSerializer(serializers.Serializer):
+    grace_seconds = serializers.IntegerField(required=False, min_value=0, max_value=3600)
+
+
+class ProcessViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = ProcessSerializer
+    queryset = Process.objects.none()
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = selectors.ProcessFilter
+    write_role = OPERATOR
+    action_roles = {"cancel": OPERATOR, "kill": OPERATOR, "retry": OPERATOR, "create": OPERATOR}
+
+    def get_queryset(self):
+        return selectors.process_list()
+
+    @extend_schema(request=ProcessCreateSerializer, responses={201: ProcessSerializer})
+    def create(self, request):
+        data = ProcessCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        process = services.process_create(user=request.user, **data.validated_data)
+        return Response(ProcessSerializer(process).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: ProcessSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        return Response(ProcessSerializer(services.process_cancel(process=self.get_object())).data)
+
+    @extend_schema(request=KillSerializer, responses={200: ProcessSerializer})
+    @action(detail=True, methods=["post"])
+    def kill(self, request, pk=None):
+        data = KillSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        process = services.process_kill(
+            process=self.get_object(), grace_seconds=data.validated_data.get("grace_seconds")
+        )
+        return Response(ProcessSerializer(process).data)
+
+    @extend_schema(request=None, responses={201: ProcessSerializer})
+    @action(detail=True, methods=["post"])
+    def retry(self, request, pk=None):
+        retry = services.process_retry(process=self.get_object(), user=request.user)
+        return Response(ProcessSerializer(retry).data, status=status.HTTP_201_CREATED)
+
+
+class TriggerStrategySerializer(serializers.Serializer):
+    format = serializers.CharField()
+    action = serializers.CharField()
+    interval_seconds = serializers.FloatField()
+    on_new_snapshot = serializers.BooleanField()
+    parallelism = serializers.IntegerField()
+
+
+class PluginSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField()
+    enabled = serializers.BooleanField()
+    priority = serializers.IntegerField()
+    properties = serializers.DictField()
+    strategies = TriggerStrategySerializer(many=True)
+
+
+class PluginViewSet(viewsets.ViewSet):
+    @extend_schema(responses={200: PluginSerializer(many=True)})
+    def list(self, request):
+        plugins = []
+        for configured in configured_factories(include_disabled=True):
+            factory = configured.factory
+            strategies = []
+            for fmt, action_name in sorted(factory.pairs()):
+                strategy = factory.trigger_strategy(fmt, action_name)
+                strategies.append(
+                    {
+                        "format": fmt,
+                        "action": action_name,
+                        "interval_seconds": strategy.interval.total_seconds(),
+                        "on_new_snapshot": strategy.on_new_snapshot,
+                        "parallelism": strategy.parallelism,
+                    }
+                )
+            plugins.append(
+                {
+                    "name": configured.name,
+                    "description": factory.description,
+                    "enabled": configured.enabled,
+                    "priority": configured.priority,
+                    "properties": mask_secrets(factory.properties),
+                    "strategies": strategies,
+                }
+            )
+        return Response(PluginSerializer(plugins, many=True).data)

@@ -1,0 +1,49 @@
+"""Process reads shared by the console and the API (one filterset for both lists)."""
+
+from __future__ import annotations
+
+import django_filters
+from django.db.models import QuerySet
+
+from processes.models import ACTIVE_STATUSES, Process, ProcessStatus
+from processes.plugin import known_actions
+from processes.registry import configured_factories
+
+
+class ProcessFilter(django_filters.FilterSet):
+    table = django_filters.NumberFilter(field_name="table_id")
+    action = django_filters.CharFilter()
+    status = django_filters.MultipleChoiceFilter(choices=ProcessStatus.choices)
+    active = django_filters.BooleanFilter(method="filter_active")
+
+    class Meta:
+        model = Process
+        fields = ["table", "action", "status", "active"]
+
+    def filter_active(self, queryset, name, value):
+        return (
+            queryset.filter(status__in=ACTIVE_STATUSES)
+            if value
+            else queryset.exclude(status__in=ACTIVE_STATUSES)
+        )
+
+
+def process_list() -> QuerySet[Process]:
+    return Process.objects.select_related("table", "requested_by").order_by("-created_at", "-id")
+
+
+def actions_for_format(table_format: str) -> list[dict]:
+    """The actions an operator can run now on a table of this format, with their params schema."""
+    offered = []
+    for configured in configured_factories():
+        actions = configured.factory.supported_actions().get(table_format, set())
+        for action in sorted(actions):
+            offered.append(
+                {
+                    "action": action,
+                    "factory": configured.name,
+                    "description": known_actions().get(action, ""),
+                    "params_schema": type(configured.factory).params_schema,
+                }
+            )
+    return offered

@@ -1,0 +1,117 @@
+"""Process pages: global list, per-table tab with "run now", detail; cancel/kill/retry buttons."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from console.decorators import role_required
+from console.errors import ServiceError
+from console.htmx import is_fragment, render_page
+from console.models import Table
+from console.roles import OPERATOR
+from processes import selectors, services
+from processes.models import ACTIVE_STATUSES, Process, ProcessStatus
+
+
+@require_GET
+def process_list(request):
+    filtered = selectors.ProcessFilter(request.GET, queryset=selectors.process_list())
+    page = Paginator(filtered.qs, 50).get_page(request.GET.get("page"))
+    context = {
+        "page": page,
+        "filter": filtered,
+        "statuses": ProcessStatus.values,
+        "any_active": any(p.status in ACTIVE_STATUSES for p in page),
+        "params": request.GET,
+    }
+    return render_page(request, "processes/list.html", "processes/partials/rows.html", context)
+
+
+@require_GET
+def process_detail(request, pk: int):
+    process = get_object_or_404(Process.objects.select_related("table", "retry_of", "requested_by"), pk=pk)
+    return render_page(
+        request, "processes/detail.html", "processes/partials/status.html", {"process": process}
+    )
+
+
+@require_GET
+def table_processes(request, pk: int):
+    table = get_object_or_404(Table, pk=pk)
+    processes = selectors.process_list().filter(table=table)
+    page = Paginator(processes, 25).get_page(request.GET.get("page"))
+    context = {
+        "table": table,
+        "tab": "processes",
+        "page": page,
+        "any_active": any(p.status in ACTIVE_STATUSES for p in page),
+        "offered": selectors.actions_for_format(table.format),
+        "params": request.GET,
+    }
+    return render_page(request, "processes/table_processes.html", "processes/partials/rows.html", context)
+
+
+@role_required(OPERATOR)
+@require_POST
+def table_process_run(request, pk: int):
+    table = get_object_or_404(Table, pk=pk)
+    try:
+        params = json.loads(request.POST.get("params") or "{}")
+        process = services.process_create(
+            table=table, action=request.POST.get("action", ""), params=params, user=request.user
+        )
+    except json.JSONDecodeError as error:
+        return _run_error(request, table, f"parameters are not valid JSON: {error}")
+    except ServiceError as error:
+        return _run_error(request, table, error.message, status=error.status_code)
+    messages.success(request, f"Process #{process.pk} ({process.action}) queued.")
+    return _go(request, process.get_absolute_url())
+
+
+@role_required(OPERATOR)
+@require_POST
+def process_act(request, pk: int, verb: str):
+    process = get_object_or_404(Process.objects.select_related("table"), pk=pk)
+    try:
+        if verb == "cancel":
+            result = services.process_cancel(process=process)
+        elif verb == "kill":
+            result = services.process_kill(process=process)
+        elif verb == "retry":
+            result = services.process_retry(process=process, user=request.user)
+        else:
+            return HttpResponse(status=404)
+    except ServiceError as error:
+        if is_fragment(request):
+            return render(
+                request,
+                "processes/partials/status.html",
+                {"process": process, "action_error": error.message},
+                status=error.status_code,
+            )
+        messages.error(request, error.message)
+        return redirect(process)
+    if is_fragment(request) and verb != "retry":
+        return render(request, "processes/partials/status.html", {"process": result})
+    return _go(request, result.get_absolute_url())
+
+
+def _run_error(request, table, message: str, status: int = 400):
+    if is_fragment(request):
+        return render(request, "processes/partials/run_error.html", {"message": message}, status=status)
+    messages.error(request, message)
+    return redirect("console:table-processes", pk=table.pk)
+
+
+def _go(request, url: str):
+    if is_fragment(request):
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = url
+        return response
+    return redirect(url)
