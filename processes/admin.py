@@ -3,6 +3,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
+from console.admin_site import RoleModelAdmin
 from console.errors import InvalidInput
 from processes.models import PluginConfig, Process, TableState
 from processes.registry import conflicts_if_enabled, factory_classes, validate_properties
@@ -31,7 +32,7 @@ class PluginConfigForm(forms.ModelForm):
 
 
 @admin.register(PluginConfig)
-class PluginConfigAdmin(admin.ModelAdmin):
+class PluginConfigAdmin(RoleModelAdmin):
     form = PluginConfigForm
     list_display = ["name", "enabled", "priority", "supported", "updated_at"]
     list_editable = ["priority"]
@@ -53,7 +54,7 @@ class PluginConfigAdmin(admin.ModelAdmin):
 
 
 @admin.register(Process)
-class ProcessAdmin(admin.ModelAdmin):
+class ProcessAdmin(RoleModelAdmin):
     list_display = ["id", "table", "action", "status", "attempt", "trigger", "created_at", "finished_at"]
     list_filter = ["status", "action", "trigger"]
     search_fields = ["table__name"]
@@ -61,6 +62,6 @@ class ProcessAdmin(admin.ModelAdmin):
 
 
 @admin.register(TableState)
-class TableStateAdmin(admin.ModelAdmin):
+class TableStateAdmin(RoleModelAdmin):
     list_display = ["table", "key", "value", "updated_at"]
     search_fields = ["key", "table__name"]

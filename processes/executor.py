@@ -102,6 +102,8 @@ class WorkerContext(ProcessContext):
                 while time.monotonic() < deadline:
                     self.check_cancelled()
                     time.sleep(0.1)
+            elif kind == "hang":  # ignores cancel, like a step stuck in I/O: only a kill ends it
+                time.sleep(float(argument or 3600))
             elif kind == "raise":
                 raise RuntimeError(f"failpoint {name}: {argument or 'injected failure'}")
         self.check_cancelled()

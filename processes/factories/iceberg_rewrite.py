@@ -89,6 +89,7 @@ class IcebergRewriteProcess(TableProcess):
                     raise RewriteConflict(f"the table changed during the rewrite twice: {conflict}") from None
                 logger.info("rewrite of %s re-plans: %s", table.name(), conflict)
                 continue
+            shutil.rmtree(staging, ignore_errors=True)
             context.report_progress(len(plan.groups) + 1, len(plan.groups) + 1, "committed")
             return compaction.rewrite_summary(plan, written, snapshot_id=snapshot_id, attempts=attempt)
         raise AssertionError("unreachable")

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 _lock = threading.Lock()
@@ -20,6 +21,8 @@ BASE_CONFIG = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "8",
     "spark.sql.adaptive.enabled": "true",
+    # The lakewarden data source takes pushed filters; Spark refuses that unless enabled.
+    "spark.sql.python.filterPushdown.enabled": "true",
     "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
 }
@@ -43,6 +46,9 @@ def spark_session(app_name: str = "lakewarden", extra_config: dict[str, str] | N
         if _session is not None and not _is_stopped(_session):
             return _session
         from pyspark.sql import SparkSession
+
+        # Python workers must run this interpreter (with pyarrow), not whatever python3 is first.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
         remote, master = _target()
         builder = SparkSession.builder.appName(app_name)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import threading
 import uuid
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyspark.sql.datasource as ds
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -173,7 +175,6 @@ def spark_filter_to_expression(spark_filter: Any, schema: pa.Schema) -> Expressi
     )
     from storage.spec.expressions import binding as _binding
 
-    ds = _datasource_module()
     columns = _binding.Columns(schema)
 
     def column_of(attribute: tuple[str, ...]) -> _binding.Column | None:
@@ -237,12 +238,6 @@ def spark_filter_to_expression(spark_filter: Any, schema: pa.Schema) -> Expressi
         return bind_expression(expr, schema)
     except (SpecError, TypeError, ValueError):
         return None  # a literal our binder refuses: Spark evaluates it instead
-
-
-def _datasource_module() -> Any:
-    import pyspark.sql.datasource as ds
-
-    return ds
 
 
 # -- options ---------------------------------------------------------------------------------------
@@ -498,21 +493,32 @@ def _top_level_columns(expr: Expression | None, schema: pa.Schema) -> list[str]:
 
 
 def register(spark: SparkSession) -> None:
-    """Register ``spark.read.format("lakewarden")`` on ``spark`` and enable Python filter push-down.
+    """Register ``spark.read.format("lakewarden")`` on ``spark`` and enable Python filter push-down
+    (``spark.sql.python.filterPushdown.enabled``, off by default in Spark; without it a reader that
+    takes filters is refused, so a session that cannot enable it should pass ``pushdown=false``).
 
     A local Spark started from a virtualenv launches its Python workers with plain ``python3``
     unless ``PYSPARK_PYTHON`` says otherwise; the data source must run in this interpreter (it
     needs pyarrow and the format libraries), so a local session is pointed at it.
     """
     spark.conf.set(PUSHDOWN_CONF, "true")
-    context = getattr(spark, "sparkContext", None)
     try:
-        local = context is not None and str(context.master).startswith("local")
-    except Exception:  # Spark Connect has no SparkContext
-        local = False
-    if local and context.pythonExec == "python3":
+        context = spark.sparkContext
+        local = str(context.master).startswith("local")
+    except Exception:  # Spark Connect: no SparkContext, the server's Python is configured there
+        context, local = None, False
+    if local and context.pythonExec == "python3" and "PYSPARK_PYTHON" not in os.environ:
         context.pythonExec = sys.executable
+    if _registered(spark):
+        return
     spark.dataSource.register(LakewardenDataSource)
+
+
+def _registered(spark: SparkSession) -> bool:
+    try:
+        return bool(spark._jsparkSession.dataSource().dataSourceExists(SOURCE_NAME))
+    except Exception:  # Spark Connect, or a Spark without the method: registering again is harmless
+        return False
 
 
 # -- fast path -------------------------------------------------------------------------------------

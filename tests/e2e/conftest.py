@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -41,32 +42,29 @@ class CeleryProcesses:
             "LAKEWARDEN_DEFAULT_QUEUE": self.queue,
             "LAKEWARDEN_WAREHOUSE": str(settings.LAKEWARDEN_WAREHOUSE),
             "LAKEWARDEN_ALLOWED_ROOTS": os.pathsep.join(str(r) for r in settings.LAKEWARDEN_ALLOWED_ROOTS),
-            "PYTHONPATH": str(REPO_ROOT),
+            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests" / "plugins")]),
+            "LAKEWARDEN_HEARTBEAT_SECONDS": "1",
+            "LAKEWARDEN_SCHEDULER_SECONDS": "1",
+            "LAKEWARDEN_RETRY_BACKOFF_SECONDS": "1",
+            "LAKEWARDEN_KILL_GRACE_SECONDS": "2",
         }
+        self.heavy_queue = f"{self.queue}.heavy"
         self._previous_queue = app.conf.task_default_queue
         app.conf.task_default_queue = self.queue
+        settings.LAKEWARDEN_HEAVY_QUEUE = self.heavy_queue
+        settings.LAKEWARDEN_HEARTBEAT_SECONDS = 1
+        settings.LAKEWARDEN_KILL_GRACE_SECONDS = 2
+        settings.LAKEWARDEN_RETRY_BACKOFF_SECONDS = 1
 
     def start_worker(
-        self, *, name: str = "w1", concurrency: int = 1, extra_env: dict | None = None
+        self, *, name: str = "w1", concurrency: int = 2, queues: str = "both", extra_env: dict | None = None
     ) -> subprocess.Popen:
         log = self.tmp_path / f"worker-{name}.log"
+        queue_names = {"both": f"{self.queue},{self.heavy_queue}", "light": self.queue, "heavy": self.heavy_queue}
         command = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "console",
-            "worker",
-            "--loglevel",
-            "INFO",
-            "--concurrency",
-            str(concurrency),
-            "--queues",
-            self.queue,
-            "--hostname",
-            f"{name}-{self.queue}@%h",
-            "--without-gossip",
-            "--without-mingle",
+            sys.executable, "-m", "celery", "-A", "console", "worker", "--loglevel", "INFO",
+            "--concurrency", str(concurrency), "--queues", queue_names[queues],
+            "--hostname", f"{name}-{self.queue}@%h", "--without-gossip", "--without-mingle",
         ]
         return self._spawn(f"worker {name}", command, log, extra_env)
 
@@ -87,16 +85,22 @@ class CeleryProcesses:
         return self._spawn("beat", command, log, extra_env)
 
     def _spawn(self, label, command, log: Path, extra_env) -> subprocess.Popen:
-        handle = log.open("w")
+        handle = log.open("a")
         child = subprocess.Popen(
             command,
             cwd=REPO_ROOT,
             env={**self.env, **(extra_env or {})},
             stdout=handle,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # kill_hard() takes the whole worker (pool, Spark JVM) down
         )
         self.children.append((label, child, log))
         return child
+
+    def kill_hard(self, child: subprocess.Popen) -> None:
+        """kill -9 of a worker and everything it started, as when its machine dies."""
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
 
     def wait_for_workers(self, count: int = 1, timeout: float = 60) -> list[str]:
         deadline = time.monotonic() + timeout
@@ -122,9 +126,20 @@ class CeleryProcesses:
             try:
                 child.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                child.kill()
+                os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
         self.app.conf.task_default_queue = self._previous_queue
+
+
+def wait_for(condition, *, timeout: float = 60, interval: float = 0.2, message: str = "condition"):
+    """Poll until ``condition()`` returns something truthy; returns it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(interval)
+    raise AssertionError(f"{message} not met within {timeout} s")
 
 
 @pytest.fixture

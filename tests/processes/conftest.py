@@ -189,3 +189,59 @@ def external_iceberg(iceberg_catalog, external_tables, warehouse):
         return services.table_register(catalog=row, identifier=f"{namespace}.{name}"), table
 
     return register
+
+
+# --- Delta ---------------------------------------------------------------------------------------
+
+DELTA_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64()),
+        pa.field("region", pa.string()),
+        pa.field("name", pa.string()),
+        pa.field("ts", pa.timestamp("us", tz="UTC")),
+        pa.field("amount", pa.decimal128(10, 2)),
+    ]
+)
+
+
+def delta_rows(start: int, count: int, region: str | None = None) -> pa.Table:
+    return rows(start, count, region).cast(DELTA_SCHEMA)
+
+
+@pytest.fixture
+def make_delta(warehouse, db):
+    """``make_delta(files=..., rows_per_file=..., partitioned=...)`` -> (console Table, path): a
+    Delta table written by deltalake, one commit of one file per ``files``."""
+    from deltalake import write_deltalake
+
+    from console import services
+
+    def make(*, files: int = 120, rows_per_file: int = 5, partitioned: bool = False, configuration=None):
+        path = warehouse / f"delta_{uuid.uuid4().hex[:8]}"
+        for i in range(files):
+            write_deltalake(
+                str(path),
+                delta_rows(i * rows_per_file, rows_per_file, _region(i, partitioned)),
+                mode="append",
+                partition_by=["region"] if partitioned else None,
+                configuration=configuration if i == 0 else None,
+            )
+        return services.table_register(location=str(path)), path
+
+    return make
+
+
+def delta_read(path) -> pa.Table:
+    from deltalake import DeltaTable
+
+    from storage.spec import load_table
+
+    DeltaTable(str(path))  # the reference library must open it too
+    spec = load_table(str(path), format="delta")
+    return pa.Table.from_batches(list(spec.read()), schema=None) if spec.summary().file_count else pa.table({})
+
+
+def delta_files(path) -> set[str]:
+    from deltalake import DeltaTable
+
+    return set(DeltaTable(str(path)).file_uris())

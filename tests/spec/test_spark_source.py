@@ -372,6 +372,12 @@ def test_a_bad_filter_text_fails_at_load_with_the_parser_message(lakewarden, del
         read_table(lakewarden, str(delta_orders), filters="regoin = 'eu'")
 
 
+@pytest.mark.spark
+def test_an_unknown_instant_fails_at_load_naming_the_instant(lakewarden, delta_orders):
+    with pytest.raises(Exception, match=r"InstantNotFound: no version 99"):
+        _source(lakewarden, delta_orders, instant=99)
+
+
 # --- fast path ----------------------------------------------------------------------------------
 
 

@@ -1,0 +1,39 @@
+"""Shared bits for benchmarks: the machine description and writing a section of RESULTS.md."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import re
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = ""
+    try:
+        kib = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+        memory = f", {kib / 1024 / 1024:.0f} GiB RAM"
+    except (OSError, AttributeError):
+        pass
+    return f"{os.cpu_count()} cores ({cpu}){memory}, Python {platform.python_version()}, {platform.system()}"
+
+
+def write_section(title: str, body: str) -> None:
+    """Replace (or append) the ``## title`` section of bench/RESULTS.md."""
+    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\nWritten by `make bench`.\n"
+    stamp = f"_Run {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} on {machine()}._\n\n"
+    section = f"## {title}\n\n{stamp}{body.strip()}\n"
+    pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
+    text = pattern.sub(section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
+    RESULTS.write_text(text)

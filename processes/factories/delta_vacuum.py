@@ -1,0 +1,160 @@
+"""Delta ``vacuum``: delete files the log no longer references, then checkpoint and clean the log.
+
+The retention (``retention-hours``, default 168 h = 7 days) is never below the table's own
+``delta.deletedFileRetentionDuration``: a factory or table property below it is raised to it, and
+an explicit ``retention-hours`` parameter below it is refused with a message saying why (readers
+of older versions within the table's promised retention would lose their files). deltalake's
+vacuum deletes tombstoned files older than the retention. Afterwards a checkpoint is written and
+log files older than ``delta.logRetentionDuration`` that the checkpoint makes redundant are removed
+(``cleanup_metadata``). ``dry-run`` lists the files and changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from typing import Any
+
+from processes.factories.retention import summary_list
+from processes.plugin import (
+    VACUUM,
+    ProcessContext,
+    ProcessFactory,
+    ProcessRecord,
+    TableProcess,
+    TriggerStrategy,
+)
+
+DEFAULT_RETENTION_HOURS = 168
+_INTERVAL = re.compile(r"^\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]+)\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {
+    "nanosecond": 1e-9,
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1,
+    "minute": 60,
+    "hour": 3600,
+    "day": 86400,
+    "week": 7 * 86400,
+}
+
+
+class RetentionTooShort(ValueError):
+    pass
+
+
+def table_retention_hours(configuration: dict[str, Any]) -> float | None:
+    """The table's ``delta.deletedFileRetentionDuration`` in hours (``interval 7 days``), or None."""
+    value = configuration.get("delta.deletedFileRetentionDuration")
+    if not value:
+        return None
+    match = _INTERVAL.match(str(value))
+    unit = match.group(2).lower().rstrip("s") if match else ""
+    if not match or unit not in _UNIT_SECONDS:
+        raise ValueError(f"cannot read delta.deletedFileRetentionDuration={value!r}")
+    return float(match.group(1)) * _UNIT_SECONDS[unit] / 3600
+
+
+class DeltaVacuumProcess(TableProcess):
+    def __init__(self, params: dict[str, Any], config: dict[str, Any]) -> None:
+        super().__init__(VACUUM, params)
+        merged = {**DeltaVacuumFactory.default_properties, **config}
+        self.configured_hours = float(merged["retention-hours"])
+        self.requested_hours = float(params["retention-hours"]) if "retention-hours" in params else None
+        self.dry_run = bool(params.get("dry-run", False))
+
+    def retention_hours(self, configuration: dict[str, Any]) -> int:
+        own = table_retention_hours(configuration)
+        # A table that sets none has Delta's default of 7 days, which deltalake enforces too.
+        floor = DEFAULT_RETENTION_HOURS if own is None else own
+        where = "delta.deletedFileRetentionDuration" if own is not None else "Delta default, the table sets none"
+        if self.requested_hours is not None:
+            if self.requested_hours < floor:
+                raise RetentionTooShort(
+                    f"retention-hours={self.requested_hours:g} is shorter than the table's own retention "
+                    f"of {floor:g} hours ({where}); vacuum keeps removed files at least that long so "
+                    "readers of recent versions keep working"
+                )
+            hours = self.requested_hours
+        else:
+            hours = max(self.configured_hours, floor)
+        return math.ceil(hours)
+
+    def run(self, context: ProcessContext) -> dict[str, Any]:
+        from deltalake import DeltaTable
+
+        table = DeltaTable(context.runtime.location)
+        hours = self.retention_hours(table.metadata().configuration)
+        context.report_progress(0, 2, f"vacuum with a retention of {hours} h")
+        files = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=True)
+        context.check_cancelled()
+        summary: dict[str, Any] = {
+            "dry_run": self.dry_run,
+            "retention_hours": hours,
+            "vacuumed_files": len(files),
+            "files": summary_list(list(files)),
+            "version": table.version(),
+        }
+        if self.dry_run:
+            return summary
+        deleted = table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=True)
+        summary["vacuumed_files"] = len(deleted)
+        summary["files"] = summary_list(list(deleted))
+        context.check_cancelled()
+        context.report_progress(1, 2, "checkpoint and log cleanup")
+        table.update_incremental()
+        log = table.table_uri.rstrip("/") + "/_delta_log"
+        before = _log_files(log)
+        table.create_checkpoint()
+        table.cleanup_metadata()
+        summary["checkpoint_version"] = table.version()
+        summary["log_files_removed"] = len(before - _log_files(log))
+        context.report_progress(2, 2, "done")
+        return summary
+
+
+def _log_files(log: str) -> set[str]:
+    import os
+
+    from processes.factories.compaction import local_path
+
+    try:
+        return set(os.listdir(local_path(log)))
+    except (OSError, ValueError):
+        return set()
+
+
+class DeltaVacuumFactory(ProcessFactory):
+    name = "delta-vacuum"
+    description = "Vacuums Delta tables (never below their own retention) and cleans up their log"
+    properties_schema = {
+        "type": "object",
+        "properties": {
+            "interval": {"type": "integer", "minimum": 60},
+            "parallelism": {"type": "integer", "minimum": 1},
+            "retention-hours": {"type": "number", "minimum": 0},
+        },
+    }
+    default_properties = {"interval": 86400, "parallelism": 1, "retention-hours": DEFAULT_RETENTION_HOURS}
+    params_schema = {
+        "type": "object",
+        "properties": {"dry-run": {"type": "boolean"}, "retention-hours": {"type": "number", "minimum": 0}},
+        "additionalProperties": False,
+    }
+
+    def supported_actions(self) -> dict[str, set[str]]:
+        return {"delta": {VACUUM}}
+
+    def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
+        return TriggerStrategy(
+            interval=dt.timedelta(seconds=int(self.properties["interval"])),
+            on_new_snapshot=False,
+            parallelism=int(self.properties["parallelism"]),
+        )
+
+    def trigger(self, runtime: Any, action: str) -> TableProcess | None:
+        return DeltaVacuumProcess({}, runtime.config)
+
+    def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
+        return DeltaVacuumProcess(dict(record.params), runtime.config)

@@ -1,0 +1,215 @@
+"""Iceberg ``expire-snapshots``: drop old snapshots, then the files only they reached.
+
+Kept: every snapshot younger than ``max-age``, the ``min-snapshots`` newest snapshots of every
+branch's history, and every branch head and tag (pyiceberg refuses to expire those anyway). The
+rest are removed from the metadata with pyiceberg's ``expire_snapshots``. Only after that commit
+are files deleted, and only those reached from an expired snapshot (its manifest list, its
+manifests, the data and delete files in them) that no remaining snapshot reaches: the remaining set
+is computed from the refreshed metadata, so a snapshot committed concurrently protects its files
+too. ``dry-run`` computes the same lists and changes nothing.
+
+``max-age`` is seconds or an ISO 8601 duration (``P5D``), default 5 days.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from processes.factories.retention import AGE_SCHEMA, parse_duration, summary_list
+from processes.plugin import (
+    EXPIRE_SNAPSHOTS,
+    ProcessContext,
+    ProcessFactory,
+    ProcessRecord,
+    TableProcess,
+    TriggerStrategy,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_AGE_SECONDS = 5 * 24 * 3600
+
+
+class _ManifestCache:
+    """Manifest entries read once per run, whichever snapshots share the manifest."""
+
+    def __init__(self, io: Any) -> None:
+        self.io = io
+        self._entries: dict[str, list[tuple[int, str, int]]] = {}
+
+    def manifests(self, snapshot: Any) -> list[Any]:
+        return list(snapshot.manifests(self.io))
+
+    def entries(self, manifest: Any) -> list[tuple[int, str, int]]:
+        """(status, file path, content) of every entry, deleted ones included."""
+        path = manifest.manifest_path
+        if path not in self._entries:
+            self._entries[path] = [
+                (int(e.status), e.data_file.file_path, int(e.data_file.content))
+                for e in manifest.fetch_manifest_entry(self.io, discard_deleted=False)
+            ]
+        return self._entries[path]
+
+
+def snapshots_to_expire(metadata: Any, *, max_age: dt.timedelta, min_snapshots: int, now: dt.datetime) -> list[int]:
+    """Ids of the snapshots the rules above let go, oldest first."""
+    cutoff_ms = (now - max_age).timestamp() * 1000
+    kept: set[int] = set()
+    for ref in metadata.refs.values():
+        kept.add(ref.snapshot_id)
+        if str(getattr(ref.snapshot_ref_type, "value", ref.snapshot_ref_type)) != "branch":
+            continue
+        current = metadata.snapshot_by_id(ref.snapshot_id)
+        depth = 0
+        while current is not None and depth < min_snapshots:
+            kept.add(current.snapshot_id)
+            depth += 1
+            parent = current.parent_snapshot_id
+            current = metadata.snapshot_by_id(parent) if parent is not None else None
+    candidates = [s for s in metadata.snapshots if s.snapshot_id not in kept and s.timestamp_ms < cutoff_ms]
+    return [s.snapshot_id for s in sorted(candidates, key=lambda s: s.timestamp_ms)]
+
+
+def reachable_files(snapshots: list[Any], cache: _ManifestCache, *, live_only: bool) -> dict[str, set[str]]:
+    """Paths reached from ``snapshots``: manifest lists, manifests, content files (live entries
+    only when ``live_only``: a deleted entry is a file the snapshot no longer needs)."""
+    found: dict[str, set[str]] = {"manifest_lists": set(), "manifests": set(), "data_files": set(), "delete_files": set()}
+    for snapshot in snapshots:
+        if snapshot.manifest_list:
+            found["manifest_lists"].add(snapshot.manifest_list)
+        for manifest in cache.manifests(snapshot):
+            found["manifests"].add(manifest.manifest_path)
+            for status, path, content in cache.entries(manifest):
+                if live_only and status == 2:  # DELETED
+                    continue
+                found["data_files" if content == 0 else "delete_files"].add(path)
+    return found
+
+
+class IcebergExpireProcess(TableProcess):
+    def __init__(self, params: dict[str, Any], config: dict[str, Any]) -> None:
+        super().__init__(EXPIRE_SNAPSHOTS, params)
+        merged = {**IcebergExpireSnapshotsFactory.default_properties, **config, **params}
+        self.max_age = parse_duration(merged["max-age"])
+        self.min_snapshots = max(1, int(merged["min-snapshots"]))
+        self.dry_run = bool(merged.get("dry-run", False))
+
+    def run(self, context: ProcessContext) -> dict[str, Any]:
+        from pyiceberg.table import StaticTable
+
+        table = context.table.pyiceberg_table
+        if isinstance(table, StaticTable):
+            raise ValueError("expiring snapshots needs a catalog to commit: register the table through one")
+        table.refresh()
+        now = dt.datetime.now(dt.UTC)
+        expired_ids = snapshots_to_expire(
+            table.metadata, max_age=self.max_age, min_snapshots=self.min_snapshots, now=now
+        )
+        summary: dict[str, Any] = {
+            "dry_run": self.dry_run,
+            "max_age_seconds": int(self.max_age.total_seconds()),
+            "min_snapshots": self.min_snapshots,
+            "expired_snapshots": expired_ids,
+        }
+        if not expired_ids:
+            return {**summary, **_counts({}), "kept_snapshots": len(table.metadata.snapshots)}
+        expired = [table.metadata.snapshot_by_id(i) for i in expired_ids]
+        cache = _ManifestCache(table.io)
+        context.report_progress(0, 3, f"reading the manifests of {len(expired)} expired snapshots")
+        candidates = reachable_files(expired, cache, live_only=False)
+        context.check_cancelled()
+
+        if self.dry_run:
+            remaining = [s for s in table.metadata.snapshots if s.snapshot_id not in set(expired_ids)]
+        else:
+            context.report_progress(1, 3, "expiring snapshots")
+            table.maintenance.expire_snapshots().by_ids(expired_ids).commit()
+            table.refresh()
+            remaining = list(table.metadata.snapshots)  # concurrent commits included
+            still_there = {s.snapshot_id for s in remaining} & set(expired_ids)
+            if still_there:
+                raise RuntimeError(f"snapshots {sorted(still_there)} were not expired")
+        keep = reachable_files(remaining, cache, live_only=True)
+        # A file a remaining snapshot reaches in any role is never deleted.
+        protected = set().union(*keep.values())
+        doomed = {kind: sorted(paths - protected) for kind, paths in candidates.items()}
+        summary["kept_snapshots"] = len(remaining)
+        summary.update(_counts(doomed))
+        summary["files"] = {kind: summary_list(paths) for kind, paths in doomed.items()}
+        if self.dry_run:
+            return summary
+
+        context.report_progress(2, 3, "deleting unreachable files")
+        failed = 0
+        # Content files first, manifest lists last: an interrupted run leaves metadata that still
+        # lists what remains (deleted files were unreachable anyway).
+        for kind in ("data_files", "delete_files", "manifests", "manifest_lists"):
+            for path in doomed[kind]:
+                try:
+                    table.io.delete(path)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    failed += 1
+                    logger.warning("could not delete %s", path, exc_info=True)
+        summary["delete_failures"] = failed
+        context.report_progress(3, 3, "done")
+        return summary
+
+
+def _counts(doomed: dict[str, Any]) -> dict[str, int]:
+    return {f"deleted_{kind}": len(doomed.get(kind, ())) for kind in ("data_files", "delete_files", "manifests", "manifest_lists")}
+
+
+class IcebergExpireSnapshotsFactory(ProcessFactory):
+    name = "iceberg-expire-snapshots"
+    description = "Expires old Iceberg snapshots and deletes the files only they reference"
+    properties_schema = {
+        "type": "object",
+        "properties": {
+            "interval": {"type": "integer", "minimum": 60},
+            "parallelism": {"type": "integer", "minimum": 1},
+            "max-age": AGE_SCHEMA,
+            "min-snapshots": {"type": "integer", "minimum": 1},
+        },
+    }
+    default_properties = {"interval": 86400, "parallelism": 1, "max-age": DEFAULT_MAX_AGE_SECONDS, "min-snapshots": 1}
+    params_schema = {
+        "type": "object",
+        "properties": {
+            "dry-run": {"type": "boolean"},
+            "max-age": AGE_SCHEMA,
+            "min-snapshots": {"type": "integer", "minimum": 1},
+        },
+        "additionalProperties": False,
+    }
+
+    def supported_actions(self) -> dict[str, set[str]]:
+        return {"iceberg": {EXPIRE_SNAPSHOTS}}
+
+    def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
+        return TriggerStrategy(
+            interval=dt.timedelta(seconds=int(self.properties["interval"])),
+            on_new_snapshot=False,
+            parallelism=int(self.properties["parallelism"]),
+        )
+
+    def trigger(self, runtime: Any, action: str) -> TableProcess | None:
+        from pyiceberg.table import StaticTable
+
+        table = getattr(runtime.load(), "pyiceberg_table", None)
+        if table is None or isinstance(table, StaticTable):
+            return None
+        process = IcebergExpireProcess({}, runtime.config)
+        due = snapshots_to_expire(
+            table.metadata,
+            max_age=process.max_age,
+            min_snapshots=process.min_snapshots,
+            now=dt.datetime.now(dt.UTC),
+        )
+        return process if due else None
+
+    def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
+        return IcebergExpireProcess(dict(record.params), runtime.config)

@@ -1,0 +1,142 @@
+"""Processes end to end: real `celery worker` and `celery beat` processes on Redis, a third-party
+factory from a plugin package, and workers that die mid-run."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from console import services as console_services
+from processes import services
+from processes.models import PluginConfig, Process, ProcessStatus, ProcessTrigger
+from processes.registry import configured_factories
+from tests.console.tables import write_delta_table
+from tests.e2e.conftest import wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def table(warehouse, test_plugin):
+    return console_services.table_register(location=str(write_delta_table(warehouse / "orders", commits=2)))
+
+
+def _configure_touch(**properties) -> None:
+    """Only the test factory runs: the built-in ones would maintain the table meanwhile."""
+    configured_factories()
+    PluginConfig.objects.exclude(name="test-touch").update(enabled=False)
+    PluginConfig.objects.filter(name="test-touch").update(properties={"interval": 1, "parallelism": 2, **properties})
+
+
+def _process(pk: int) -> Process:
+    return Process.objects.get(pk=pk)
+
+
+def test_beat_triggers_the_third_party_factory_and_a_worker_runs_it_until_disabled_in_the_admin(
+    celery_processes, table, admin_user
+):
+    _configure_touch()
+    celery_processes.start_worker()
+    celery_processes.start_beat()
+    celery_processes.wait_for_workers()
+
+    first = wait_for(
+        lambda: Process.objects.filter(table=table, status=ProcessStatus.SUCCESS).first(),
+        message="a scheduled touch process to succeed\n" + celery_processes.logs(),
+    )
+    assert first.trigger == ProcessTrigger.SCHEDULE and first.factory == "test-touch"
+    assert first.summary["table_files"] == 2
+
+    admin = Client()
+    admin.force_login(admin_user)
+    config = PluginConfig.objects.get(name="test-touch")
+    response = admin.post(
+        f"/admin/processes/pluginconfig/{config.pk}/change/",
+        {"name": "test-touch", "priority": 100, "properties": '{"interval": 1, "parallelism": 2}'},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert PluginConfig.objects.get(pk=config.pk).enabled is False
+    wait_for(lambda: not Process.objects.filter(status__in=["PENDING", "RUNNING"]).exists(), message="queue drained")
+    count = Process.objects.count()
+
+    import time
+
+    time.sleep(4)  # several scheduler ticks
+    assert Process.objects.count() == count
+
+
+def test_the_admin_refuses_enabling_a_factory_that_conflicts_and_a_bad_property(test_plugin, admin_user, db):
+    configured_factories()
+    admin = Client()
+    admin.force_login(admin_user)
+    twin = PluginConfig.objects.get(name="test-touch-twin")
+
+    conflict = admin.post(
+        f"/admin/processes/pluginconfig/{twin.pk}/change/",
+        {"name": "test-touch-twin", "enabled": "on", "priority": 100, "properties": "{}"},
+    )
+    touch = PluginConfig.objects.get(name="test-touch")
+    bad = admin.post(
+        f"/admin/processes/pluginconfig/{touch.pk}/change/",
+        {"name": "test-touch", "enabled": "on", "priority": 100, "properties": '{"min-files": -1}'},
+    )
+
+    assert conflict.status_code == 200 and "both claim" in conflict.content.decode()
+    assert bad.status_code == 200 and "min-files" in bad.content.decode()
+    assert PluginConfig.objects.get(pk=twin.pk).enabled is False
+    assert PluginConfig.objects.get(pk=touch.pk).properties.get("min-files") != -1
+
+
+def test_a_worker_killed_mid_run_is_noticed_within_two_heartbeats_and_the_retry_succeeds(celery_processes, table):
+    _configure_touch(interval=3600)
+    # The reaper runs on the light queue, as in a deployment: its worker outlives the heavy one.
+    celery_processes.start_worker(name="light", queues="light", concurrency=1)
+    worker = celery_processes.start_worker(name="doomed", queues="heavy", concurrency=1)
+    celery_processes.start_beat()
+    celery_processes.wait_for_workers(count=2)
+    process = services.process_create(table=table, action="touch", params={"seconds": 60})
+    wait_for(lambda: _process(process.pk).progress_done > 2, message="the process to make progress")
+    staging = services.staging_dir(process)
+    assert staging.exists()
+
+    celery_processes.kill_hard(worker)
+    failed = wait_for(
+        lambda: (p := _process(process.pk)).status == ProcessStatus.FAILED and p,
+        timeout=10, message="the lost worker's process to be failed",
+    )
+
+    assert "worker lost" in failed.failure
+    assert (failed.finished_at - failed.heartbeat_at).total_seconds() <= 2.5  # within two heartbeats of 1 s
+    assert not staging.exists()
+    retry = Process.objects.get(retry_of=failed)
+    Process.objects.filter(pk=retry.pk).update(params={"seconds": 0.5})
+    celery_processes.start_worker(name="rescuer", queues="heavy", concurrency=1)
+    finished = wait_for(
+        lambda: (p := _process(retry.pk)).status in ("SUCCESS", "FAILED") and p, message="the retry to finish"
+    )
+    assert finished.status == ProcessStatus.SUCCESS, finished.failure
+
+
+def test_kill_from_the_api_terminates_a_process_that_ignores_cancel(celery_processes, table, operator):
+    from rest_framework.test import APIClient
+
+    _configure_touch(interval=3600)
+    # The failpoint hangs right before the commit without looking at the cancel flag, like a step
+    # stuck in I/O: only the kill can end it.
+    celery_processes.start_worker(extra_env={"LAKEWARDEN_FAILPOINTS": "before-commit=hang:300"})
+    celery_processes.wait_for_workers()
+    api = APIClient()
+    api.force_authenticate(operator)
+    created = api.post("/api/v1/processes/", {"table": table.pk, "action": "touch", "params": {}}, format="json").json()
+    wait_for(lambda: _process(created["id"]).progress_done > 0, message="the process to reach its commit")
+
+    response = api.post(f"/api/v1/processes/{created['id']}/kill/", {"grace_seconds": 1}, format="json")
+
+    assert response.status_code == 200 and response.json()["status"] == "CANCELING"
+    killed = wait_for(lambda: (p := _process(created["id"])).status == ProcessStatus.KILLED and p, timeout=30,
+                      message="the kill to take effect\n" + celery_processes.logs())
+    assert "killed by an operator" in killed.failure
+    assert not services.staging_dir(killed).exists()
+    assert not Process.objects.filter(retry_of=killed).exists()  # a kill is not retried
+    # The worker replaced its killed pool process and still answers.
+    assert celery_processes.wait_for_workers()
