@@ -84,7 +84,9 @@ class DeltaRewriteProcess(TableProcess):
         for attempt in (1, 2):
             spec = open_version(location)
             if column_mapping(spec) != "none":
-                raise RewriteConflict("Delta tables with column mapping are not rewritten (physical names differ)")
+                raise RewriteConflict(
+                    "Delta tables with column mapping are not rewritten (physical names differ)"
+                )
             plan = plan_delta(spec, self.settings)
             if plan.empty:
                 return compaction.rewrite_summary(plan, [], version=spec.version, attempts=attempt)
@@ -93,7 +95,7 @@ class DeltaRewriteProcess(TableProcess):
             staging = context.staging_dir / f"attempt-{attempt}"
             writer = GroupWriter(
                 context,
-                lambda slices, spec=spec: spec.read(slices, columns=data_schema.names),
+                lambda slices, spec=spec, names=data_schema.names: spec.read(slices, columns=names),
                 data_schema,
                 staging,
                 settings=self.settings,
@@ -161,7 +163,11 @@ def delta_stats(path: str, schema: pa.Schema) -> str:
             name = f"{prefix}{field.name}"
             if pa.types.is_struct(field.type):
                 collect(f"{name}.", list(field.type))
-            elif not (pa.types.is_list(field.type) or pa.types.is_map(field.type) or pa.types.is_large_list(field.type)):
+            elif not (
+                pa.types.is_list(field.type)
+                or pa.types.is_map(field.type)
+                or pa.types.is_large_list(field.type)
+            ):
                 leaves[name] = field.type
 
     collect("", schema)
@@ -191,7 +197,12 @@ def delta_stats(path: str, schema: pa.Schema) -> str:
                 continue
             minimum[name] = low if name not in minimum else min(minimum[name], low)
             maximum[name] = high if name not in maximum else max(maximum[name], high)
-    result: dict[str, Any] = {"numRecords": metadata.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+    result: dict[str, Any] = {
+        "numRecords": metadata.num_rows,
+        "minValues": {},
+        "maxValues": {},
+        "nullCount": {},
+    }
     for name in leaves:
         if name in nulls and complete.get(name, True):
             _put(result["nullCount"], name, nulls[name])
@@ -252,7 +263,9 @@ def commit_delta(
                 if absolute:
                     log_path = "file://" + target
                 adds.append(
-                    AddAction(log_path, os.path.getsize(target), values, now_ms, False, delta_stats(target, schema))
+                    AddAction(
+                        log_path, os.path.getsize(target), values, now_ms, False, delta_stats(target, schema)
+                    )
                 )
         table.create_write_transaction(
             actions=removes + adds,

@@ -68,7 +68,9 @@ class DeltaVacuumProcess(TableProcess):
         own = table_retention_hours(configuration)
         # A table that sets none has Delta's default of 7 days, which deltalake enforces too.
         floor = DEFAULT_RETENTION_HOURS if own is None else own
-        where = "delta.deletedFileRetentionDuration" if own is not None else "Delta default, the table sets none"
+        where = (
+            "delta.deletedFileRetentionDuration" if own is not None else "Delta default, the table sets none"
+        )
         if self.requested_hours is not None:
             if self.requested_hours < floor:
                 raise RetentionTooShort(

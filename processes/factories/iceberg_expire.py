@@ -53,7 +53,9 @@ class _ManifestCache:
         return self._entries[path]
 
 
-def snapshots_to_expire(metadata: Any, *, max_age: dt.timedelta, min_snapshots: int, now: dt.datetime) -> list[int]:
+def snapshots_to_expire(
+    metadata: Any, *, max_age: dt.timedelta, min_snapshots: int, now: dt.datetime
+) -> list[int]:
     """Ids of the snapshots the rules above let go, oldest first."""
     cutoff_ms = (now - max_age).timestamp() * 1000
     kept: set[int] = set()
@@ -75,7 +77,12 @@ def snapshots_to_expire(metadata: Any, *, max_age: dt.timedelta, min_snapshots: 
 def reachable_files(snapshots: list[Any], cache: _ManifestCache, *, live_only: bool) -> dict[str, set[str]]:
     """Paths reached from ``snapshots``: manifest lists, manifests, content files (live entries
     only when ``live_only``: a deleted entry is a file the snapshot no longer needs)."""
-    found: dict[str, set[str]] = {"manifest_lists": set(), "manifests": set(), "data_files": set(), "delete_files": set()}
+    found: dict[str, set[str]] = {
+        "manifest_lists": set(),
+        "manifests": set(),
+        "data_files": set(),
+        "delete_files": set(),
+    }
     for snapshot in snapshots:
         if snapshot.manifest_list:
             found["manifest_lists"].add(snapshot.manifest_list)
@@ -160,7 +167,10 @@ class IcebergExpireProcess(TableProcess):
 
 
 def _counts(doomed: dict[str, Any]) -> dict[str, int]:
-    return {f"deleted_{kind}": len(doomed.get(kind, ())) for kind in ("data_files", "delete_files", "manifests", "manifest_lists")}
+    return {
+        f"deleted_{kind}": len(doomed.get(kind, ()))
+        for kind in ("data_files", "delete_files", "manifests", "manifest_lists")
+    }
 
 
 class IcebergExpireSnapshotsFactory(ProcessFactory):
@@ -175,7 +185,12 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
             "min-snapshots": {"type": "integer", "minimum": 1},
         },
     }
-    default_properties = {"interval": 86400, "parallelism": 1, "max-age": DEFAULT_MAX_AGE_SECONDS, "min-snapshots": 1}
+    default_properties = {
+        "interval": 86400,
+        "parallelism": 1,
+        "max-age": DEFAULT_MAX_AGE_SECONDS,
+        "min-snapshots": 1,
+    }
     params_schema = {
         "type": "object",
         "properties": {

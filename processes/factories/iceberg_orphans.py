@@ -91,7 +91,9 @@ def walk_files(root: str) -> Iterator[os.DirEntry]:
                 yield entry
 
 
-def find_orphans(table: Any, *, min_age: dt.timedelta, now: dt.datetime, context=None) -> tuple[list[str], int, int]:
+def find_orphans(
+    table: Any, *, min_age: dt.timedelta, now: dt.datetime, context=None
+) -> tuple[list[str], int, int]:
     """(orphan paths old enough to delete, their bytes, unreferenced files still too young)."""
     root = normalise(table.location())
     referenced = referenced_paths(table, context)

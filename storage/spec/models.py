@@ -231,7 +231,12 @@ class Split:
 
 @dataclass(frozen=True, slots=True)
 class TableSummary:
-    """Cheap facts for list pages: answered from metadata, no file reads where possible."""
+    """Cheap facts for list pages: answered from metadata, no file reads where possible.
+
+    ``total_bytes`` counts base files plus the delete files, deletion vectors and log files that
+    apply to them; ``record_count`` is the rows a read returns (deletes applied; with Iceberg
+    equality deletes, an upper bound).
+    """
 
     current_instant_id: int | str | None
     file_count: int

@@ -238,7 +238,9 @@ def delta_read(path) -> pa.Table:
 
     DeltaTable(str(path))  # the reference library must open it too
     spec = load_table(str(path), format="delta")
-    return pa.Table.from_batches(list(spec.read()), schema=None) if spec.summary().file_count else pa.table({})
+    return (
+        pa.Table.from_batches(list(spec.read()), schema=None) if spec.summary().file_count else pa.table({})
+    )
 
 
 def delta_files(path) -> set[str]:

@@ -50,7 +50,10 @@ def test_expiry_keeps_min_snapshots_and_every_kept_snapshot_reads_as_before(make
     for snapshot_id in newest:  # every file a kept snapshot needs is still there
         assert multiset(iceberg_rows(table, snapshot_id)) == before[snapshot_id]
     deleted = [p for paths in process.summary["files"].values() for p in paths]
-    assert process.summary["deleted_data_files"] > 0 and process.summary["deleted_manifest_lists"] == len(before) - 2
+    assert (
+        process.summary["deleted_data_files"] > 0
+        and process.summary["deleted_manifest_lists"] == len(before) - 2
+    )
     assert not any(os.path.exists(local_path(p)) for p in deleted)
 
 
@@ -108,7 +111,8 @@ def test_the_trigger_offers_expiry_only_when_a_snapshot_is_old_enough(make_icebe
 
 
 @pytest.mark.parametrize(
-    ("value", "seconds"), [(432000, 432000), ("P5D", 432000), ("PT36H", 129600), ("P1DT30M", 88200), ("60", 60)]
+    ("value", "seconds"),
+    [(432000, 432000), ("P5D", 432000), ("PT36H", 129600), ("P1DT30M", 88200), ("60", 60)],
 )
 def test_ages_are_seconds_or_iso_durations(value, seconds):
     assert parse_duration(value).total_seconds() == seconds

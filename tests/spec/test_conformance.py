@@ -453,15 +453,6 @@ BUILDERS: dict[str, Callable[[pytest.FixtureRequest], ConformanceCase]] = {
 # (test name, case) -> the adapter bug it trips over. Strict: a fix makes the test XPASS, i.e. fail.
 KNOWN_BUGS: dict[tuple[str, str], str] = {
     (
-        "test_the_summary_record_count_is_the_row_count",
-        "iceberg-spark_v2_position_deletes",
-    ): (
-        "IcebergSpecTable.summary() (storage/formats/iceberg/table.py) reports the snapshot's "
-        "total-records, the rows of the live data files before deletes (18044), not the rows a "
-        "read returns (6592): it should subtract total-position-deletes when the snapshot has no "
-        "equality deletes, as the Delta adapter subtracts deletion-vector cardinalities"
-    ),
-    (
         "test_the_summary_bytes_are_the_bytes_of_the_listed_files",
         "iceberg-spark_v2_position_deletes",
     ): (
@@ -469,15 +460,6 @@ KNOWN_BUGS: dict[tuple[str, str], str] = {
         "position-delete files (their file_path column grows) and their sizes in the manifests, "
         "but not the snapshot summaries' total-files-size, which the adapter reports as written "
         "(1065890 data + 30201 original delete bytes, against 34954 relocated delete bytes)"
-    ),
-    (
-        "test_the_summary_bytes_are_the_bytes_of_the_listed_files",
-        "delta-table-with-dv-small",
-    ): (
-        "DeltaSpecTable.summary() (storage/formats/delta/table.py) adds only add.size: the "
-        "deletion-vector bytes its listing attaches to the slice (FileSlice.size_bytes, 635 + 36) "
-        "are left out, unlike Iceberg's total-files-size and the Hudi summary, which count "
-        "delete and log files"
     ),
 }
 

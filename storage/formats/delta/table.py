@@ -154,7 +154,9 @@ class DeltaSpecTable(SpecTable):
             rows = stats.record_count
             if rows is None:
                 rows = self._footer_rows(add)
-            records += rows - int((add.get("deletionVector") or {}).get("cardinality") or 0)
+            deletion_vector = add.get("deletionVector") or {}
+            records += rows - int(deletion_vector.get("cardinality") or 0)
+            total_bytes += int(deletion_vector.get("sizeInBytes") or 0)  # counted like delete files
         info = self._log.commit_info(self._version) if self._version in self._log.commits else None
         return TableSummary(
             current_instant_id=self._version,
