@@ -7,11 +7,13 @@ partition is only rewritten when it has ``min-input-files`` candidates, or candi
 target file; a group of one file without deletes is dropped (rewriting it changes nothing).
 
 Writing: each group becomes one file (several if it exceeds the target) in the process's staging
-folder. Groups run concurrently, one Spark job each, as many at once as Spark has cores: a group is
-read and written by one task (``coalesce``), so output files approach the target size while the
-cores stay busy with different groups. Groups without delete files are read by Spark straight from
-their parquet paths (the fast path); groups with deletes, or schemas Spark cannot carry field ids
-for (lists, maps, uuid...), are read through the spec API (deletes applied) and written by pyarrow.
+folder. Groups run concurrently, one Spark job of one task each, as many at once as Spark has cores,
+so every output file approaches the target size while the cores stay busy with different groups
+(coalescing a whole partition in one job instead serialises the reads). By default (engine
+``arrow``) the task reads the group through the spec API's slice reader (deletes applied, Iceberg
+columns matched by field id) and writes it with pyarrow: every type round-trips, field ids and
+TIMESTAMP_MICROS included, and it is the fastest path measured (bench/compaction.py). Engine
+``spark-sql`` has Spark's own parquet reader and writer do the groups without deletes.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import os
 import shutil
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +41,6 @@ logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 DEFAULT_TARGET_FILE_SIZE = 128 * MIB
-FIELD_ID_KEY = b"PARQUET:field_id"
 GLOB_CHARACTERS = set("{}[]*?\\")
 
 #: Properties of both rewrite factories (admin-editable, overridable per table by the same name).
@@ -66,6 +67,12 @@ REWRITE_PROPERTIES_SCHEMA: dict[str, Any] = {
             "description": "Groups written at once (0: as many as Spark has cores)",
         },
         "compression-codec": {"type": "string", "enum": ["", "snappy", "zstd", "gzip", "lz4", "none"]},
+        "engine": {
+            "type": "string",
+            "enum": ["arrow", "spark-sql"],
+            "description": "arrow: Spark tasks read with the spec reader and write with pyarrow; "
+            "spark-sql: Spark's own parquet reader and writer for groups without deletes",
+        },
     },
 }
 REWRITE_DEFAULTS: dict[str, Any] = {
@@ -77,12 +84,13 @@ REWRITE_DEFAULTS: dict[str, Any] = {
     "delete-file-threshold": 0,
     "max-concurrent-groups": 0,
     "compression-codec": "",
+    "engine": "arrow",
 }
 REWRITE_PARAMS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         key: REWRITE_PROPERTIES_SCHEMA["properties"][key]
-        for key in ("target-file-size", "min-file-size", "min-input-files", "delete-file-threshold")
+        for key in ("target-file-size", "min-file-size", "min-input-files", "delete-file-threshold", "engine")
     },
     "additionalProperties": False,
 }
@@ -100,6 +108,7 @@ class CompactionSettings:
     delete_file_threshold: int = 0
     max_concurrent_groups: int = 0
     compression_codec: str = ""
+    engine: str = "arrow"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> CompactionSettings:
@@ -111,6 +120,7 @@ class CompactionSettings:
             delete_file_threshold=int(merged["delete-file-threshold"]),
             max_concurrent_groups=int(merged["max-concurrent-groups"]),
             compression_codec=str(merged["compression-codec"] or ""),
+            engine=str(merged["engine"] or "arrow"),
         )
 
     @property
@@ -220,69 +230,6 @@ def plan_compaction(
     return plan
 
 
-# --- Spark schemas -------------------------------------------------------------------------------
-
-
-def spark_type(arrow_type: pa.DataType, *, field_ids: bool) -> Any:
-    """The Spark type for an Arrow type, or None when the fast path cannot write it faithfully
-    (Spark carries Iceberg field ids only on struct fields, so lists and maps need the Arrow path
-    when field ids matter)."""
-    from pyspark.sql import types as T
-
-    if pa.types.is_boolean(arrow_type):
-        return T.BooleanType()
-    if pa.types.is_int32(arrow_type):
-        return T.IntegerType()
-    if pa.types.is_int64(arrow_type):
-        return T.LongType()
-    if pa.types.is_float32(arrow_type):
-        return T.FloatType()
-    if pa.types.is_float64(arrow_type):
-        return T.DoubleType()
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        return T.StringType()
-    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
-        return T.BinaryType()
-    if pa.types.is_date32(arrow_type):
-        return T.DateType()
-    if pa.types.is_timestamp(arrow_type) and arrow_type.unit == "us":
-        return T.TimestampType() if arrow_type.tz else T.TimestampNTZType()
-    if pa.types.is_decimal128(arrow_type):
-        return T.DecimalType(arrow_type.precision, arrow_type.scale)
-    if pa.types.is_struct(arrow_type):
-        return spark_schema(pa.schema(list(arrow_type)), field_ids=field_ids)
-    if not field_ids and (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)):
-        element = spark_type(arrow_type.value_type, field_ids=False)
-        return None if element is None else T.ArrayType(element, arrow_type.value_field.nullable)
-    if not field_ids and pa.types.is_map(arrow_type):
-        key = spark_type(arrow_type.key_type, field_ids=False)
-        value = spark_type(arrow_type.item_type, field_ids=False)
-        if key is None or value is None:
-            return None
-        return T.MapType(key, value, arrow_type.item_field.nullable)
-    return None
-
-
-def spark_schema(schema: pa.Schema, *, field_ids: bool, exclude: Iterable[str] = ()) -> Any:
-    from pyspark.sql import types as T
-
-    excluded = set(exclude)
-    fields = []
-    for arrow_field in schema:
-        if arrow_field.name in excluded:
-            continue
-        data_type = spark_type(arrow_field.type, field_ids=field_ids)
-        if data_type is None:
-            return None
-        metadata = {}
-        if field_ids:
-            if not arrow_field.metadata or FIELD_ID_KEY not in arrow_field.metadata:
-                return None
-            metadata["parquet.field.id"] = int(arrow_field.metadata[FIELD_ID_KEY])
-        fields.append(T.StructField(arrow_field.name, data_type, True, metadata))
-    return T.StructType(fields)
-
-
 # --- writing -------------------------------------------------------------------------------------
 
 
@@ -300,7 +247,7 @@ def local_path(path: str) -> str:
 class WrittenGroup:
     group: RewriteGroup
     files: list[Path]
-    fast_path: bool
+    engine: str
     sizes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -312,13 +259,99 @@ class WrittenGroup:
         return sum(self.sizes)
 
 
+def write_arrow_group(
+    reader: Callable[[list[FileSlice]], Iterable[pa.RecordBatch]],
+    slices: list[FileSlice],
+    schema: pa.Schema,
+    out: str,
+    *,
+    compression: str,
+    sort_columns: list[str],
+    rows_per_file: int,
+) -> list[tuple[str, int, int]]:
+    """Read ``slices`` (deletes applied) and write them as parquet files of at most
+    ``rows_per_file`` rows under ``out``: [(path, bytes, rows)]. Field ids travel in the schema's
+    field metadata; timestamps are written as TIMESTAMP_MICROS."""
+    os.makedirs(out, exist_ok=True)
+    batches: Iterable[pa.RecordBatch] = (b for b in reader(slices) if b.num_rows)
+    if sort_columns:
+        gathered = list(batches)
+        if gathered:
+            table = pa.Table.from_batches(gathered).sort_by([(c, "ascending") for c in sort_columns])
+            batches = table.to_batches()
+    written: list[tuple[str, int, int]] = []
+    writer, rows, path = None, 0, ""
+    try:
+        for batch in batches:
+            batch = pa.Table.from_batches([batch]).select(schema.names).cast(schema)
+            offset = 0
+            while offset < batch.num_rows:
+                if writer is None:
+                    path = os.path.join(out, f"part-{len(written):05d}.parquet")
+                    writer = pq.ParquetWriter(path, schema, compression=compression, coerce_timestamps="us")
+                    written.append((path, 0, 0))
+                    rows = 0
+                take = min(rows_per_file - rows, batch.num_rows - offset)
+                writer.write_table(batch.slice(offset, take))
+                offset += take
+                rows += take
+                written[-1] = (path, 0, rows)
+                if rows >= rows_per_file:
+                    writer.close()
+                    writer = None
+    finally:
+        if writer is not None:
+            writer.close()
+    return [(p, os.path.getsize(p), n) for p, _, n in written]
+
+
+class ArrowGroupTask:
+    """The body of the Spark task that rewrites one group with the spec reader and pyarrow;
+    picklable, run in a Spark Python worker."""
+
+    RESULT_SCHEMA = "path string, size long, rows long"
+
+    def __init__(
+        self, reader: Any, slices: list[FileSlice], schema: pa.Schema, out: str, **options: Any
+    ) -> None:
+        self.reader, self.slices, self.schema, self.out, self.options = reader, slices, schema, out, options
+
+    def __call__(self, items: Iterator[Any]) -> Iterator[tuple[str, int, int]]:
+        for _ in items:
+            pass
+        yield from write_arrow_group(self.reader, self.slices, self.schema, self.out, **self.options)
+
+    def arrow(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The same for ``mapInArrow`` (Spark Connect, where there are no RDDs)."""
+        rows = list(self(batches))
+        yield pa.RecordBatch.from_pylist(
+            [{"path": p, "size": size, "rows": n} for p, size, n in rows],
+            schema=pa.schema([("path", pa.string()), ("size", pa.int64()), ("rows", pa.int64())]),
+        )
+
+    def run(self, spark: Any) -> list[tuple[str, int, int]]:
+        """One Spark job of one task."""
+        try:
+            context = spark.sparkContext
+        except Exception:  # Spark Connect
+            context = None
+        if context is not None:
+            # An RDD task needs neither pandas nor Arrow on the JVM side.
+            return context.parallelize([0], 1).mapPartitions(self).collect()
+        frame = spark.range(1, numPartitions=1).mapInArrow(self.arrow, self.RESULT_SCHEMA)
+        return [(r["path"], r["size"], r["rows"]) for r in frame.collect()]
+
+
 class GroupWriter:
-    """Writes the groups of a plan into ``staging`` (see the module docstring)."""
+    """Writes the groups of a plan into ``staging``, one Spark job per group (see the module
+    docstring). ``reader`` reads slices with deletes applied and must be picklable: it runs in
+    Spark tasks. ``engine`` "arrow" (default) runs the spec reader and pyarrow in the task;
+    "spark-sql" lets Spark's parquet reader and writer do groups without deletes."""
 
     def __init__(
         self,
         context: ProcessContext,
-        read_slices: Callable[[list[FileSlice]], Iterable[pa.RecordBatch]],
+        reader: Callable[[list[FileSlice]], Iterable[pa.RecordBatch]],
         schema: pa.Schema,
         staging: Path,
         *,
@@ -328,7 +361,7 @@ class GroupWriter:
         compression: str = "snappy",
     ) -> None:
         self.context = context
-        self.read_slices = read_slices
+        self.reader = reader
         self.schema = schema
         self.staging = staging
         self.settings = settings
@@ -344,22 +377,22 @@ class GroupWriter:
         if not groups:
             return []
         self.staging.mkdir(parents=True, exist_ok=True)
-        workers = self.settings.max_concurrent_groups or self._cores()
-        results: list[WrittenGroup] = []
-        pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(groups))), thread_name_prefix="rewrite")
-        pending: set[Future] = set()
-        queue = list(groups)
-        use_spark = self._fast_schema() is not None and any(not g.has_deletes for g in groups)
-        target = self.write_group
-        if use_spark:
-            spark = self.context.spark
+        spark = self.context.spark
+        if self.settings.engine == "spark-sql":
             # Iceberg field ids: written from the schema's field metadata, matched on read.
             spark.conf.set("spark.sql.parquet.fieldId.write.enabled", "true")
             spark.conf.set("spark.sql.parquet.fieldId.read.enabled", "true")
-            # Spark job tags (which cancel and kill interrupt) are per thread: carry them over.
-            from pyspark.util import inheritable_thread_target
+            # A group lists dozens of files: list them on the driver, not in a Spark job.
+            spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
+        workers = self.settings.max_concurrent_groups or self._cores()
+        # Spark job tags (which cancel and kill interrupt) are per thread: carry them over.
+        from pyspark.util import inheritable_thread_target
 
-            target = inheritable_thread_target(spark)(self.write_group)
+        target = inheritable_thread_target(spark)(self.write_group)
+        results: list[WrittenGroup] = []
+        queue = list(groups)
+        pending: set[Future] = set()
+        pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(groups))), thread_name_prefix="rewrite")
         try:
             while queue or pending:
                 while queue and len(pending) < workers:
@@ -377,40 +410,52 @@ class GroupWriter:
         return results
 
     def _cores(self) -> int:
-        if self._fast_schema() is None:
-            return os.cpu_count() or 2
         try:
             return max(1, int(self.context.spark.sparkContext.defaultParallelism))
         except Exception:  # Spark Connect has no SparkContext on the client
             return os.cpu_count() or 2
 
-    def _fast_schema(self) -> Any:
-        if self._spark_schema is None:
-            self._spark_schema = spark_schema(self.schema, field_ids=self.field_ids) or False
-        return self._spark_schema or None
+    def _outputs(self, group: RewriteGroup) -> int:
+        return max(1, math.ceil(group.size_bytes / self.settings.target_file_size))
 
     def write_group(self, group: RewriteGroup) -> WrittenGroup:
         out = self.staging / f"group-{group.index:05d}"
-        fast = (
-            self._fast_schema() is not None
-            and not group.has_deletes
-            and not any(GLOB_CHARACTERS & set(local_path(p)) for p in group.paths)
-        )
-        if fast:
+        if self.settings.engine == "spark-sql" and self._spark_sql_can_write(group):
             try:
-                return WrittenGroup(group, self._write_spark(group, out), True)
+                return WrittenGroup(group, self._write_spark_sql(group, out), "spark-sql")
             except Exception:
                 self.context.check_cancelled()  # an interrupted job is a cancel, not a fallback
                 logger.warning(
-                    "Spark could not rewrite group %s; using the Arrow path", group.index, exc_info=True
+                    "Spark SQL could not rewrite group %s; using Arrow", group.index, exc_info=True
                 )
                 shutil.rmtree(out, ignore_errors=True)
-        return WrittenGroup(group, self._write_arrow(group, out), False)
+        task = ArrowGroupTask(
+            self.reader,
+            group.slices,
+            self.schema,
+            str(out),
+            compression=self.compression,
+            sort_columns=self.sort_columns,
+            rows_per_file=max(1, math.ceil(group.record_count / self._outputs(group))),
+        )
+        results = task.run(self.context.spark)
+        return WrittenGroup(group, [Path(p) for p, _, _ in results], "arrow", [int(n) for _, n, _ in results])
 
-    def _write_spark(self, group: RewriteGroup, out: Path) -> list[Path]:
+    def _spark_sql_can_write(self, group: RewriteGroup) -> bool:
+        from processes.factories.spark_types import spark_schema
+
+        if self._spark_schema is None:
+            self._spark_schema = spark_schema(self.schema, field_ids=self.field_ids) or False
+        return (
+            bool(self._spark_schema)
+            and not group.has_deletes
+            and not any(GLOB_CHARACTERS & set(local_path(p)) for p in group.paths)
+        )
+
+    def _write_spark_sql(self, group: RewriteGroup, out: Path) -> list[Path]:
         spark = self.context.spark
-        outputs = max(1, math.ceil(group.size_bytes / self.settings.target_file_size))
-        frame = spark.read.schema(self._fast_schema()).parquet(*[local_path(p) for p in group.paths])
+        outputs = self._outputs(group)
+        frame = spark.read.schema(self._spark_schema).parquet(*[local_path(p) for p in group.paths])
         frame = frame.coalesce(outputs)
         if self.sort_columns:
             frame = frame.sortWithinPartitions(*self.sort_columns)
@@ -419,27 +464,6 @@ class GroupWriter:
             writer = writer.option("maxRecordsPerFile", math.ceil(group.record_count / outputs))
         writer.parquet(str(out))
         return sorted(p for p in out.glob("*.parquet") if p.stat().st_size > 0)
-
-    def _write_arrow(self, group: RewriteGroup, out: Path) -> list[Path]:
-        out.mkdir(parents=True, exist_ok=True)
-        table = pa.Table.from_batches(list(self.read_slices(group.slices)))
-        table = table.select(self.schema.names).cast(self.schema)
-        if self.sort_columns:
-            table = table.sort_by([(c, "ascending") for c in self.sort_columns])
-        outputs = max(1, math.ceil(group.size_bytes / self.settings.target_file_size))
-        rows_per_file = max(1, math.ceil(table.num_rows / outputs))
-        files = []
-        for number, start in enumerate(range(0, max(table.num_rows, 1), rows_per_file)):
-            path = out / f"part-{number:05d}.parquet"
-            pq.write_table(
-                table.slice(start, rows_per_file),
-                path,
-                compression=self.compression,
-                coerce_timestamps="us",
-                allow_truncated_timestamps=False,
-            )
-            files.append(path)
-        return files
 
 
 def publish(staged: Path, directory: str) -> str:
@@ -470,6 +494,6 @@ def rewrite_summary(plan: CompactionPlan, written: list[WrittenGroup], **extra: 
         "bytes_out": sum(w.size_bytes for w in written),
         "groups": len(plan.groups),
         "partitions": plan.partitions,
-        "fast_path_groups": sum(1 for w in written if w.fast_path),
+        "engines": {e: sum(1 for w in written if w.engine == e) for e in sorted({w.engine for w in written})},
         **extra,
     }

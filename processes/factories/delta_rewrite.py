@@ -1,8 +1,8 @@
 """Delta ``rewrite``: compaction of small files, committed as remove + add actions with
 ``dataChange=false`` (readers of the change feed and streaming readers skip it: no data changed).
 
-Planning and writing are the Iceberg rewrite's (``compaction``); data files are read by Spark by
-column name, partition columns excluded (Delta keeps them in the log, not in the files). Files
+Planning and writing are the Iceberg rewrite's (``compaction``); files are read without their
+partition columns (Delta keeps those in the log, not in the files). Files
 with deletion vectors are not rewritten (see ``plan_delta``). Before committing,
 the latest version is read: every file to remove must still be live there with the same deletion
 vector (a vector added meanwhile deletes rows the new file would bring back), else the run
@@ -71,6 +71,16 @@ def plan_delta(spec: Any, settings: CompactionSettings) -> CompactionPlan:
     )
 
 
+class DeltaSliceReader:
+    """Reads slices through the spec table (picklable: Spark tasks reopen it at its version)."""
+
+    def __init__(self, spec: Any, columns: list[str]) -> None:
+        self.spec, self.columns = spec, columns
+
+    def __call__(self, slices: list[Any]) -> Any:
+        return self.spec.read(slices, columns=self.columns)
+
+
 class DeltaRewriteProcess(TableProcess):
     def __init__(self, params: dict[str, Any], config: dict[str, Any]) -> None:
         super().__init__(REWRITE, params)
@@ -95,7 +105,7 @@ class DeltaRewriteProcess(TableProcess):
             staging = context.staging_dir / f"attempt-{attempt}"
             writer = GroupWriter(
                 context,
-                lambda slices, spec=spec, names=data_schema.names: spec.read(slices, columns=names),
+                DeltaSliceReader(spec, data_schema.names),
                 data_schema,
                 staging,
                 settings=self.settings,

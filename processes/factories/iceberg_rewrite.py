@@ -49,6 +49,21 @@ DELETE_FILE_SUMMARY_KEYS = (
 )
 
 
+class IcebergSliceReader:
+    """Reads slices like ``IcebergSpecTable.read`` (deletes applied, columns by field id);
+    picklable, so Spark tasks can run it."""
+
+    def __init__(self, io: Any, schema: Any) -> None:
+        self.io, self.schema = io, schema
+
+    def __call__(self, slices: list[Any]) -> Any:
+        from storage.formats.iceberg.read import SliceReader
+
+        reader = SliceReader(self.io, self.schema, None, None)
+        for file_slice in slices:
+            yield from reader.read(file_slice)
+
+
 class IcebergRewriteProcess(TableProcess):
     def __init__(self, params: dict[str, Any], config: dict[str, Any]) -> None:
         super().__init__(REWRITE, params)
@@ -69,7 +84,7 @@ class IcebergRewriteProcess(TableProcess):
             staging = context.staging_dir / f"attempt-{attempt}"
             writer = GroupWriter(
                 context,
-                spec.read,
+                IcebergSliceReader(table.io, spec.schema),
                 spec.schema,
                 staging,
                 settings=self.settings,

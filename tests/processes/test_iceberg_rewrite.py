@@ -21,18 +21,19 @@ def planned(table, **config):
     )
 
 
-def test_two_hundred_small_files_are_compacted_with_the_same_rows(make_iceberg, run_now):
+@pytest.mark.parametrize("engine", ["arrow", "spark-sql"])
+def test_two_hundred_small_files_are_compacted_with_the_same_rows(make_iceberg, run_now, engine):
     console_table, table = make_iceberg(files=200, rows_per_file=5, partitioned=True)
     before = multiset(iceberg_rows(table))
     plan = planned(table)
 
-    process = run_now(console_table, "rewrite")
+    process = run_now(console_table, "rewrite", {"engine": engine})
 
     assert process.status == ProcessStatus.SUCCESS, process.failure
     assert process.summary["files_in"] == 200
     assert process.summary["partitions"] == 2
     assert process.summary["files_out"] == len(plan.groups) == 2
-    assert process.summary["fast_path_groups"] == 2  # Spark read the files by path
+    assert process.summary["engines"] == {engine: 2}
     assert len(iceberg_files(table)) == 200 - plan.files_in + process.summary["files_out"]
     assert multiset(iceberg_rows(table)) == before
     assert table.current_snapshot().snapshot_id == process.summary["snapshot_id"]

@@ -7,7 +7,6 @@ queries and deletes, Spark; transforms against pyiceberg-core's Rust implementat
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 from decimal import Decimal
 
 import pyarrow as pa
@@ -760,34 +759,20 @@ def test_to_arrow_treats_a_dotted_top_level_name_as_that_column_when_given_the_s
 
 
 @pytest.mark.spark
-def test_spark_selects_the_same_rows_as_arrow(tmp_path):
-    if shutil.which("java") is None:
-        pytest.skip("no Java runtime for Spark")
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("lakewarden-expressions")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "1")
-        .getOrCreate()
-    )
-    try:
-        rows = DELTA_ROWS.drop_columns(["local_ts"])
-        ddl = "id long, region string, amount double, price decimal(10,2), day date, ts timestamp, address struct<city:string,zip:int>"
-        frame = spark.createDataFrame(rows.to_pylist(), schema=ddl)
-        for text in DELTA_FILTERS:
-            if "local_ts" in text:
-                continue
-            expr = parse_filter(text, rows.schema)
-            # ts is unique per row and the session time zone is UTC: a stable key to compare.
-            theirs = sorted(
-                r.key for r in frame.where(to_spark(expr)).selectExpr("cast(ts as string) as key").collect()
-            )
-            ours = sorted(
-                v.strftime("%Y-%m-%d %H:%M:%S") for v in rows.filter(to_arrow(expr))["ts"].to_pylist()
-            )
-            assert theirs == ours, text
-    finally:
-        spark.stop()
+def test_spark_selects_the_same_rows_as_arrow(spark):
+    # The run's one shared session (tests/conftest.py): never stop it here.
+    rows = DELTA_ROWS.drop_columns(["local_ts"])
+    ddl = "id long, region string, amount double, price decimal(10,2), day date, ts timestamp, address struct<city:string,zip:int>"
+    frame = spark.createDataFrame(rows.to_pylist(), schema=ddl)
+    for text in DELTA_FILTERS:
+        if "local_ts" in text:
+            continue
+        expr = parse_filter(text, rows.schema)
+        # ts is unique per row and the session time zone is UTC: a stable key to compare.
+        theirs = sorted(
+            r.key for r in frame.where(to_spark(expr)).selectExpr("cast(ts as string) as key").collect()
+        )
+        ours = sorted(
+            v.strftime("%Y-%m-%d %H:%M:%S") for v in rows.filter(to_arrow(expr))["ts"].to_pylist()
+        )
+        assert theirs == ours, text
