@@ -180,3 +180,25 @@ def test_plugin(db, monkeypatch):
     yield
     monkeypatch.undo()
     rediscover_factories()
+
+
+TEST_BROKER_URL = os.environ.get("LAKEWARDEN_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_broker_for_the_test_run():
+    """Tasks the tests enqueue go to a Redis database of their own, emptied at the end, so a
+    Lakewarden running on this machine never receives them (nor the tests its tasks)."""
+    try:
+        from django.conf import settings
+
+        from console.celery import app
+    except Exception:  # running without Django (-p no:django)
+        yield
+        return
+    settings.CELERY_BROKER_URL = settings.CELERY_RESULT_BACKEND = TEST_BROKER_URL
+    app.conf.broker_url = app.conf.result_backend = TEST_BROKER_URL
+    yield
+    import redis
+
+    redis.Redis.from_url(TEST_BROKER_URL).flushdb()

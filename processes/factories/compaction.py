@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 MIB = 1024 * 1024
 DEFAULT_TARGET_FILE_SIZE = 128 * MIB
 GLOB_CHARACTERS = set("{}[]*?\\")
+# Row groups of the rewritten files (pyarrow's own default is 1Mi rows).
+ROW_GROUP_ROWS = 1024 * 1024
+ROW_GROUP_BYTES = 128 * MIB
 
 #: Properties of both rewrite factories (admin-editable, overridable per table by the same name).
 REWRITE_PROPERTIES_SCHEMA: dict[str, Any] = {
@@ -279,30 +282,44 @@ def write_arrow_group(
         if gathered:
             table = pa.Table.from_batches(gathered).sort_by([(c, "ascending") for c in sort_columns])
             batches = table.to_batches()
-    written: list[tuple[str, int, int]] = []
-    writer, rows, path = None, 0, ""
+    written: list[list[Any]] = []  # [path, rows]
+    state: dict[str, Any] = {"writer": None}
+
+    def flush(buffer: list[pa.RecordBatch]) -> None:
+        # One write per row group: readers batch small files' 64k-row batches into few row groups.
+        table = pa.Table.from_batches(buffer).select(schema.names).cast(schema)
+        offset = 0
+        while offset < table.num_rows:
+            if state["writer"] is None:
+                path = os.path.join(out, f"part-{len(written):05d}.parquet")
+                state["writer"] = pq.ParquetWriter(
+                    path, schema, compression=compression, coerce_timestamps="us"
+                )
+                written.append([path, 0])
+            take = min(rows_per_file - written[-1][1], table.num_rows - offset)
+            state["writer"].write_table(table.slice(offset, take), row_group_size=ROW_GROUP_ROWS)
+            offset += take
+            written[-1][1] += take
+            if written[-1][1] >= rows_per_file:
+                state["writer"].close()
+                state["writer"] = None
+
     try:
+        buffer: list[pa.RecordBatch] = []
+        buffered_rows = buffered_bytes = 0
         for batch in batches:
-            batch = pa.Table.from_batches([batch]).select(schema.names).cast(schema)
-            offset = 0
-            while offset < batch.num_rows:
-                if writer is None:
-                    path = os.path.join(out, f"part-{len(written):05d}.parquet")
-                    writer = pq.ParquetWriter(path, schema, compression=compression, coerce_timestamps="us")
-                    written.append((path, 0, 0))
-                    rows = 0
-                take = min(rows_per_file - rows, batch.num_rows - offset)
-                writer.write_table(batch.slice(offset, take))
-                offset += take
-                rows += take
-                written[-1] = (path, 0, rows)
-                if rows >= rows_per_file:
-                    writer.close()
-                    writer = None
+            buffer.append(batch)
+            buffered_rows += batch.num_rows
+            buffered_bytes += batch.nbytes
+            if buffered_rows >= ROW_GROUP_ROWS or buffered_bytes >= ROW_GROUP_BYTES:
+                flush(buffer)
+                buffer, buffered_rows, buffered_bytes = [], 0, 0
+        if buffer:
+            flush(buffer)
     finally:
-        if writer is not None:
-            writer.close()
-    return [(p, os.path.getsize(p), n) for p, _, n in written]
+        if state["writer"] is not None:
+            state["writer"].close()
+    return [(path, os.path.getsize(path), rows) for path, rows in written]
 
 
 class ArrowGroupTask:

@@ -39,6 +39,8 @@ class CeleryProcesses:
         self.env = {
             **os.environ,
             "DATABASE_URL": _database_url(connection.settings_dict),
+            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            "CELERY_RESULT_BACKEND": settings.CELERY_BROKER_URL,
             "LAKEWARDEN_DEFAULT_QUEUE": self.queue,
             "LAKEWARDEN_WAREHOUSE": str(settings.LAKEWARDEN_WAREHOUSE),
             "LAKEWARDEN_ALLOWED_ROOTS": os.pathsep.join(str(r) for r in settings.LAKEWARDEN_ALLOWED_ROOTS),
