@@ -11,7 +11,6 @@ import datetime as dt
 import logging
 from dataclasses import dataclass, field
 
-from django.db.models import Count
 from django.utils import timezone
 
 from console.errors import Conflict, InvalidInput
@@ -22,6 +21,9 @@ from processes.runtime import TableRuntime
 from processes.services import process_create
 
 logger = logging.getLogger(__name__)
+
+
+EVALUATION_BATCH = 100
 
 
 def evaluated_key(action: str) -> str:
@@ -47,31 +49,71 @@ def schedule_tick(*, now: dt.datetime | None = None) -> TickReport:
     report = TickReport()
     pairs = coordinators()
     report.pairs = len(pairs)
-    running_by_pair = {
-        (row["table__format"], row["action"]): row["n"]
-        for row in Process.objects.filter(status__in=ACTIVE_STATUSES)
-        .values("table__format", "action")
-        .annotate(n=Count("id"))
-    }
+    snapshot = _Snapshot()
+    running_by_pair: dict[tuple[str, str], int] = {}
+    for table_format, action in snapshot.active:
+        running_by_pair[(table_format, action)] = running_by_pair.get((table_format, action), 0) + 1
     for (table_format, action), configured in sorted(pairs.items(), key=lambda kv: -kv[1].priority):
         strategy = configured.factory.trigger_strategy(table_format, action)
         free = strategy.parallelism - running_by_pair.get((table_format, action), 0)
-        due_tables = _due_tables(table_format, action, strategy, now, report)
-        if not due_tables:
+        due_ids = _due_table_ids(snapshot, table_format, action, strategy, now, report)
+        if not due_ids:
             continue
         if free <= 0:
-            report.skipped_busy += len(due_tables)
+            report.skipped_busy += len(due_ids)
             continue
         evaluated: list[Table] = []
-        for table, _state in due_tables:
-            if free <= 0:
-                report.skipped_busy += 1
-                continue
-            evaluated.append(table)
-            if _trigger_one(configured, table, action, report):
-                free -= 1
+        position = 0
+        # A factory that declines a table frees no slot: keep asking, a batch of rows at a time.
+        while free > 0 and position < len(due_ids):
+            batch = due_ids[position : position + max(free, EVALUATION_BATCH)]
+            position += len(batch)
+            tables = Table.objects.in_bulk(batch)
+            for table_id in batch:
+                table = tables.get(table_id)
+                if table is None:
+                    continue
+                if free <= 0:
+                    break
+                evaluated.append(table)
+                if _trigger_one(configured, table, action, report):
+                    free -= 1
+        report.skipped_busy += len(due_ids) - len(evaluated)
         _record_evaluations(evaluated, action, now)
     return report
+
+
+class _Snapshot:
+    """What one tick reads, once per format: candidate tables, scheduler states, active processes.
+
+    Three queries per format whatever the number of pairs; nothing per table."""
+
+    def __init__(self) -> None:
+        self._tables: dict[str, list[tuple[int, str]]] = {}
+        self._states: dict[str, dict[int, dict]] = {}
+        self.active: list[tuple[str, str]] = []
+        self.active_tables: set[tuple[int, str]] = set()
+        for table_id, table_format, action in Process.objects.filter(status__in=ACTIVE_STATUSES).values_list(
+            "table_id", "table__format", "action"
+        ):
+            self.active.append((table_format, action))
+            self.active_tables.add((table_id, action))
+
+    def tables(self, table_format: str) -> list[tuple[int, str]]:
+        if table_format not in self._tables:
+            self._tables[table_format] = list(
+                Table.objects.filter(format=table_format).order_by("pk").values_list("pk", "current_instant")
+            )
+        return self._tables[table_format]
+
+    def states(self, table_format: str) -> dict[int, dict]:
+        if table_format not in self._states:
+            states: dict[int, dict] = {}
+            rows = TableState.objects.filter(key__startswith="scheduler.", table__format=table_format)
+            for table_id, key, value in rows.values_list("table_id", "key", "value"):
+                states.setdefault(table_id, {})[key] = value
+            self._states[table_format] = states
+        return self._states[table_format]
 
 
 def _record_evaluations(tables: list[Table], action: str, now: dt.datetime) -> None:
@@ -86,41 +128,28 @@ def _record_evaluations(tables: list[Table], action: str, now: dt.datetime) -> N
         )
 
 
-def _due_tables(table_format, action, strategy, now, report) -> list[tuple[Table, dict]]:
-    tables = list(
-        Table.objects.filter(format=table_format).only(
-            "id", "current_instant", "format", "location", "identifier", "name", "properties", "catalog_id"
-        )
-    )
+def _due_table_ids(snapshot: _Snapshot, table_format, action, strategy, now, report) -> list[int]:
+    """Tables due for (format, action), longest waiting first."""
+    tables = snapshot.tables(table_format)
     report.tables_considered += len(tables)
-    if not tables:
-        return []
-    keys = (evaluated_key(action), seen_snapshot_key(action))
-    states: dict[int, dict] = {}
-    for table_id, key, value in TableState.objects.filter(
-        key__in=keys, table__format=table_format
-    ).values_list("table_id", "key", "value"):
-        states.setdefault(table_id, {})[key] = value
-    active = set(
-        Process.objects.filter(
-            action=action, table__format=table_format, status__in=ACTIVE_STATUSES
-        ).values_list("table_id", flat=True)
-    )
-    due = []
+    states = snapshot.states(table_format)
+    evaluated_name, seen_name = evaluated_key(action), seen_snapshot_key(action)
     interval = strategy.interval.total_seconds()
-    for table in tables:
-        if table.pk in active:
+    moment = now.timestamp()
+    due: list[tuple[float, int]] = []
+    for table_id, current_instant in tables:
+        if (table_id, action) in snapshot.active_tables:
             continue
-        state = states.get(table.pk, {})
-        evaluated = state.get(evaluated_key(action))
-        if evaluated is not None and now.timestamp() - float(evaluated) < interval:
+        state = states.get(table_id, {})
+        evaluated = state.get(evaluated_name)
+        if evaluated is not None and moment - float(evaluated) < interval:
             continue
-        if strategy.on_new_snapshot and state.get(seen_snapshot_key(action)) == table.current_instant:
+        if strategy.on_new_snapshot and state.get(seen_name) == current_instant:
             continue
-        due.append((table, state))
-    due.sort(key=lambda pair: float(pair[1].get(evaluated_key(action)) or 0))  # longest waiting first
+        due.append((float(evaluated or 0), table_id))
+    due.sort()
     report.due += len(due)
-    return due
+    return [table_id for _, table_id in due]
 
 
 def _trigger_one(configured: ConfiguredFactory, table: Table, action: str, report: TickReport) -> bool:
