@@ -192,3 +192,5 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"py4j": {"level": "WARNING"}},
 }
+
+from console.settings_security import *  # noqa: E402,F403  (security headers, cookies, throttling)

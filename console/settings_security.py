@@ -1,0 +1,1 @@
+"""Security settings (imported at the end of console/settings.py)."""
