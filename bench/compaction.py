@@ -1,13 +1,14 @@
 """Compaction throughput: the Spark rewrite processes vs plain pyarrow vs deltalake's optimize.
 
 The same parquet files (1-4 MB each, ``--size-mb`` in total, default 2048) are compacted into
-128 MiB files four ways, each on its own hard-linked copy of the files:
+128 MiB files five ways, each on its own hard-linked copy of the files:
 
 - pyarrow: a plain single-thread read-and-rewrite (``read_table(use_threads=False)`` then one
   ``ParquetWriter`` per 128 MiB of input);
 - deltalake: ``DeltaTable.optimize.compact()`` on the files as a Delta table;
 - the Delta rewrite process (``DeltaRewriteProcess.run``: plan, Spark read/write, commit);
-- the Iceberg rewrite process (``IcebergRewriteProcess.run`` on a SQL catalog in SQLite).
+- the Iceberg rewrite process (``IcebergRewriteProcess.run`` on a SQL catalog in SQLite);
+- the same with the opt-in ``spark-sql`` engine (Spark's own parquet reader and writer).
 
 Throughput is input bytes per second of wall time; the Spark session is started (and warmed up
 with one small job) before timing, as on a long-running worker. Snappy everywhere.

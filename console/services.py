@@ -101,9 +101,14 @@ def table_register(
 
 def table_refresh(*, table: Table) -> Table:
     """Re-read the cached metadata facts; a failure is recorded on the row, not raised."""
+    previous_instant = table.current_instant
     try:
         _apply_summary(table, table_open(table))
         table.refresh_error = ""
+        if table.current_instant != previous_instant:
+            from storage.services import cached_results_invalidate_for_table
+
+            cached_results_invalidate_for_table(table_id=table.pk, current_instant=table.current_instant)
     except SpecError as error:
         table.refresh_error = str(error)
     except OSError as error:

@@ -121,6 +121,7 @@ LAKEWARDEN_SPARK_REMOTE = env_str("LAKEWARDEN_SPARK_REMOTE")
 if LAKEWARDEN_SPARK_REMOTE is not None and not LAKEWARDEN_SPARK_REMOTE.startswith("sc://"):
     raise ImproperlyConfigured(f"LAKEWARDEN_SPARK_REMOTE={LAKEWARDEN_SPARK_REMOTE!r} must be an sc:// URL")
 LAKEWARDEN_PAGE_SIZE = env_int("LAKEWARDEN_PAGE_SIZE", 50, minimum=1)
+LAKEWARDEN_QUERY_ROW_LIMIT = env_int("LAKEWARDEN_QUERY_ROW_LIMIT", 1000, minimum=1)
 
 # --- Celery -------------------------------------------------------------------------------------
 CELERY_BROKER_URL = env_url(

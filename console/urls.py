@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from console import views
 from processes import views as process_views
+from storage import views as storage_views
 
 console_patterns = [
     path("", views.overview, name="overview"),
@@ -28,6 +29,16 @@ console_patterns = [
     path("processes/", process_views.process_list, name="process-list"),
     path("processes/<int:pk>/", process_views.process_detail, name="process-detail"),
     path("processes/<int:pk>/<str:verb>/", process_views.process_act, name="process-act"),
+    path("queries/", storage_views.workbench, name="workbench"),
+    path("queries/run/", storage_views.query_run, name="query-run"),
+    path("queries/<int:pk>/", storage_views.query_detail, name="query-detail"),
+    path("queries/<int:pk>/cancel/", storage_views.query_cancel, name="query-cancel"),
+    path("cached-results/", storage_views.cached_result_list, name="cached-result-list"),
+    path("cached-results/<int:pk>/<str:verb>/", storage_views.cached_result_act, name="cached-result-act"),
+    path("storages/", storage_views.storage_list, name="storage-list"),
+    path("storages/new/", storage_views.storage_create, name="storage-create"),
+    path("storages/<int:pk>/test/", storage_views.storage_test, name="storage-test"),
+    path("storages/<int:pk>/delete/", storage_views.storage_delete, name="storage-delete"),
 ]
 
 urlpatterns = [

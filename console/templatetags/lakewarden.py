@@ -83,3 +83,13 @@ def json_inline(value) -> str:
     import json
 
     return json.dumps(value, default=str, sort_keys=True)
+
+
+@register.filter
+def split_words(text: str) -> list[str]:
+    return str(text).split()
+
+
+@register.filter
+def get_item(mapping, key):
+    return (mapping or {}).get(key)

@@ -34,10 +34,9 @@ from processes.factories.compaction import (
     REWRITE_PROPERTIES_SCHEMA,
     CompactionPlan,
     CompactionSettings,
-    GroupWriter,
     RewriteConflict,
-    WrittenGroup,
 )
+from processes.factories.group_writer import GroupWriter, WrittenGroup
 from processes.plugin import (
     REWRITE,
     ProcessContext,

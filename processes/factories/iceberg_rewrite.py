@@ -27,10 +27,9 @@ from processes.factories.compaction import (
     REWRITE_PROPERTIES_SCHEMA,
     CompactionPlan,
     CompactionSettings,
-    GroupWriter,
     RewriteConflict,
-    WrittenGroup,
 )
+from processes.factories.group_writer import GroupWriter, WrittenGroup
 from processes.plugin import (
     REWRITE,
     ProcessContext,
@@ -115,7 +114,7 @@ def _catalog_table(spec_table: Any) -> Any:
 
     table = getattr(spec_table, "pyiceberg_table", None)
     if table is None or isinstance(table, StaticTable):
-        raise RewriteConflict(
+        raise ValueError(
             "this Iceberg table is registered by location without a catalog: rewrites need a catalog"
             " to commit (register it through an Iceberg catalog)"
         )

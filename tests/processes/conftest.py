@@ -69,7 +69,9 @@ def make_iceberg(iceberg_catalog):
 
     row, catalog = iceberg_catalog
 
-    def make(*, files: int = 200, rows_per_file: int = 5, partitioned: bool = False, properties=None):
+    def make(
+        *, files: int = 200, rows_per_file: int = 5, partitioned: bool = False, properties=None, register=True
+    ):
         namespace = f"ns_{uuid.uuid4().hex[:8]}"
         catalog.create_namespace(namespace)
         table = catalog.create_table(f"{namespace}.events", schema=ICEBERG_SCHEMA)
@@ -83,6 +85,8 @@ def make_iceberg(iceberg_catalog):
             append_files(
                 table, [rows(i * rows_per_file, rows_per_file, _region(i, partitioned)) for i in range(files)]
             )
+        if not register:
+            return None, table
         console_table = services.table_register(catalog=row, identifier=f"{namespace}.events")
         return console_table, table
 

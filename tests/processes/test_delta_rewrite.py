@@ -119,3 +119,20 @@ def test_a_file_with_a_deletion_vector_is_left_as_it_is(external_tables, warehou
     assert process.summary["files_in"] == 0
     assert DeltaTable(str(path)).version() == version
     assert multiset(delta_read(path)) == before
+
+
+def test_a_table_with_column_mapping_is_not_offered_and_fails_clearly(external_tables, warehouse, run_now):
+    from console import services
+    from processes.factories.delta_rewrite import DeltaRewriteFactory
+    from processes.runtime import TableRuntime
+
+    path = warehouse / "mapped"
+    shutil.copytree(external_tables / "delta" / "table_with_column_mapping", path)
+    console_table = services.table_register(location=str(path))
+    factory = DeltaRewriteFactory()
+    assert factory.trigger(TableRuntime(console_table, factory.properties), "rewrite") is None
+
+    process = run_now(console_table, "rewrite", {"min-input-files": 2})
+
+    assert process.status == ProcessStatus.FAILED
+    assert "column mapping" in process.failure

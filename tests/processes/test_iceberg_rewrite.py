@@ -194,3 +194,75 @@ def test_a_sorted_table_is_rewritten_in_its_sort_order(make_iceberg, run_now):
     assert process.summary["files_out"] == 1
     ids = iceberg_rows(table)["id"]
     assert ids.to_pylist() == sorted(ids.to_pylist())
+
+
+def test_columns_renamed_after_the_files_were_written_keep_their_values(make_iceberg, run_now):
+    console_table, table = make_iceberg(files=20)
+    before = iceberg_rows(table)
+    with table.update_schema() as update:
+        update.rename_column("name", "label")
+
+    process = run_now(console_table, "rewrite")
+
+    assert process.status == ProcessStatus.SUCCESS, process.failure
+    after = iceberg_rows(table)
+    assert after["label"].to_pylist() != [None] * after.num_rows
+    assert multiset(after.rename_columns(before.column_names)) == multiset(before)
+
+
+def test_nested_columns_round_trip(iceberg_catalog, run_now):
+    import pyarrow as pa
+
+    from console import services
+
+    row, catalog = iceberg_catalog
+    catalog.create_namespace("nested")
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64()),
+            pa.field("point", pa.struct([("x", pa.float64()), ("y", pa.float64())])),
+            pa.field("tags", pa.list_(pa.string())),
+            pa.field("attrs", pa.map_(pa.string(), pa.int32())),
+        ]
+    )
+    table = catalog.create_table("nested.things", schema=schema)
+    for i in range(8):
+        ids = range(i * 3, i * 3 + 3)
+        table.append(
+            pa.table(
+                {
+                    "id": list(ids),
+                    "point": [{"x": float(j), "y": -float(j)} for j in ids],
+                    "tags": [[f"t{j}", "common"] for j in ids],
+                    "attrs": [[("k", j), ("n", 1)] for j in ids],
+                },
+                schema=schema,
+            )
+        )
+    console_table = services.table_register(catalog=row, identifier="nested.things")
+    before = table.scan().to_arrow().sort_by("id").to_pylist()
+
+    process = run_now(console_table, "rewrite")
+
+    assert process.status == ProcessStatus.SUCCESS, process.failure
+    assert process.summary["files_in"] == 8 and process.summary["files_out"] == 1
+    table.refresh()
+    assert table.scan().to_arrow().sort_by("id").to_pylist() == before
+
+
+def test_a_table_without_a_catalog_is_not_offered_and_fails_clearly(make_iceberg, run_now):
+    from console import services
+    from processes.runtime import TableRuntime
+
+    _, table = make_iceberg(files=10, register=False)
+    # registered by location: opened from its metadata file, with no catalog to commit through
+    console_table = services.table_register(
+        location=table.location().removeprefix("file://"), format="iceberg"
+    )
+    factory = IcebergRewriteFactory()
+    assert factory.trigger(TableRuntime(console_table, factory.properties), "rewrite") is None
+
+    process = run_now(console_table, "rewrite")
+
+    assert process.status == ProcessStatus.FAILED
+    assert "rewrites need a catalog" in process.failure

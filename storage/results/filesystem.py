@@ -1,0 +1,196 @@
+"""Cached results as parquet folders under a root folder: ``<root>/<table name>/part-*.parquet``.
+
+The default backend. Spark writes the folder; reads prune files whose footer statistics cannot
+match the filter (pyarrow answers from the row group statistics) before Spark, which prunes row
+groups inside the files it does open.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from storage.results.plugin import IntermediateResultStorage, WriteStats
+from storage.results.registry import StorageConfigError
+
+STAGING_MARK = ".writing-"
+
+
+def check_table_name(table_name: str) -> str:
+    """``table_name`` when it names one folder or table: no path separators, no ``..``."""
+    if not isinstance(table_name, str) or not table_name.strip():
+        raise ValueError("a cached result needs a non-empty table name")
+    if "/" in table_name or "\\" in table_name or "\x00" in table_name or ".." in table_name:
+        raise ValueError(f"table name {table_name!r} must not contain path separators or '..'")
+    if table_name.startswith("."):
+        raise ValueError(f"table name {table_name!r} must not start with '.'")
+    return table_name
+
+
+def parquet_files(folder: str | os.PathLike[str]) -> list[str]:
+    """The data files of a Spark-written folder, sorted (Spark ignores ``_*`` and ``.*`` names)."""
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(
+        os.path.join(folder, name)
+        for name in names
+        if name.endswith(".parquet") and not name.startswith(("_", "."))
+    )
+
+
+def footer_stats(files: list[str]) -> WriteStats:
+    """Rows from the parquet footers (no data read), bytes from the files on disk."""
+    rows = sum(pq.read_metadata(path).num_rows for path in files)
+    return WriteStats(rows=rows, size_bytes=sum(os.path.getsize(path) for path in files))
+
+
+def quoted(name: str) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def check_columns(columns: list[str] | None, schema: pa.Schema) -> list[str] | None:
+    if columns is None:
+        return None
+    unknown = [c for c in columns if c not in schema.names]
+    if unknown:
+        raise ValueError(f"unknown column(s) {', '.join(unknown)}; columns are: {', '.join(schema.names)}")
+    return list(columns)
+
+
+class FilesystemStorage(IntermediateResultStorage):
+    type_name: ClassVar[str] = "filesystem"
+    description: ClassVar[str] = "Parquet files in a folder per result, under a root folder"
+    config_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "root": {
+                "type": "string",
+                "minLength": 1,
+                "description": "absolute folder holding one sub-folder per cached result",
+            },
+        },
+        "required": ["root"],
+        "additionalProperties": False,
+    }
+    secret_keys: ClassVar[frozenset[str]] = frozenset()
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        super().configure(config)
+        root = str(self.config["root"])
+        if not os.path.isabs(root):
+            raise StorageConfigError(f"root: must be an absolute folder, not {root!r}")
+        self.root = Path(root)
+
+    # -- hooks -------------------------------------------------------------------------------------
+
+    def create(self, table_name: str, properties: Mapping[str, Any]) -> dict[str, Any]:
+        path = self.root / check_table_name(table_name)
+        path.mkdir(parents=True, exist_ok=True)
+        return {**properties, "path": str(path)}
+
+    def write(self, dataframe: Any, properties: Mapping[str, Any]) -> WriteStats:
+        path = self._path(properties)
+        # Written beside the folder then renamed in: a failed write leaves the old result (or
+        # nothing) in place, never half a folder that ``exists`` would take for a result.
+        staging = path.with_name(f".{path.name}{STAGING_MARK}{uuid.uuid4().hex}")
+        try:
+            dataframe.write.mode("overwrite").parquet(staging.as_uri())
+            stats = footer_stats(parquet_files(staging))
+            shutil.rmtree(path, ignore_errors=True)
+            os.replace(staging, path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return stats
+
+    def read(
+        self,
+        spark: Any,
+        properties: Mapping[str, Any],
+        columns: list[str] | None = None,
+        filters: Any = None,
+    ) -> Any:
+        from pyspark.sql import functions as F
+
+        from storage.spec.expressions import to_spark
+
+        path = self._path(properties)
+        files = parquet_files(path)
+        if not files:
+            raise FileNotFoundError(f"no stored result at {path}: its parquet files are gone")
+        schema = pq.read_schema(files[0])
+        columns = check_columns(columns, schema)
+        expr = self._bind(filters, schema)
+        kept = self._prune(files, expr) if expr is not None else files
+        if kept:
+            frame = spark.read.parquet(*[Path(f).as_uri() for f in kept])
+        else:
+            # no file can match: an empty frame with the stored schema, without scanning anything
+            frame = spark.read.parquet(Path(files[0]).as_uri()).where(F.lit(False))
+        if expr is not None:
+            frame = frame.where(to_spark(expr))
+        if columns is not None:
+            frame = frame.select(*[quoted(c) for c in columns])
+        return frame
+
+    def exists(self, properties: Mapping[str, Any]) -> bool:
+        return bool(parquet_files(self._path(properties)))
+
+    def clean(self, table_names: list[str], properties: Mapping[str, Mapping[str, Any]]) -> None:
+        for name in table_names:
+            path = self._path(properties[name])
+            shutil.rmtree(path, ignore_errors=True)
+            # an interrupted write's staging folder, if any
+            for leftover in path.parent.glob(f".{path.name}{STAGING_MARK}*"):
+                shutil.rmtree(leftover, ignore_errors=True)
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def data_files(self, properties: Mapping[str, Any], filters: Any = None) -> list[str]:
+        """The parquet files a read with ``filters`` opens (all of them without a filter)."""
+        files = parquet_files(self._path(properties))
+        if not files or filters is None:
+            return files
+        expr = self._bind(filters, pq.read_schema(files[0]))
+        return self._prune(files, expr) if expr is not None else files
+
+    def _path(self, properties: Mapping[str, Any]) -> Path:
+        path = Path(str(properties["path"]))
+        # the properties come back from the database: never act outside our root
+        if path.parent != self.root:
+            raise ValueError(f"{path} is not a result folder under {self.root}")
+        check_table_name(path.name)
+        return path
+
+    @staticmethod
+    def _bind(filters: Any, schema: pa.Schema) -> Any:
+        from storage.spec.expressions import bind_filter
+
+        return bind_filter(filters, schema)
+
+    @staticmethod
+    def _prune(files: list[str], expr: Any) -> list[str]:
+        """Files with at least one row group whose statistics may match ``expr``."""
+        from storage.spec.expressions import to_arrow
+
+        arrow_filter = to_arrow(expr)
+        dataset = pads.dataset(files, format="parquet")
+        kept = []
+        for fragment in dataset.get_fragments():
+            try:
+                if fragment.subset(filter=arrow_filter).num_row_groups:
+                    kept.append(fragment.path)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                kept.append(fragment.path)  # statistics pyarrow cannot use: the file might match
+        return kept

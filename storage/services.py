@@ -1,0 +1,258 @@
+"""Storage backends: register (code, YAML or console: one path), test, update, delete; cached results:
+invalidate, drop, evict. The query flow itself is in storage/cache.py."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from console.errors import Conflict, InvalidInput
+from console.paths import PathNotAllowed, confine
+from storage.models import CachedResult, CachedResultState, StorageBackend, StorageSource
+from storage.results.plugin import IntermediateResultStorage, StorageDescriptor
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BACKEND_NAME = "default-filesystem"
+
+
+def _registry():
+    from storage.results import registry
+
+    return registry
+
+
+def _validated(descriptor: StorageDescriptor) -> tuple[str, dict[str, Any]]:
+    """Type known, config valid for it, paths confined: (type, config) or InvalidInput."""
+    registry = _registry()
+    if not descriptor.type:
+        raise InvalidInput("a storage needs a type", field="type")
+    config = dict(descriptor.config)
+    if descriptor.type == "filesystem":
+        root = config.get("root") or str(Path(settings.LAKEWARDEN_WAREHOUSE) / ".lakewarden-cache")
+        try:
+            confined = confine(str(root))
+        except PathNotAllowed as error:
+            raise InvalidInput(f"root: {error}", field="config") from error
+        config["root"] = str(confined)
+    try:
+        registry.build_storage(StorageDescriptor(type=descriptor.type, config=config))
+    except registry.StorageConfigError as error:
+        field = "type" if descriptor.type not in registry.storage_types() else "config"
+        raise InvalidInput(str(error), field=field) from error
+    return descriptor.type, config
+
+
+def storage_backend_register(
+    *,
+    name: str,
+    descriptor: StorageDescriptor,
+    quota_bytes: int | None = None,
+    source: str = StorageSource.CONSOLE,
+    is_default: bool = False,
+) -> StorageBackend:
+    """The one way a storage gets registered, whether it comes from code, YAML or the console."""
+    if not name or not all(c.isalnum() or c in "-_" for c in name):
+        raise InvalidInput("a storage name uses letters, digits, '-' and '_'", field="name")
+    if StorageBackend.objects.filter(name=name).exists():
+        raise InvalidInput(f"a storage named {name!r} already exists", field="name")
+    if quota_bytes is not None and quota_bytes <= 0:
+        raise InvalidInput("quota_bytes must be positive (or empty for no quota)", field="quota_bytes")
+    storage_type, config = _validated(descriptor)
+    with transaction.atomic():
+        if is_default:
+            StorageBackend.objects.filter(is_default=True).update(is_default=False)
+        return StorageBackend.objects.create(
+            name=name, type=storage_type, config=config, quota_bytes=quota_bytes, source=source, is_default=is_default
+        )
+
+
+def storage_backend_update(
+    *, backend: StorageBackend, config: dict[str, Any] | None = None, quota_bytes: int | None = None,
+    is_default: bool | None = None,
+) -> StorageBackend:
+    if config is not None:
+        # Masked secrets sent back unchanged keep their stored value.
+        merged = {k: (backend.config.get(k) if v == _registry().MASK else v) for k, v in config.items()}
+        backend.type, backend.config = _validated(StorageDescriptor(type=backend.type, config=merged))
+    if quota_bytes is not None:
+        if quota_bytes <= 0:
+            raise InvalidInput("quota_bytes must be positive", field="quota_bytes")
+        backend.quota_bytes = quota_bytes
+    with transaction.atomic():
+        if is_default:
+            StorageBackend.objects.exclude(pk=backend.pk).filter(is_default=True).update(is_default=False)
+            backend.is_default = True
+        backend.save()
+    if quota_bytes is not None:
+        cached_results_evict(backend=backend)
+    return backend
+
+
+def storage_backend_delete(*, backend: StorageBackend) -> None:
+    """Clean every result the backend holds, then forget it."""
+    live = list(backend.results.exclude(state=CachedResultState.CLEANED))
+    if live:
+        cached_results_clean(results=live, reason="storage deleted")
+    backend.results.all().delete()
+    backend.delete()
+
+
+def storage_backend_default() -> StorageBackend:
+    """The default storage; a filesystem storage under the warehouse is made on first use."""
+    backend = StorageBackend.objects.filter(is_default=True).first()
+    if backend is not None:
+        return backend
+    existing = StorageBackend.objects.filter(name=DEFAULT_BACKEND_NAME).first()
+    if existing is not None:
+        return existing
+    return storage_backend_register(
+        name=DEFAULT_BACKEND_NAME, descriptor=StorageDescriptor(type="filesystem"), source=StorageSource.DEFAULT,
+        is_default=not StorageBackend.objects.filter(is_default=True).exists(),
+    )
+
+
+def storage_open(backend: StorageBackend) -> IntermediateResultStorage:
+    return _registry().build_storage(StorageDescriptor(type=backend.type, config=dict(backend.config)))
+
+
+def storage_backend_masked_config(backend: StorageBackend) -> dict[str, Any]:
+    registry = _registry()
+    storage_cls = registry.storage_types().get(backend.type)
+    return registry.mask_config(storage_cls, backend.config) if storage_cls else {}
+
+
+def storage_backend_test(*, backend: StorageBackend, spark=None) -> tuple[bool, str]:
+    """create → write → read → clean on a tiny frame; the outcome is recorded on the backend."""
+    import uuid
+
+    name = f"lakewarden_test_{uuid.uuid4().hex[:10]}"
+    properties: dict[str, Any] | None = None
+    storage = None
+    try:
+        storage = storage_open(backend)
+        if spark is None:
+            from processes.spark.session import spark_session
+
+            spark = spark_session()
+        frame = spark.createDataFrame([(1, "one"), (2, "two"), (3, "three")], "id long, word string")
+        properties = storage.create(name, {})
+        storage.write(frame, properties)
+        rows = sorted(tuple(r) for r in storage.read(spark, properties).collect())
+        if rows != [(1, "one"), (2, "two"), (3, "three")]:
+            raise RuntimeError(f"read back {rows!r} instead of the 3 rows written")
+        storage.clean([name], {name: properties})
+        if storage.exists(properties):
+            raise RuntimeError("the data was still there after the cleanup hook ran")
+        properties = None
+        ok, message = True, "create, write, read and clean all worked"
+    except Exception as error:  # any backend failure is the test's answer, shown to the user
+        ok, message = False, _redact(f"{type(error).__name__}: {error}", backend)
+    finally:
+        if properties is not None and storage is not None:
+            try:
+                storage.clean([name], {name: properties})
+            except Exception:
+                logger.warning("cleaning the test data of storage %s failed", backend.name, exc_info=True)
+    backend.last_test_at, backend.last_test_ok, backend.last_test_message = timezone.now(), ok, message
+    backend.save(update_fields=["last_test_at", "last_test_ok", "last_test_message"])
+    return ok, message
+
+
+def _redact(message: str, backend: StorageBackend) -> str:
+    storage_cls = _registry().storage_types().get(backend.type)
+    for key in getattr(storage_cls, "secret_keys", ()):
+        secret = str(backend.config.get(key) or "")
+        if secret:
+            message = message.replace(secret, _registry().MASK)
+    return message
+
+
+# --- cached results -----------------------------------------------------------------------------
+
+
+def cached_results_clean(*, results: list[CachedResult], reason: str, state: str = CachedResultState.CLEANED) -> int:
+    """Run the cleanup hook for ``results`` (grouped per backend) and mark them; returns the count."""
+    by_backend: dict[int, list[CachedResult]] = {}
+    for result in results:
+        by_backend.setdefault(result.backend_id, []).append(result)
+    for backend_results in by_backend.values():
+        backend = backend_results[0].backend
+        names = [r.name for r in backend_results]
+        try:
+            storage_open(backend).clean(names, {r.name: r.properties for r in backend_results})
+        except Exception:
+            logger.exception("cleaning %d results in storage %s failed", len(names), backend.name)
+            raise
+        CachedResult.objects.filter(pk__in=[r.pk for r in backend_results]).update(state=state, state_reason=reason[:255])
+    return len(results)
+
+
+def cached_result_invalidate(*, result: CachedResult, reason: str = "invalidated by an operator") -> CachedResult:
+    if result.state not in (CachedResultState.READY, CachedResultState.POPULATING):
+        raise Conflict(f"cached result {result.pk} is {result.state}; only READY or POPULATING results can be invalidated")
+    CachedResult.objects.filter(pk=result.pk).update(state=CachedResultState.INVALID, state_reason=reason)
+    cached_results_clean(results=[result], reason=reason)
+    result.refresh_from_db()
+    return result
+
+
+def cached_result_drop(*, result: CachedResult) -> None:
+    if result.state in (CachedResultState.READY, CachedResultState.POPULATING, CachedResultState.INVALID):
+        cached_results_clean(results=[result], reason="dropped")
+    result.delete()
+
+
+def cached_results_invalidate_for_table(*, table_id: int, current_instant: str) -> int:
+    """A source table moved on: every live result that read another instant of it is invalid."""
+    stale = [
+        result
+        for result in CachedResult.objects.select_related("backend").filter(
+            state__in=(CachedResultState.READY, CachedResultState.POPULATING),
+            source_snapshots__has_key=str(table_id),
+        )
+        if str(result.source_snapshots.get(str(table_id))) != str(current_instant)
+    ]
+    if not stale:
+        return 0
+    CachedResult.objects.filter(pk__in=[r.pk for r in stale]).update(
+        state=CachedResultState.INVALID, state_reason=f"table {table_id} has a new snapshot {current_instant}"
+    )
+    return cached_results_clean(results=stale, reason=f"source table {table_id} moved to {current_instant}")
+
+
+def cached_results_evict(*, backend: StorageBackend) -> int:
+    """Clean least recently used READY results until the backend is within its quota."""
+    if not backend.quota_bytes:
+        return 0
+    ready = CachedResult.objects.filter(backend=backend, state=CachedResultState.READY)
+    total = ready.aggregate(total=Sum("size_bytes"))["total"] or 0
+    victims = []
+    for result in ready.select_related("backend").order_by("last_used_at", "pk"):
+        if total <= backend.quota_bytes:
+            break
+        victims.append(result)
+        total -= result.size_bytes
+    if victims:
+        cached_results_clean(results=victims, reason=f"evicted: storage {backend.name} over its quota")
+    return len(victims)
+
+
+def storage_backend_test_on_worker(*, backend: StorageBackend, timeout: float = 120) -> tuple[bool, str]:
+    """Run the round-trip test where Spark lives (a worker) and wait for its answer."""
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from storage.tasks import test_storage_task
+
+    try:
+        outcome = test_storage_task.apply_async((backend.pk,), queue=settings.LAKEWARDEN_HEAVY_QUEUE).get(timeout=timeout)
+    except CeleryTimeout:
+        return False, f"no worker answered within {timeout:.0f} s: is a Celery worker running on the heavy queue?"
+    backend.refresh_from_db()
+    return outcome["ok"], outcome["message"]

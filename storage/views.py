@@ -1,0 +1,156 @@
+"""Console pages: query workbench, cached results, storage backends."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from console.decorators import role_required
+from console.errors import ServiceError
+from console.htmx import is_fragment, render_page
+from console.models import Table
+from console.roles import ADMIN, OPERATOR
+from storage import cache, services
+from storage.forms import QueryForm, StorageBackendForm
+from storage.models import CachedResult, Query, StorageBackend, StorageSource
+from storage.results.plugin import StorageDescriptor
+
+
+def _storage_types() -> list[str]:
+    from storage.results.registry import storage_types
+
+    return sorted(storage_types())
+
+
+@require_GET
+def workbench(request):
+    context = {
+        "form": QueryForm(initial={"cache": True}),
+        "table_names": sorted({t.identifier or t.name for t in Table.objects.all()}),
+        "backends": StorageBackend.objects.all(),
+        "history": Query.objects.select_related("backend").filter(user=request.user)[:20],
+    }
+    return render(request, "storage/workbench.html", context)
+
+
+@role_required(OPERATOR)
+@require_POST
+def query_run(request):
+    form = QueryForm(request.POST)
+    if not form.is_valid():
+        return render(request, "storage/partials/query_error.html", {"message": "write a query first"}, status=400)
+    backend = None
+    if form.cleaned_data["storage"]:
+        backend = StorageBackend.objects.filter(name=form.cleaned_data["storage"]).first()
+        if backend is None:
+            return render(request, "storage/partials/query_error.html",
+                          {"message": f"no storage named {form.cleaned_data['storage']!r}"}, status=400)
+    try:
+        query = cache.query_submit(sql=form.cleaned_data["sql"], cache=form.cleaned_data["cache"], backend=backend,
+                                   user=request.user)
+    except ServiceError as error:
+        return render(request, "storage/partials/query_error.html", {"message": error.message}, status=error.status_code)
+    return render(request, "storage/partials/query.html", _query_context(request, query))
+
+
+@require_GET
+def query_detail(request, pk: int):
+    query = get_object_or_404(Query.objects.select_related("backend", "cached_result"), pk=pk)
+    return render_page(request, "storage/query_detail.html", "storage/partials/query.html", _query_context(request, query))
+
+
+@role_required(OPERATOR)
+@require_POST
+def query_cancel(request, pk: int):
+    query = get_object_or_404(Query, pk=pk)
+    try:
+        query = cache.query_cancel(query=query)
+    except ServiceError as error:
+        return render(request, "storage/partials/query_error.html", {"message": error.message}, status=error.status_code)
+    return render(request, "storage/partials/query.html", _query_context(request, query))
+
+
+def _query_context(request, query: Query) -> dict:
+    page = Paginator(query.rows or [], 50).get_page(request.GET.get("page"))
+    return {"query": query, "page": page}
+
+
+@require_GET
+def cached_result_list(request):
+    results = CachedResult.objects.select_related("backend").order_by("-last_used_at")
+    state = request.GET.get("state", "")
+    if state:
+        results = results.filter(state=state)
+    page = Paginator(results, 50).get_page(request.GET.get("page"))
+    tables = {str(t.pk): t.name for t in Table.objects.only("id", "name")}
+    return render_page(request, "storage/cached_results.html", "storage/partials/cached_rows.html",
+                       {"page": page, "tables": tables, "state": state})
+
+
+@role_required(OPERATOR)
+@require_POST
+def cached_result_act(request, pk: int, verb: str):
+    result = get_object_or_404(CachedResult.objects.select_related("backend"), pk=pk)
+    try:
+        if verb == "invalidate":
+            services.cached_result_invalidate(result=result)
+        elif verb == "drop":
+            services.cached_result_drop(result=result)
+        else:
+            return HttpResponse(status=404)
+        messages.success(request, f"Cached result {result.name}: {verb} done.")
+    except ServiceError as error:
+        messages.error(request, error.message)
+    return redirect("console:cached-result-list")
+
+
+@require_GET
+def storage_list(request):
+    form = StorageBackendForm(storage_types=_storage_types())
+    return _storage_page(request, form)
+
+
+def _storage_page(request, form, status: int = 200):
+    backends = [(b, services.storage_backend_masked_config(b)) for b in StorageBackend.objects.all()]
+    return render(request, "storage/storages.html", {"backends": backends, "form": form}, status=status)
+
+
+@role_required(ADMIN)
+@require_POST
+def storage_create(request):
+    form = StorageBackendForm(request.POST, storage_types=_storage_types())
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            backend = services.storage_backend_register(
+                name=data["name"], descriptor=StorageDescriptor(type=data["type"], config=data["config"]),
+                quota_bytes=data["quota_bytes"], is_default=data["is_default"], source=StorageSource.CONSOLE,
+            )
+            messages.success(request, f"Storage {backend.name} registered. Test it to be sure it works.")
+            return redirect("console:storage-list")
+        except ServiceError as error:
+            form.add_error(error.field if error.field in form.fields else None, error.message)
+    return _storage_page(request, form, status=400)
+
+
+@role_required(ADMIN)
+@require_POST
+def storage_test(request, pk: int):
+    backend = get_object_or_404(StorageBackend, pk=pk)
+    ok, message = services.storage_backend_test_on_worker(backend=backend)
+    if is_fragment(request):
+        return render(request, "storage/partials/test_result.html", {"ok": ok, "message": message})
+    (messages.success if ok else messages.error)(request, f"{backend.name}: {message}")
+    return redirect("console:storage-list")
+
+
+@role_required(ADMIN)
+@require_POST
+def storage_delete(request, pk: int):
+    backend = get_object_or_404(StorageBackend, pk=pk)
+    services.storage_backend_delete(backend=backend)
+    messages.success(request, f"Storage {backend.name} deleted and its cached results cleaned.")
+    return redirect("console:storage-list")
