@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from console import views
+from console.auth import ThrottledLoginView
 from processes import views as process_views
 from storage import views as storage_views
 
@@ -44,7 +45,7 @@ console_patterns = [
 urlpatterns = [
     path("", include((console_patterns, "console"))),
     path("healthz", views.healthz, name="healthz"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("console.api.urls")),

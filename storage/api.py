@@ -19,8 +19,19 @@ class StorageBackendSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = StorageBackend
-        fields = ["id", "name", "type", "config", "quota_bytes", "is_default", "source", "created_at",
-                  "last_test_at", "last_test_ok", "last_test_message"]
+        fields = [
+            "id",
+            "name",
+            "type",
+            "config",
+            "quota_bytes",
+            "is_default",
+            "source",
+            "created_at",
+            "last_test_at",
+            "last_test_ok",
+            "last_test_message",
+        ]
 
     def get_config(self, backend) -> dict:
         return services.storage_backend_masked_config(backend)
@@ -56,8 +67,11 @@ class StorageBackendViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vi
         data.is_valid(raise_exception=True)
         values = data.validated_data
         backend = services.storage_backend_register(
-            name=values["name"], descriptor=StorageDescriptor(type=values["type"], config=values["config"]),
-            quota_bytes=values.get("quota_bytes"), is_default=values["is_default"], source=StorageSource.CONSOLE,
+            name=values["name"],
+            descriptor=StorageDescriptor(type=values["type"], config=values["config"]),
+            quota_bytes=values.get("quota_bytes"),
+            is_default=values["is_default"],
+            source=StorageSource.CONSOLE,
         )
         return Response(StorageBackendSerializer(backend).data, status=status.HTTP_201_CREATED)
 
@@ -86,23 +100,44 @@ class QuerySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Query
-        fields = ["id", "sql", "cache", "backend", "status", "served_from_cache", "cached_result", "fingerprint",
-                  "row_limit", "total_rows", "truncated", "error", "created_at", "started_at", "finished_at",
-                  "duration_ms", "result"]
+        fields = [
+            "id",
+            "sql",
+            "cache",
+            "backend",
+            "status",
+            "served_from_cache",
+            "cached_result",
+            "fingerprint",
+            "row_limit",
+            "total_rows",
+            "truncated",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "duration_ms",
+            "result",
+        ]
 
     def get_result(self, query) -> dict:
         request = self.context.get("request")
         page_number = request.query_params.get("page", 1) if request else 1
         page = Paginator(query.rows or [], 100).get_page(page_number)
-        return {"columns": query.columns, "rows": list(page.object_list), "page": page.number,
-                "pages": page.paginator.num_pages}
+        return {
+            "columns": query.columns,
+            "rows": list(page.object_list),
+            "page": page.number,
+            "pages": page.paginator.num_pages,
+        }
 
 
 class QueryCreateSerializer(serializers.Serializer):
     sql = serializers.CharField()
     cache = serializers.BooleanField(required=False, default=True)
-    storage = serializers.SlugRelatedField(slug_field="name", queryset=StorageBackend.objects.all(), required=False,
-                                           allow_null=True)
+    storage = serializers.SlugRelatedField(
+        slug_field="name", queryset=StorageBackend.objects.all(), required=False, allow_null=True
+    )
     row_limit = serializers.IntegerField(required=False, min_value=1)
 
 
@@ -117,9 +152,16 @@ class QueryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         data = QueryCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
-        query = cache.query_submit(sql=values["sql"], cache=values["cache"], backend=values.get("storage"),
-                                   user=request.user, row_limit=values.get("row_limit"))
-        return Response(QuerySerializer(query, context={"request": request}).data, status=status.HTTP_201_CREATED)
+        query = cache.query_submit(
+            sql=values["sql"],
+            cache=values["cache"],
+            backend=values.get("storage"),
+            user=request.user,
+            row_limit=values.get("row_limit"),
+        )
+        return Response(
+            QuerySerializer(query, context={"request": request}).data, status=status.HTTP_201_CREATED
+        )
 
     @extend_schema(parameters=[OpenApiParameter("page", int, description="result page (100 rows each)")])
     def retrieve(self, request, *args, **kwargs):
@@ -128,7 +170,9 @@ class QueryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     @extend_schema(request=None, responses={200: QuerySerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        return Response(QuerySerializer(cache.query_cancel(query=self.get_object()), context={"request": request}).data)
+        return Response(
+            QuerySerializer(cache.query_cancel(query=self.get_object()), context={"request": request}).data
+        )
 
 
 class CachedResultSerializer(serializers.ModelSerializer):
@@ -136,8 +180,21 @@ class CachedResultSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = CachedResult
-        fields = ["id", "fingerprint", "backend", "name", "sql", "source_snapshots", "size_bytes", "row_count", "hits",
-                  "created_at", "last_used_at", "state", "state_reason"]
+        fields = [
+            "id",
+            "fingerprint",
+            "backend",
+            "name",
+            "sql",
+            "source_snapshots",
+            "size_bytes",
+            "row_count",
+            "hits",
+            "created_at",
+            "last_used_at",
+            "state",
+            "state_reason",
+        ]
 
 
 class CachedResultViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -149,7 +206,9 @@ class CachedResultViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
     @extend_schema(request=None, responses={200: CachedResultSerializer})
     @action(detail=True, methods=["post"])
     def invalidate(self, request, pk=None):
-        return Response(CachedResultSerializer(services.cached_result_invalidate(result=self.get_object())).data)
+        return Response(
+            CachedResultSerializer(services.cached_result_invalidate(result=self.get_object())).data
+        )
 
     @extend_schema(responses={204: None})
     def destroy(self, request, pk=None):

@@ -58,7 +58,9 @@ def _parse(sql: str) -> exp.Expression:
     except sqlglot.errors.ParseError as error:
         detail = error.errors[0] if error.errors else {}
         where = f" at line {detail.get('line')}, column {detail.get('col')}" if detail.get("line") else ""
-        raise InvalidInput(f"the query does not parse{where}: {detail.get('description') or error}", field="sql") from None
+        raise InvalidInput(
+            f"the query does not parse{where}: {detail.get('description') or error}", field="sql"
+        ) from None
     if len(statements) != 1:
         raise InvalidInput("run one statement at a time", field="sql")
     statement = statements[0]
@@ -118,18 +120,29 @@ def _current_instant(table: Table) -> str:
 # --- submitting and running ---------------------------------------------------------------------
 
 
-def query_submit(*, sql: str, cache: bool = True, backend: StorageBackend | None = None, user=None,
-                 row_limit: int | None = None) -> Query:
+def query_submit(
+    *,
+    sql: str,
+    cache: bool = True,
+    backend: StorageBackend | None = None,
+    user=None,
+    row_limit: int | None = None,
+) -> Query:
     """Validate now (bad SQL and unknown tables answer at once), run later on a worker."""
     limit = row_limit or settings.LAKEWARDEN_QUERY_ROW_LIMIT
     if limit > settings.LAKEWARDEN_QUERY_ROW_LIMIT:
         raise InvalidInput(
             f"row_limit is at most {settings.LAKEWARDEN_QUERY_ROW_LIMIT} rows for display; cache the result and "
-            "read it in pages, or aggregate", field="row_limit",
+            "read it in pages, or aggregate",
+            field="row_limit",
         )
     plan = query_plan(sql)
     query = Query.objects.create(
-        sql=sql.strip(), cache=cache, backend=backend, fingerprint=plan.fingerprint, row_limit=limit,
+        sql=sql.strip(),
+        cache=cache,
+        backend=backend,
+        fingerprint=plan.fingerprint,
+        row_limit=limit,
         user=user if getattr(user, "is_authenticated", False) else None,
     )
     query_id = query.pk
@@ -147,12 +160,17 @@ def query_submit(*, sql: str, cache: bool = True, backend: StorageBackend | None
 def query_cancel(*, query: Query) -> Query:
     if query.status == QueryStatus.PENDING:
         Query.objects.filter(pk=query.pk, status=QueryStatus.PENDING).update(
-            status=QueryStatus.CANCELED, cancel_requested=True, finished_at=timezone.now(), error="cancelled before it ran"
+            status=QueryStatus.CANCELED,
+            cancel_requested=True,
+            finished_at=timezone.now(),
+            error="cancelled before it ran",
         )
     elif query.status == QueryStatus.RUNNING:
         Query.objects.filter(pk=query.pk).update(cancel_requested=True)
     else:
-        raise Conflict(f"query {query.pk} is {query.status}; only PENDING or RUNNING queries can be cancelled")
+        raise Conflict(
+            f"query {query.pk} is {query.status}; only PENDING or RUNNING queries can be cancelled"
+        )
     query.refresh_from_db()
     return query
 
@@ -182,9 +200,16 @@ def query_run(*, query_id: int, spark=None) -> str:
         frame, served, result = _result_frame(spark, plan, backend)
         rows, columns, total = _collect(frame, query.row_limit)
         Query.objects.filter(pk=query.pk).update(
-            status=QueryStatus.SUCCESS, served_from_cache=served, cached_result=result, fingerprint=plan.fingerprint,
-            columns=columns, rows=rows, total_rows=total, truncated=total > query.row_limit,
-            finished_at=timezone.now(), duration_ms=int((time.perf_counter() - started) * 1000),
+            status=QueryStatus.SUCCESS,
+            served_from_cache=served,
+            cached_result=result,
+            fingerprint=plan.fingerprint,
+            columns=columns,
+            rows=rows,
+            total_rows=total,
+            truncated=total > query.row_limit,
+            finished_at=timezone.now(),
+            duration_ms=int((time.perf_counter() - started) * 1000),
         )
         return QueryStatus.SUCCESS
     except Exception as error:
@@ -192,7 +217,9 @@ def query_run(*, query_id: int, spark=None) -> str:
         status = QueryStatus.CANCELED if cancelled else QueryStatus.FAILED
         message = "cancelled" if cancelled else _error_text(error)
         Query.objects.filter(pk=query_id).update(
-            status=status, error=message, finished_at=timezone.now(),
+            status=status,
+            error=message,
+            finished_at=timezone.now(),
             duration_ms=int((time.perf_counter() - started) * 1000),
         )
         return status
@@ -221,7 +248,9 @@ def _result_frame(spark, plan: QueryPlan, backend: StorageBackend | None):
         if result is not None:
             storage = storage_open(backend)
             if storage.exists(result.properties):
-                CachedResult.objects.filter(pk=result.pk).update(hits=result.hits + 1, last_used_at=timezone.now())
+                CachedResult.objects.filter(pk=result.pk).update(
+                    hits=result.hits + 1, last_used_at=timezone.now()
+                )
                 return storage.read(spark, result.properties), True, result
             # The stored data vanished behind our back: forget it and recompute, once.
             CachedResult.objects.filter(pk=result.pk).update(
@@ -248,7 +277,10 @@ def _populate(spark, plan: QueryPlan, backend: StorageBackend, frame):
     try:
         with transaction.atomic():
             result = CachedResult.objects.create(
-                fingerprint=plan.fingerprint, backend=backend, name=name, sql=plan.normalised_sql,
+                fingerprint=plan.fingerprint,
+                backend=backend,
+                name=name,
+                sql=plan.normalised_sql,
                 source_snapshots={str(p.table.pk): p.instant for p in plan.tables},
             )
     except IntegrityError:
@@ -264,10 +296,15 @@ def _populate(spark, plan: QueryPlan, backend: StorageBackend, frame):
         try:
             storage.clean([name], {name: properties})
         finally:
-            CachedResult.objects.filter(pk=result.pk).update(state=CachedResultState.CLEANED, state_reason="write failed")
+            CachedResult.objects.filter(pk=result.pk).update(
+                state=CachedResultState.CLEANED, state_reason="write failed"
+            )
         raise
     CachedResult.objects.filter(pk=result.pk).update(
-        state=CachedResultState.READY, size_bytes=stats.size_bytes, row_count=stats.rows, last_used_at=timezone.now()
+        state=CachedResultState.READY,
+        size_bytes=stats.size_bytes,
+        row_count=stats.rows,
+        last_used_at=timezone.now(),
     )
     result.refresh_from_db()
     cached_results_evict(backend=backend)

@@ -9,10 +9,14 @@ class StorageBackendForm(forms.Form):
     name = forms.SlugField(max_length=100)
     type = forms.ChoiceField(choices=[])
     config = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 4}), required=False, initial="{}",
+        widget=forms.Textarea(attrs={"rows": 4}),
+        required=False,
+        initial="{}",
         help_text='JSON, e.g. {"root": "/lake/cache"} for filesystem (empty: a folder under the warehouse)',
     )
-    quota_bytes = forms.IntegerField(required=False, min_value=1, help_text="Optional: least recently used results are cleaned above it")
+    quota_bytes = forms.IntegerField(
+        required=False, min_value=1, help_text="Optional: least recently used results are cleaned above it"
+    )
     is_default = forms.BooleanField(required=False)
 
     def __init__(self, *args, storage_types: list[str], **kwargs) -> None:
@@ -31,6 +35,8 @@ class StorageBackendForm(forms.Form):
 
 
 class QueryForm(forms.Form):
-    sql = forms.CharField(widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "list": "table-names"}))
+    sql = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "list": "table-names"})
+    )
     cache = forms.BooleanField(required=False, initial=True)
     storage = forms.CharField(required=False)

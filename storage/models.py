@@ -21,7 +21,9 @@ class StorageBackend(models.Model):
     name = models.SlugField(max_length=100, unique=True)
     type = models.CharField(max_length=50)
     config = models.JSONField(default=dict, blank=True)
-    quota_bytes = models.BigIntegerField(null=True, blank=True, help_text="Least recently used results are cleaned above this")
+    quota_bytes = models.BigIntegerField(
+        null=True, blank=True, help_text="Least recently used results are cleaned above this"
+    )
     is_default = models.BooleanField(default=False)
     source = models.CharField(max_length=10, choices=StorageSource.choices, default=StorageSource.CONSOLE)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -58,7 +60,9 @@ class CachedResult(models.Model):
     hits = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(auto_now_add=True)
-    state = models.CharField(max_length=10, choices=CachedResultState.choices, default=CachedResultState.POPULATING)
+    state = models.CharField(
+        max_length=10, choices=CachedResultState.choices, default=CachedResultState.POPULATING
+    )
     state_reason = models.CharField(max_length=255, blank=True)
 
     class Meta:
@@ -87,11 +91,15 @@ class QueryStatus(models.TextChoices):
 class Query(models.Model):
     sql = models.TextField()
     cache = models.BooleanField(default=True)
-    backend = models.ForeignKey(StorageBackend, null=True, blank=True, on_delete=models.SET_NULL, related_name="queries")
+    backend = models.ForeignKey(
+        StorageBackend, null=True, blank=True, on_delete=models.SET_NULL, related_name="queries"
+    )
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     status = models.CharField(max_length=10, choices=QueryStatus.choices, default=QueryStatus.PENDING)
     served_from_cache = models.BooleanField(default=False)
-    cached_result = models.ForeignKey(CachedResult, null=True, blank=True, on_delete=models.SET_NULL, related_name="queries")
+    cached_result = models.ForeignKey(
+        CachedResult, null=True, blank=True, on_delete=models.SET_NULL, related_name="queries"
+    )
     fingerprint = models.CharField(max_length=64, blank=True)
     row_limit = models.PositiveIntegerField(default=1000)
     columns = models.JSONField(default=list, blank=True)

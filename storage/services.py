@@ -69,12 +69,20 @@ def storage_backend_register(
         if is_default:
             StorageBackend.objects.filter(is_default=True).update(is_default=False)
         return StorageBackend.objects.create(
-            name=name, type=storage_type, config=config, quota_bytes=quota_bytes, source=source, is_default=is_default
+            name=name,
+            type=storage_type,
+            config=config,
+            quota_bytes=quota_bytes,
+            source=source,
+            is_default=is_default,
         )
 
 
 def storage_backend_update(
-    *, backend: StorageBackend, config: dict[str, Any] | None = None, quota_bytes: int | None = None,
+    *,
+    backend: StorageBackend,
+    config: dict[str, Any] | None = None,
+    quota_bytes: int | None = None,
     is_default: bool | None = None,
 ) -> StorageBackend:
     if config is not None:
@@ -113,7 +121,9 @@ def storage_backend_default() -> StorageBackend:
     if existing is not None:
         return existing
     return storage_backend_register(
-        name=DEFAULT_BACKEND_NAME, descriptor=StorageDescriptor(type="filesystem"), source=StorageSource.DEFAULT,
+        name=DEFAULT_BACKEND_NAME,
+        descriptor=StorageDescriptor(type="filesystem"),
+        source=StorageSource.DEFAULT,
         is_default=not StorageBackend.objects.filter(is_default=True).exists(),
     )
 
@@ -177,7 +187,9 @@ def _redact(message: str, backend: StorageBackend) -> str:
 # --- cached results -----------------------------------------------------------------------------
 
 
-def cached_results_clean(*, results: list[CachedResult], reason: str, state: str = CachedResultState.CLEANED) -> int:
+def cached_results_clean(
+    *, results: list[CachedResult], reason: str, state: str = CachedResultState.CLEANED
+) -> int:
     """Run the cleanup hook for ``results`` (grouped per backend) and mark them; returns the count."""
     by_backend: dict[int, list[CachedResult]] = {}
     for result in results:
@@ -190,13 +202,19 @@ def cached_results_clean(*, results: list[CachedResult], reason: str, state: str
         except Exception:
             logger.exception("cleaning %d results in storage %s failed", len(names), backend.name)
             raise
-        CachedResult.objects.filter(pk__in=[r.pk for r in backend_results]).update(state=state, state_reason=reason[:255])
+        CachedResult.objects.filter(pk__in=[r.pk for r in backend_results]).update(
+            state=state, state_reason=reason[:255]
+        )
     return len(results)
 
 
-def cached_result_invalidate(*, result: CachedResult, reason: str = "invalidated by an operator") -> CachedResult:
+def cached_result_invalidate(
+    *, result: CachedResult, reason: str = "invalidated by an operator"
+) -> CachedResult:
     if result.state not in (CachedResultState.READY, CachedResultState.POPULATING):
-        raise Conflict(f"cached result {result.pk} is {result.state}; only READY or POPULATING results can be invalidated")
+        raise Conflict(
+            f"cached result {result.pk} is {result.state}; only READY or POPULATING results can be invalidated"
+        )
     CachedResult.objects.filter(pk=result.pk).update(state=CachedResultState.INVALID, state_reason=reason)
     cached_results_clean(results=[result], reason=reason)
     result.refresh_from_db()
@@ -251,8 +269,13 @@ def storage_backend_test_on_worker(*, backend: StorageBackend, timeout: float = 
     from storage.tasks import test_storage_task
 
     try:
-        outcome = test_storage_task.apply_async((backend.pk,), queue=settings.LAKEWARDEN_HEAVY_QUEUE).get(timeout=timeout)
+        outcome = test_storage_task.apply_async((backend.pk,), queue=settings.LAKEWARDEN_HEAVY_QUEUE).get(
+            timeout=timeout
+        )
     except CeleryTimeout:
-        return False, f"no worker answered within {timeout:.0f} s: is a Celery worker running on the heavy queue?"
+        return (
+            False,
+            f"no worker answered within {timeout:.0f} s: is a Celery worker running on the heavy queue?",
+        )
     backend.refresh_from_db()
     return outcome["ok"], outcome["message"]

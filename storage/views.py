@@ -41,25 +41,36 @@ def workbench(request):
 def query_run(request):
     form = QueryForm(request.POST)
     if not form.is_valid():
-        return render(request, "storage/partials/query_error.html", {"message": "write a query first"}, status=400)
+        return render(
+            request, "storage/partials/query_error.html", {"message": "write a query first"}, status=400
+        )
     backend = None
     if form.cleaned_data["storage"]:
         backend = StorageBackend.objects.filter(name=form.cleaned_data["storage"]).first()
         if backend is None:
-            return render(request, "storage/partials/query_error.html",
-                          {"message": f"no storage named {form.cleaned_data['storage']!r}"}, status=400)
+            return render(
+                request,
+                "storage/partials/query_error.html",
+                {"message": f"no storage named {form.cleaned_data['storage']!r}"},
+                status=400,
+            )
     try:
-        query = cache.query_submit(sql=form.cleaned_data["sql"], cache=form.cleaned_data["cache"], backend=backend,
-                                   user=request.user)
+        query = cache.query_submit(
+            sql=form.cleaned_data["sql"], cache=form.cleaned_data["cache"], backend=backend, user=request.user
+        )
     except ServiceError as error:
-        return render(request, "storage/partials/query_error.html", {"message": error.message}, status=error.status_code)
+        return render(
+            request, "storage/partials/query_error.html", {"message": error.message}, status=error.status_code
+        )
     return render(request, "storage/partials/query.html", _query_context(request, query))
 
 
 @require_GET
 def query_detail(request, pk: int):
     query = get_object_or_404(Query.objects.select_related("backend", "cached_result"), pk=pk)
-    return render_page(request, "storage/query_detail.html", "storage/partials/query.html", _query_context(request, query))
+    return render_page(
+        request, "storage/query_detail.html", "storage/partials/query.html", _query_context(request, query)
+    )
 
 
 @role_required(OPERATOR)
@@ -69,7 +80,9 @@ def query_cancel(request, pk: int):
     try:
         query = cache.query_cancel(query=query)
     except ServiceError as error:
-        return render(request, "storage/partials/query_error.html", {"message": error.message}, status=error.status_code)
+        return render(
+            request, "storage/partials/query_error.html", {"message": error.message}, status=error.status_code
+        )
     return render(request, "storage/partials/query.html", _query_context(request, query))
 
 
@@ -86,8 +99,12 @@ def cached_result_list(request):
         results = results.filter(state=state)
     page = Paginator(results, 50).get_page(request.GET.get("page"))
     tables = {str(t.pk): t.name for t in Table.objects.only("id", "name")}
-    return render_page(request, "storage/cached_results.html", "storage/partials/cached_rows.html",
-                       {"page": page, "tables": tables, "state": state})
+    return render_page(
+        request,
+        "storage/cached_results.html",
+        "storage/partials/cached_rows.html",
+        {"page": page, "tables": tables, "state": state},
+    )
 
 
 @role_required(OPERATOR)
@@ -126,8 +143,11 @@ def storage_create(request):
         data = form.cleaned_data
         try:
             backend = services.storage_backend_register(
-                name=data["name"], descriptor=StorageDescriptor(type=data["type"], config=data["config"]),
-                quota_bytes=data["quota_bytes"], is_default=data["is_default"], source=StorageSource.CONSOLE,
+                name=data["name"],
+                descriptor=StorageDescriptor(type=data["type"], config=data["config"]),
+                quota_bytes=data["quota_bytes"],
+                is_default=data["is_default"],
+                source=StorageSource.CONSOLE,
             )
             messages.success(request, f"Storage {backend.name} registered. Test it to be sure it works.")
             return redirect("console:storage-list")

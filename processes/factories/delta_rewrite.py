@@ -112,9 +112,10 @@ class DeltaRewriteProcess(TableProcess):
                 compression=self.settings.compression_codec or "snappy",
             )
             written = writer.write_all(plan.groups, progress_total=len(plan.groups) + 1)
+            context.checkpoint("after-write")
             self.before_commit(context, plan)
-            context.check_cancelled()
             context.report_progress(len(plan.groups), len(plan.groups) + 1, "committing")
+            context.checkpoint("before-commit")
             try:
                 version = commit_delta(location, plan, written, data_schema, context.process_id)
             except RewriteConflict as conflict:

@@ -92,9 +92,10 @@ class IcebergRewriteProcess(TableProcess):
                 compression=_codec(self.settings, table.metadata.properties),
             )
             written = writer.write_all(plan.groups, progress_total=len(plan.groups) + 1)
+            context.checkpoint("after-write")
             self.before_commit(context, plan)
-            context.check_cancelled()
             context.report_progress(len(plan.groups), len(plan.groups) + 1, "committing")
+            context.checkpoint("before-commit")
             try:
                 snapshot_id = commit_rewrite(table, plan, written, context.process_id)
             except RewriteConflict as conflict:

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,89 +14,191 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='CachedResult',
+            name="CachedResult",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('fingerprint', models.CharField(max_length=64)),
-                ('name', models.CharField(help_text='Logical name given to the creation hook', max_length=100)),
-                ('properties', models.JSONField(blank=True, default=dict, help_text='What the creation hook returned')),
-                ('sql', models.TextField()),
-                ('source_snapshots', models.JSONField(default=dict, help_text='table id -> instant id read')),
-                ('size_bytes', models.BigIntegerField(default=0)),
-                ('row_count', models.BigIntegerField(default=0)),
-                ('hits', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('last_used_at', models.DateTimeField(auto_now_add=True)),
-                ('state', models.CharField(choices=[('POPULATING', 'Populating'), ('READY', 'Ready'), ('INVALID', 'Invalid'), ('CLEANED', 'Cleaned')], default='POPULATING', max_length=10)),
-                ('state_reason', models.CharField(blank=True, max_length=255)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("fingerprint", models.CharField(max_length=64)),
+                (
+                    "name",
+                    models.CharField(help_text="Logical name given to the creation hook", max_length=100),
+                ),
+                (
+                    "properties",
+                    models.JSONField(blank=True, default=dict, help_text="What the creation hook returned"),
+                ),
+                ("sql", models.TextField()),
+                ("source_snapshots", models.JSONField(default=dict, help_text="table id -> instant id read")),
+                ("size_bytes", models.BigIntegerField(default=0)),
+                ("row_count", models.BigIntegerField(default=0)),
+                ("hits", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("last_used_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("POPULATING", "Populating"),
+                            ("READY", "Ready"),
+                            ("INVALID", "Invalid"),
+                            ("CLEANED", "Cleaned"),
+                        ],
+                        default="POPULATING",
+                        max_length=10,
+                    ),
+                ),
+                ("state_reason", models.CharField(blank=True, max_length=255)),
             ],
             options={
-                'ordering': ['-last_used_at'],
+                "ordering": ["-last_used_at"],
             },
         ),
         migrations.CreateModel(
-            name='StorageBackend',
+            name="StorageBackend",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=100, unique=True)),
-                ('type', models.CharField(max_length=50)),
-                ('config', models.JSONField(blank=True, default=dict)),
-                ('quota_bytes', models.BigIntegerField(blank=True, help_text='Least recently used results are cleaned above this', null=True)),
-                ('is_default', models.BooleanField(default=False)),
-                ('source', models.CharField(choices=[('code', 'Code'), ('yaml', 'Yaml'), ('console', 'Console'), ('default', 'Default')], default='console', max_length=10)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('last_test_at', models.DateTimeField(blank=True, null=True)),
-                ('last_test_ok', models.BooleanField(blank=True, null=True)),
-                ('last_test_message', models.TextField(blank=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.SlugField(max_length=100, unique=True)),
+                ("type", models.CharField(max_length=50)),
+                ("config", models.JSONField(blank=True, default=dict)),
+                (
+                    "quota_bytes",
+                    models.BigIntegerField(
+                        blank=True, help_text="Least recently used results are cleaned above this", null=True
+                    ),
+                ),
+                ("is_default", models.BooleanField(default=False)),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[
+                            ("code", "Code"),
+                            ("yaml", "Yaml"),
+                            ("console", "Console"),
+                            ("default", "Default"),
+                        ],
+                        default="console",
+                        max_length=10,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("last_test_at", models.DateTimeField(blank=True, null=True)),
+                ("last_test_ok", models.BooleanField(blank=True, null=True)),
+                ("last_test_message", models.TextField(blank=True)),
             ],
             options={
-                'ordering': ['-is_default', 'name'],
+                "ordering": ["-is_default", "name"],
             },
         ),
         migrations.CreateModel(
-            name='Query',
+            name="Query",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('sql', models.TextField()),
-                ('cache', models.BooleanField(default=True)),
-                ('status', models.CharField(choices=[('PENDING', 'Pending'), ('RUNNING', 'Running'), ('SUCCESS', 'Success'), ('FAILED', 'Failed'), ('CANCELED', 'Canceled')], default='PENDING', max_length=10)),
-                ('served_from_cache', models.BooleanField(default=False)),
-                ('fingerprint', models.CharField(blank=True, max_length=64)),
-                ('row_limit', models.PositiveIntegerField(default=1000)),
-                ('columns', models.JSONField(blank=True, default=list)),
-                ('rows', models.JSONField(blank=True, default=list, help_text='The first row_limit rows, for display')),
-                ('total_rows', models.BigIntegerField(blank=True, null=True)),
-                ('truncated', models.BooleanField(default=False)),
-                ('error', models.TextField(blank=True)),
-                ('cancel_requested', models.BooleanField(default=False)),
-                ('celery_task_id', models.CharField(blank=True, max_length=64)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('duration_ms', models.PositiveIntegerField(blank=True, null=True)),
-                ('cached_result', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='queries', to='storage.cachedresult')),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('backend', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='queries', to='storage.storagebackend')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("sql", models.TextField()),
+                ("cache", models.BooleanField(default=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("PENDING", "Pending"),
+                            ("RUNNING", "Running"),
+                            ("SUCCESS", "Success"),
+                            ("FAILED", "Failed"),
+                            ("CANCELED", "Canceled"),
+                        ],
+                        default="PENDING",
+                        max_length=10,
+                    ),
+                ),
+                ("served_from_cache", models.BooleanField(default=False)),
+                ("fingerprint", models.CharField(blank=True, max_length=64)),
+                ("row_limit", models.PositiveIntegerField(default=1000)),
+                ("columns", models.JSONField(blank=True, default=list)),
+                (
+                    "rows",
+                    models.JSONField(
+                        blank=True, default=list, help_text="The first row_limit rows, for display"
+                    ),
+                ),
+                ("total_rows", models.BigIntegerField(blank=True, null=True)),
+                ("truncated", models.BooleanField(default=False)),
+                ("error", models.TextField(blank=True)),
+                ("cancel_requested", models.BooleanField(default=False)),
+                ("celery_task_id", models.CharField(blank=True, max_length=64)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("duration_ms", models.PositiveIntegerField(blank=True, null=True)),
+                (
+                    "cached_result",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="queries",
+                        to="storage.cachedresult",
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "backend",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="queries",
+                        to="storage.storagebackend",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.AddField(
-            model_name='cachedresult',
-            name='backend',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='results', to='storage.storagebackend'),
+            model_name="cachedresult",
+            name="backend",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="results",
+                to="storage.storagebackend",
+            ),
         ),
         migrations.AddIndex(
-            model_name='cachedresult',
-            index=models.Index(fields=['fingerprint'], name='storage_cac_fingerp_fd67c6_idx'),
+            model_name="cachedresult",
+            index=models.Index(fields=["fingerprint"], name="storage_cac_fingerp_fd67c6_idx"),
         ),
         migrations.AddIndex(
-            model_name='cachedresult',
-            index=models.Index(fields=['state', 'last_used_at'], name='storage_cac_state_7e237b_idx'),
+            model_name="cachedresult",
+            index=models.Index(fields=["state", "last_used_at"], name="storage_cac_state_7e237b_idx"),
         ),
         migrations.AddConstraint(
-            model_name='cachedresult',
-            constraint=models.UniqueConstraint(condition=models.Q(('state__in', ['POPULATING', 'READY'])), fields=('fingerprint', 'backend'), name='one_live_result_per_fingerprint_backend'),
+            model_name="cachedresult",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("state__in", ["POPULATING", "READY"])),
+                fields=("fingerprint", "backend"),
+                name="one_live_result_per_fingerprint_backend",
+            ),
         ),
     ]

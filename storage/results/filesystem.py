@@ -7,6 +7,7 @@ groups inside the files it does open.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -22,6 +23,8 @@ from storage.results.plugin import IntermediateResultStorage, WriteStats
 from storage.results.registry import StorageConfigError
 
 STAGING_MARK = ".writing-"
+# Written last into each result folder: the files that make the result (Spark ignores ``_*`` names).
+MANIFEST = "_lakewarden_files.json"
 
 
 def check_table_name(table_name: str) -> str:
@@ -46,6 +49,15 @@ def parquet_files(folder: str | os.PathLike[str]) -> list[str]:
         for name in names
         if name.endswith(".parquet") and not name.startswith(("_", "."))
     )
+
+
+def listed_files(folder: Path) -> list[str] | None:
+    """The files the folder's manifest lists, None when it has no (readable) manifest."""
+    try:
+        names = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return [str(folder / name) for name in names]
 
 
 def footer_stats(files: list[str]) -> WriteStats:
@@ -107,7 +119,10 @@ class FilesystemStorage(IntermediateResultStorage):
         staging = path.with_name(f".{path.name}{STAGING_MARK}{uuid.uuid4().hex}")
         try:
             dataframe.write.mode("overwrite").parquet(staging.as_uri())
-            stats = footer_stats(parquet_files(staging))
+            files = parquet_files(staging)
+            stats = footer_stats(files)
+            manifest = {"files": [os.path.basename(f) for f in files], "rows": stats.rows}
+            (staging / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
             shutil.rmtree(path, ignore_errors=True)
             os.replace(staging, path)
         finally:
@@ -126,9 +141,9 @@ class FilesystemStorage(IntermediateResultStorage):
         from storage.spec.expressions import to_spark
 
         path = self._path(properties)
-        files = parquet_files(path)
-        if not files:
-            raise FileNotFoundError(f"no stored result at {path}: its parquet files are gone")
+        if not self.exists(properties):
+            raise FileNotFoundError(f"no stored result at {path}: its files are gone")
+        files = self._files(path)
         schema = pq.read_schema(files[0])
         columns = check_columns(columns, schema)
         expr = self._bind(filters, schema)
@@ -145,7 +160,9 @@ class FilesystemStorage(IntermediateResultStorage):
         return frame
 
     def exists(self, properties: Mapping[str, Any]) -> bool:
-        return bool(parquet_files(self._path(properties)))
+        """Every file the write produced is still there (an empty result has one empty file)."""
+        listed = listed_files(self._path(properties))
+        return bool(listed) and all(os.path.isfile(f) for f in listed)
 
     def clean(self, table_names: list[str], properties: Mapping[str, Mapping[str, Any]]) -> None:
         for name in table_names:
@@ -159,11 +176,16 @@ class FilesystemStorage(IntermediateResultStorage):
 
     def data_files(self, properties: Mapping[str, Any], filters: Any = None) -> list[str]:
         """The parquet files a read with ``filters`` opens (all of them without a filter)."""
-        files = parquet_files(self._path(properties))
+        files = self._files(self._path(properties))
         if not files or filters is None:
             return files
         expr = self._bind(filters, pq.read_schema(files[0]))
         return self._prune(files, expr) if expr is not None else files
+
+    @staticmethod
+    def _files(path: Path) -> list[str]:
+        listed = listed_files(path)
+        return listed if listed is not None else parquet_files(path)
 
     def _path(self, properties: Mapping[str, Any]) -> Path:
         path = Path(str(properties["path"]))

@@ -106,10 +106,12 @@ class StorageDescriptor:
     def from_properties(cls, properties: Mapping[str, Any]) -> StorageDescriptor:
         unknown = [k for k in properties if k != TYPE_KEY and not k.startswith(CONFIG_PREFIX)]
         if unknown:
-            raise ValueError(f"unknown keys {', '.join(sorted(unknown))}: use {TYPE_KEY} and {CONFIG_PREFIX}<key>")
+            raise ValueError(
+                f"unknown keys {', '.join(sorted(unknown))}: use {TYPE_KEY} and {CONFIG_PREFIX}<key>"
+            )
         if not properties.get(TYPE_KEY):
             raise ValueError(f"{TYPE_KEY} is missing")
-        config = {k[len(CONFIG_PREFIX):]: v for k, v in properties.items() if k.startswith(CONFIG_PREFIX)}
+        config = {k[len(CONFIG_PREFIX) :]: v for k, v in properties.items() if k.startswith(CONFIG_PREFIX)}
         return cls(type=str(properties[TYPE_KEY]), config=config)
 
     @classmethod

@@ -35,9 +35,7 @@ def detect_format(location: str) -> str:
     for name, adapter in format_adapters().items():
         if adapter.detect(location):
             return name
-    raise TableNotFound(
-        f"no Iceberg metadata, _delta_log or .hoodie folder found at {location}: not a table"
-    )
+    raise TableNotFound(f"no Iceberg metadata, _delta_log or .hoodie folder found at {location}: not a table")
 
 
 def load_table(location_or_identifier: str, format: str | None = None, catalog: Any = None) -> SpecTable:

@@ -119,7 +119,9 @@ class FileIndex(abc.ABC):
                 continue
             partition = by_path.get(change.file_slice.partition.path)
             if partition is None:
-                partition = by_path[change.file_slice.partition.path] = PartitionChange(change.file_slice.partition)
+                partition = by_path[change.file_slice.partition.path] = PartitionChange(
+                    change.file_slice.partition
+                )
             if change.kind is ChangeKind.ADDED:
                 partition.files_added += 1
                 partition.bytes_added += base.size_bytes

@@ -62,11 +62,28 @@ class CeleryProcesses:
         self, *, name: str = "w1", concurrency: int = 2, queues: str = "both", extra_env: dict | None = None
     ) -> subprocess.Popen:
         log = self.tmp_path / f"worker-{name}.log"
-        queue_names = {"both": f"{self.queue},{self.heavy_queue}", "light": self.queue, "heavy": self.heavy_queue}
+        queue_names = {
+            "both": f"{self.queue},{self.heavy_queue}",
+            "light": self.queue,
+            "heavy": self.heavy_queue,
+        }
         command = [
-            sys.executable, "-m", "celery", "-A", "console", "worker", "--loglevel", "INFO",
-            "--concurrency", str(concurrency), "--queues", queue_names[queues],
-            "--hostname", f"{name}-{self.queue}@%h", "--without-gossip", "--without-mingle",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            str(concurrency),
+            "--queues",
+            queue_names[queues],
+            "--hostname",
+            f"{name}-{self.queue}@%h",
+            "--without-gossip",
+            "--without-mingle",
         ]
         return self._spawn(f"worker {name}", command, log, extra_env)
 
@@ -116,6 +133,9 @@ class CeleryProcesses:
                 if child.poll() is not None:
                     raise AssertionError(f"{label} exited early:\n{log.read_text()[-3000:]}")
         raise AssertionError("workers did not answer a ping in time:\n" + self.logs())
+
+    def full_logs(self) -> str:
+        return "\n".join(log.read_text() for _, _, log in self.children)
 
     def logs(self) -> str:
         return "\n".join(f"--- {label} ---\n{log.read_text()[-3000:]}" for label, _, log in self.children)

@@ -82,7 +82,9 @@ def demo_orders(demo_admin):
     return Table.objects.get(name="demo.orders")
 
 
-def test_an_operator_filters_files_plans_splits_and_runs_a_process(demo_orders, live_server, browser_page, tmp_path):
+def test_an_operator_filters_files_plans_splits_and_runs_a_process(
+    demo_orders, live_server, browser_page, tmp_path
+):
     table = demo_orders
     page = browser_page
     page.goto(f"{live_server.url}/accounts/login/")

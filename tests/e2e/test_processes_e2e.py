@@ -25,7 +25,9 @@ def _configure_touch(**properties) -> None:
     """Only the test factory runs: the built-in ones would maintain the table meanwhile."""
     configured_factories()
     PluginConfig.objects.exclude(name="test-touch").update(enabled=False)
-    PluginConfig.objects.filter(name="test-touch").update(properties={"interval": 1, "parallelism": 2, **properties})
+    PluginConfig.objects.filter(name="test-touch").update(
+        properties={"interval": 1, "parallelism": 2, **properties}
+    )
 
 
 def _process(pk: int) -> Process:
@@ -56,7 +58,10 @@ def test_beat_triggers_the_third_party_factory_and_a_worker_runs_it_until_disabl
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     assert PluginConfig.objects.get(pk=config.pk).enabled is False
-    wait_for(lambda: not Process.objects.filter(status__in=["PENDING", "RUNNING"]).exists(), message="queue drained")
+    wait_for(
+        lambda: not Process.objects.filter(status__in=["PENDING", "RUNNING"]).exists(),
+        message="queue drained",
+    )
     count = Process.objects.count()
 
     import time
@@ -87,7 +92,9 @@ def test_the_admin_refuses_enabling_a_factory_that_conflicts_and_a_bad_property(
     assert PluginConfig.objects.get(pk=touch.pk).properties.get("min-files") != -1
 
 
-def test_a_worker_killed_mid_run_is_noticed_within_two_heartbeats_and_the_retry_succeeds(celery_processes, table):
+def test_a_worker_killed_mid_run_is_noticed_within_two_heartbeats_and_the_retry_succeeds(
+    celery_processes, table
+):
     _configure_touch(interval=3600)
     # The reaper runs on the light queue, as in a deployment: its worker outlives the heavy one.
     celery_processes.start_worker(name="light", queues="light", concurrency=1)
@@ -102,7 +109,8 @@ def test_a_worker_killed_mid_run_is_noticed_within_two_heartbeats_and_the_retry_
     celery_processes.kill_hard(worker)
     failed = wait_for(
         lambda: (p := _process(process.pk)).status == ProcessStatus.FAILED and p,
-        timeout=10, message="the lost worker's process to be failed",
+        timeout=10,
+        message="the lost worker's process to be failed",
     )
 
     assert "worker lost" in failed.failure
@@ -127,14 +135,19 @@ def test_kill_from_the_api_terminates_a_process_that_ignores_cancel(celery_proce
     celery_processes.wait_for_workers()
     api = APIClient()
     api.force_authenticate(operator)
-    created = api.post("/api/v1/processes/", {"table": table.pk, "action": "touch", "params": {}}, format="json").json()
+    created = api.post(
+        "/api/v1/processes/", {"table": table.pk, "action": "touch", "params": {}}, format="json"
+    ).json()
     wait_for(lambda: _process(created["id"]).progress_done > 0, message="the process to reach its commit")
 
     response = api.post(f"/api/v1/processes/{created['id']}/kill/", {"grace_seconds": 1}, format="json")
 
     assert response.status_code == 200 and response.json()["status"] == "CANCELING"
-    killed = wait_for(lambda: (p := _process(created["id"])).status == ProcessStatus.KILLED and p, timeout=30,
-                      message="the kill to take effect\n" + celery_processes.logs())
+    killed = wait_for(
+        lambda: (p := _process(created["id"])).status == ProcessStatus.KILLED and p,
+        timeout=30,
+        message="the kill to take effect\n" + celery_processes.logs(),
+    )
     assert "killed by an operator" in killed.failure
     assert not services.staging_dir(killed).exists()
     assert not Process.objects.filter(retry_of=killed).exists()  # a kill is not retried

@@ -1,0 +1,82 @@
+"""OpenAPI schema additions: the error responses every operation can give, with the one error body
+of the API (console/api/errors.py): ``{"error": message, "field": name or null, "details": ...}``.
+
+Registered in ``SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]`` (console/settings_security.py).
+Responses a view declares itself (e.g. 409 on process actions) are kept as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, inline_serializer
+from rest_framework import serializers
+
+ERROR_SCHEMA_NAME = "Error"
+ERROR_SCHEMA = {
+    "type": "object",
+    "description": "The body of every error response.",
+    "properties": {
+        "error": {"type": "string", "description": "What went wrong, in words a person can act on."},
+        "field": {
+            "type": "string",
+            "nullable": True,
+            "description": "The request field to blame, when there is one.",
+        },
+        "details": {"description": "Validation errors per field (400 from validation only)."},
+    },
+    "required": ["error", "field"],
+}
+ERROR_REF = {"$ref": f"#/components/schemas/{ERROR_SCHEMA_NAME}"}
+
+DESCRIPTIONS = {
+    "400": "Invalid input: a parameter or body field is wrong (``field`` names it).",
+    "401": "The credentials given are not valid.",
+    "403": "Not authenticated, or the user's role does not allow this operation.",
+    "404": "No such object, or a page past the last one.",
+    "409": "The object's current state does not allow this (``error`` says which state it is in).",
+}
+
+# For views that declare a 409 with ``extend_schema(responses={409: CONFLICT})``.
+ErrorSerializer = inline_serializer(
+    ERROR_SCHEMA_NAME,
+    {
+        "error": serializers.CharField(),
+        "field": serializers.CharField(allow_null=True),
+        "details": serializers.JSONField(required=False),
+    },
+)
+CONFLICT = OpenApiResponse(ErrorSerializer, description=DESCRIPTIONS["409"])
+
+
+def _error_response(status: str) -> dict[str, Any]:
+    return {"description": DESCRIPTIONS[status], "content": {"application/json": {"schema": ERROR_REF}}}
+
+
+def error_statuses(operation: dict[str, Any]) -> list[str]:
+    """The error statuses an operation can answer with, from its shape."""
+    parameters = operation.get("parameters", [])
+    in_path = any(p.get("in") == "path" for p in parameters)
+    in_query = any(p.get("in") == "query" for p in parameters)
+    paged = any(p.get("in") == "query" and p.get("name") == "page" for p in parameters)
+    statuses = []
+    if in_query or "requestBody" in operation:
+        statuses.append("400")
+    statuses += ["401", "403"]
+    if in_path or paged:
+        statuses.append("404")
+    return statuses
+
+
+def postprocess_error_responses(result, generator, request, public):
+    """drf-spectacular postprocessing hook: document the error responses of every operation."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas[ERROR_SCHEMA_NAME] = ERROR_SCHEMA
+    for path_item in result.get("paths", {}).values():
+        for method, operation in path_item.items():
+            if method not in {"get", "post", "put", "patch", "delete"}:
+                continue
+            responses = operation.setdefault("responses", {})
+            for status in error_statuses(operation):
+                responses.setdefault(status, _error_response(status))
+    return result
