@@ -87,7 +87,8 @@ def storage_backend_update(
 ) -> StorageBackend:
     if config is not None:
         # Masked secrets sent back unchanged keep their stored value.
-        merged = {k: (backend.config.get(k) if v == _registry().MASK else v) for k, v in config.items()}
+        registry = _registry()
+        merged = registry.unmask_config(registry.storage_type(backend.type), config, backend.config)
         backend.type, backend.config = _validated(StorageDescriptor(type=backend.type, config=merged))
     if quota_bytes is not None:
         if quota_bytes <= 0:

@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from console.decorators import role_required
@@ -173,4 +174,8 @@ def storage_delete(request, pk: int):
     backend = get_object_or_404(StorageBackend, pk=pk)
     services.storage_backend_delete(backend=backend)
     messages.success(request, f"Storage {backend.name} deleted and its cached results cleaned.")
+    if request.htmx:
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = reverse("console:storage-list")
+        return response
     return redirect("console:storage-list")

@@ -17,3 +17,16 @@ document.addEventListener("htmx:beforeSwap", (event) => {
     event.detail.isError = false;
   }
 });
+
+// Workbench: picking a table name from the completion list inserts it into the SQL at the cursor.
+document.addEventListener("change", (event) => {
+  if (event.target.id !== "table-picker") return;
+  const editor = document.getElementById("sql");
+  const name = event.target.value;
+  if (!editor || !name) return;
+  const at = editor.selectionStart ?? editor.value.length;
+  editor.value = editor.value.slice(0, at) + name + editor.value.slice(editor.selectionEnd ?? at);
+  editor.focus();
+  editor.selectionStart = editor.selectionEnd = at + name.length;
+  event.target.value = "";
+});

@@ -250,11 +250,12 @@ class PostgresStorage(IntermediateResultStorage):
         return f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}/{info.get('dbname') or ''}"
 
     def connect(self) -> Any:
-        """A connection in UTC; StorageUnavailable, without the password, when it fails."""
+        """An autocommit connection in UTC (``conn.transaction()`` where atomicity matters);
+        StorageUnavailable, without the password, when it fails."""
         import psycopg
 
         try:
-            conn = psycopg.connect(self.dsn, connect_timeout=self.connect_timeout)
+            conn = psycopg.connect(self.dsn, connect_timeout=self.connect_timeout, autocommit=True)
         except psycopg.Error as exc:
             reason = self._scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
             raise StorageUnavailable(f"cannot connect to postgres at {self.where()}: {reason}") from None

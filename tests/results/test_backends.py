@@ -365,3 +365,19 @@ def test_a_result_whose_data_was_removed_behind_its_back_does_not_exist(backend,
             schema, _, table = properties["table"].partition(".")
             conn.execute(psycopg.sql.SQL("DROP TABLE {}").format(psycopg.sql.Identifier(schema, table)))
     assert not backend.storage.exists(properties)
+
+
+def test_a_write_that_fails_leaves_the_previous_rows_or_nothing_never_half(backend, spark):
+    properties = backend.storage.create(_name(), {})
+    previous = _frame(spark, range(0, 6))
+    backend.storage.write(previous, properties)
+    noted = backend.physical(properties)
+    # fails in the Spark job for the last rows, after other partitions may have been written
+    failing = _frame(spark, range(0, 40)).selectExpr("*", "if(id = 39, raise_error('boom'), id) as boom")
+    with pytest.raises(Exception, match="boom"):
+        backend.storage.write(failing, properties)
+    if backend.storage.exists(properties):
+        assert _rows(backend.storage.read(spark, properties)) == _rows(previous)
+    else:
+        # a backend may drop the old result before rewriting it: a cache recomputes it anyway
+        assert backend.gone(noted)

@@ -25,8 +25,10 @@ class Lake:
 
 
 @pytest.fixture(autouse=True)
-def _private_login_cache(settings):
-    """Failed-login counters of this test only (the default cache is the broker's Redis)."""
+def _fast_passwords_and_a_private_login_cache(settings):
+    """A fast password hasher (these tests make many users) and failed-login counters of this test
+    only (the default cache is the broker's Redis)."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
@@ -76,7 +78,8 @@ def _add_storage_objects(lake: Lake) -> None:
     lake.cached_result = CachedResult.objects.create(
         fingerprint="0" * 64,
         backend=lake.storage,
-        name="orders-by-region",
+        name="orders_by_region",
+        properties={"path": str(folder / "orders_by_region")},
         sql="select region, count(*) from orders group by region",
         source_snapshots={str(lake.table.pk): lake.table.current_instant},
         state="READY",

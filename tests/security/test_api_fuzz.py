@@ -1,0 +1,137 @@
+"""schemathesis against the running API (pytest-django's live server), as an admin and as a viewer,
+with a token: every operation of the OpenAPI schema served at /api/schema/, with requests that fit
+the schema and requests that do not. Checks: no 5xx, and every response (errors included) matches
+the schema.
+
+Bounded: a few examples per operation and generation mode, derandomized, no shrinking. Writes only
+enqueue work on the tests' private broker. (schemathesis' own pytest integration does not run on
+pytest 9 yet, so operations are driven here with their Hypothesis strategies.)
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import response_schema_conformance
+
+from console.roles import ADMIN, VIEWER
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EXAMPLES_PER_OPERATION = 8
+CHECKS = [not_a_server_error, response_schema_conformance]
+FUZZ_SETTINGS = settings(
+    max_examples=EXAMPLES_PER_OPERATION,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@pytest.fixture
+def no_waiting_for_workers(monkeypatch):
+    """Testing a storage waits for a worker's answer; there is no worker in this test."""
+    try:
+        from storage import services
+    except ImportError:
+        return
+    monkeypatch.setattr(services, "storage_backend_test_on_worker", lambda backend, **kw: (True, "tested"))
+
+
+def _real_ids(lake) -> dict[str, int]:
+    """Collection (``/api/v1/<collection>/{id}/``) -> the id of a real object in it."""
+    objects = {
+        "catalogs": lake.catalog,
+        "tables": lake.table,
+        "processes": lake.process,
+        "storages": lake.storage,
+        "queries": lake.query,
+        "cached-results": lake.cached_result,
+    }
+    return {name: obj.pk for name, obj in objects.items() if obj is not None}
+
+
+def _strategy(operation, real_ids: dict[str, int]):
+    """Valid and invalid requests; for paths with an id, half of them aimed at a real object."""
+    strategies = [operation.as_strategy(mode) for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)]
+    collection = operation.path.split("/")[3]
+    if "{id}" in operation.path and collection in real_ids:
+        real = {"id": real_ids[collection]}
+        strategies += [operation.as_strategy(GenerationMode.POSITIVE, path_parameters=real)] * 2
+    return st.one_of(strategies)
+
+
+@pytest.mark.parametrize("role", [ADMIN, VIEWER])
+def test_the_api_answers_every_request_without_a_server_error_and_as_documented(
+    role, live_server, lake, users, no_waiting_for_workers
+):
+    from rest_framework.authtoken.models import Token
+
+    headers = {"Authorization": f"Token {Token.objects.create(user=users[role]).key}"}
+    schema = schemathesis.openapi.from_url(f"{live_server.url}/api/schema/?format=json", headers=headers)
+    schema.config.update(base_url=live_server.url)
+    real_ids = _real_ids(lake)
+    failures, operations, started = [], 0, time.monotonic()
+
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        operations += 1
+
+        @FUZZ_SETTINGS
+        @given(case=_strategy(operation, real_ids))
+        def fuzz(case):
+            case.call_and_validate(headers=headers, checks=CHECKS)
+
+        try:
+            fuzz()
+        except Exception as error:  # one operation's failure must not hide the others'
+            failures.append(f"--- {operation.label} as {role} ---\n{error}")
+
+    assert operations >= 20, f"the schema lists only {operations} operations"
+    assert not failures, f"{len(failures)} of {operations} operations failed:\n" + "\n".join(failures)
+    assert time.monotonic() - started < 120
+
+
+def test_the_schema_needs_a_role(live_server, client, no_role_user, viewer):
+    """Anonymous visitors and users without a role do not get the schema."""
+    import requests
+    from rest_framework.authtoken.models import Token
+
+    url = f"{live_server.url}/api/schema/?format=json"
+    anonymous = requests.get(url, timeout=10)
+    no_role = requests.get(url, headers={"Authorization": f"Token {Token.objects.create(user=no_role_user).key}"}, timeout=10)
+    allowed = requests.get(url, headers={"Authorization": f"Token {Token.objects.create(user=viewer).key}"}, timeout=10)
+
+    assert anonymous.status_code in (401, 403)
+    assert no_role.status_code == 403
+    assert allowed.status_code == 200
+
+
+def test_the_schema_documents_the_error_body_on_every_operation(live_server, viewer):
+    import requests
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=viewer).key
+    document = requests.get(
+        f"{live_server.url}/api/schema/?format=json", headers={"Authorization": f"Token {token}"}, timeout=10
+    ).json()
+
+    assert set(document["components"]["schemas"]["Error"]["required"]) == {"error", "field"}
+    missing = []
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            responses = operation["responses"]
+            expected = {"403"} | ({"404"} if "{" in path else set()) | ({"400"} if "requestBody" in operation else set())
+            for status in expected:
+                schema_ref = responses.get(status, {}).get("content", {}).get("application/json", {}).get("schema")
+                if schema_ref != {"$ref": "#/components/schemas/Error"}:
+                    missing.append(f"{method.upper()} {path} {status}")
+    assert not missing, missing

@@ -1,0 +1,115 @@
+"""Storages, queries and cached results through the REST API: roles, masking, 4xx."""
+
+from __future__ import annotations
+
+import pytest
+
+from console import services as console_services
+from storage import cache
+from storage.models import CachedResult, Query, StorageBackend
+from tests.console.tables import write_delta_table
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def orders(warehouse):
+    return console_services.table_register(location=str(write_delta_table(warehouse / "orders", commits=2)))
+
+
+def test_an_admin_registers_a_storage_and_secrets_never_come_back(api_as, admin_user, viewer, warehouse):
+    api = api_as(admin_user)
+    created = api.post("/api/v1/storages/", {"name": "pg", "type": "postgres",
+                                             "config": {"dsn": "postgresql://app:s3cret@db.example:5432/cache"}},
+                       format="json")
+
+    assert created.status_code == 201, created.content
+    for body in (created.content, api.get("/api/v1/storages/").content, api_as(viewer).get("/api/v1/storages/").content):
+        assert b"s3cret" not in body
+    assert StorageBackend.objects.get().config["dsn"].endswith("s3cret@db.example:5432/cache")
+
+
+def test_sending_a_masked_secret_back_keeps_the_stored_one(api_as, admin_user):
+    api = api_as(admin_user)
+    created = api.post("/api/v1/storages/", {"name": "pg", "type": "postgres",
+                                             "config": {"dsn": "postgresql://app:s3cret@db:5432/c", "schema": "a"}},
+                       format="json").json()
+
+    updated = api.patch(f"/api/v1/storages/{created['id']}/", {"config": {**created["config"], "schema": "b"}},
+                        format="json")
+
+    assert updated.status_code == 200, updated.content
+    config = StorageBackend.objects.get().config
+    assert config["schema"] == "b" and "s3cret" in config["dsn"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "x", "type": "teleport"}, "type"),
+        ({"name": "x", "type": "filesystem", "config": {"root": "/etc"}}, "config"),
+        ({"name": "bad name!", "type": "filesystem"}, "name"),
+        ({"name": "x", "type": "filesystem", "quota_bytes": 0}, "quota_bytes"),
+    ],
+)
+def test_bad_storages_answer_400_naming_the_field(api_as, admin_user, warehouse, body, field):
+    response = api_as(admin_user).post("/api/v1/storages/", body, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["field"] == field
+    assert StorageBackend.objects.count() == 0
+
+
+def test_viewers_and_operators_cannot_manage_storages(api_as, viewer, operator):
+    for user in (viewer, operator):
+        response = api_as(user).post("/api/v1/storages/", {"name": "x", "type": "filesystem"}, format="json")
+        assert response.status_code == 403
+    assert StorageBackend.objects.count() == 0
+
+
+def test_an_operator_submits_a_query_and_a_viewer_cannot(api_as, operator, viewer, orders):
+    submitted = api_as(operator).post("/api/v1/queries/", {"sql": "select count(*) from orders"}, format="json")
+    refused = api_as(viewer).post("/api/v1/queries/", {"sql": "select count(*) from orders"}, format="json")
+
+    assert submitted.status_code == 201 and submitted.json()["status"] == "PENDING"
+    assert refused.status_code == 403
+    assert Query.objects.count() == 1
+
+
+def test_bad_sql_answers_400_with_the_reason(api_as, operator, orders):
+    response = api_as(operator).post("/api/v1/queries/", {"sql": "select * from missing_table"}, format="json")
+
+    assert response.status_code == 400
+    assert "unknown table 'missing_table'" in response.json()["error"]
+    assert Query.objects.count() == 0
+
+
+def test_a_query_result_is_paged_in_the_api(api_as, viewer, operator, orders):
+    query = cache.query_submit(sql="select id from orders")
+    Query.objects.filter(pk=query.pk).update(status="SUCCESS", columns=["id"], rows=[[i] for i in range(250)], total_rows=250)
+
+    page3 = api_as(viewer).get(f"/api/v1/queries/{query.pk}/?page=3").json()
+
+    assert page3["result"]["pages"] == 3 and page3["result"]["rows"] == [[i] for i in range(200, 250)]
+
+
+def test_cached_results_can_be_invalidated_and_dropped_through_the_api(api_as, operator, viewer, warehouse):
+    from storage.services import storage_backend_default
+
+    backend = storage_backend_default()
+    folder = warehouse / ".lakewarden-cache" / "r1"
+    folder.mkdir(parents=True)
+    (folder / "part-0.parquet").write_bytes(b"x")
+    result = CachedResult.objects.create(fingerprint="f" * 64, backend=backend, name="r1", sql="select 1",
+                                         properties={"path": str(folder)}, state="READY")
+    api = api_as(operator)
+
+    assert api_as(viewer).post(f"/api/v1/cached-results/{result.pk}/invalidate/").status_code == 403
+    invalidated = api.post(f"/api/v1/cached-results/{result.pk}/invalidate/")
+    again = api.post(f"/api/v1/cached-results/{result.pk}/invalidate/")
+    dropped = api.delete(f"/api/v1/cached-results/{result.pk}/")
+
+    assert invalidated.status_code == 200 and invalidated.json()["state"] == "CLEANED"
+    assert not folder.exists()
+    assert again.status_code == 409 and "only READY or POPULATING" in again.json()["error"]
+    assert dropped.status_code == 204 and CachedResult.objects.count() == 0
