@@ -37,3 +37,29 @@ def write_section(title: str, body: str) -> None:
     pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
     text = pattern.sub(section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
     RESULTS.write_text(text)
+
+
+BENCH_DATABASE = os.environ.get(
+    "LAKEWARDEN_BENCH_DATABASE_URL", "postgresql://lakewarden:lakewarden@127.0.0.1:5432/lakewarden_bench"
+)
+
+
+def django_on_bench_database() -> None:
+    """Point Django at the benchmark database (created when missing), migrated, and set it up."""
+    import sys
+
+    import psycopg
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    name = BENCH_DATABASE.rsplit("/", 1)[1]
+    with psycopg.connect(BENCH_DATABASE.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        if not conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
+            conn.execute(f'create database "{name}"')
+    os.environ["DATABASE_URL"] = BENCH_DATABASE
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)

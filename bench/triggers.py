@@ -17,8 +17,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-DATABASE = os.environ.get("LAKEWARDEN_BENCH_DATABASE_URL", "postgresql://lakewarden:lakewarden@127.0.0.1:5432/lakewarden_bench")
-
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -33,7 +31,6 @@ def main() -> None:
 
     django.setup()
     from common import write_section
-    from django.core.management import call_command
     from django.db import connection, reset_queries
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
@@ -43,7 +40,6 @@ def main() -> None:
     from processes.registry import coordinators
     from processes.scheduler import evaluated_key, schedule_tick, seen_snapshot_key
 
-    call_command("migrate", verbosity=0)
     Process.objects.all().delete()
     TableState.objects.all().delete()
     Table.objects.all().delete()
@@ -82,16 +78,6 @@ def main() -> None:
     )
     write_section("Scheduler tick (bench/triggers.py)", body)
     print(body)
-
-
-def _ensure_database() -> None:
-    import psycopg
-
-    name = DATABASE.rsplit("/", 1)[1]
-    admin_url = DATABASE.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        if not conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
-            conn.execute(f'create database "{name}"')
 
 
 if __name__ == "__main__":

@@ -66,6 +66,10 @@ class Table(models.Model):
     record_count = models.BigIntegerField(default=0)
     instant_count = models.IntegerField(default=0)
     last_commit_at = models.DateTimeField(null=True, blank=True)
+    small_file_count = models.BigIntegerField(default=0)
+    metrics = models.JSONField(
+        default=dict, blank=True, help_text="Histograms and timeline (console/metrics.py)"
+    )
     refreshed_at = models.DateTimeField(null=True, blank=True)
     refresh_error = models.TextField(blank=True)
     registered_at = models.DateTimeField(auto_now_add=True)
@@ -91,3 +95,7 @@ class Table(models.Model):
     @property
     def average_file_bytes(self) -> int:
         return self.total_bytes // self.file_count if self.file_count else 0
+
+    @property
+    def small_file_ratio(self) -> float:
+        return self.small_file_count / self.file_count if self.file_count else 0.0

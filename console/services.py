@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from console.catalogs import iceberg_catalog, iceberg_identifiers, table_folders
 from console.errors import InvalidInput
+from console.metrics import table_metrics
 from console.models import Catalog, CatalogKind, Table
 from console.paths import PathNotAllowed, confine, local_path
 from storage import spec
@@ -227,4 +228,7 @@ def _apply_summary(table: Table, spec_table: SpecTable) -> None:
     table.record_count = summary.record_count
     table.instant_count = summary.instant_count
     table.last_commit_at = summary.last_updated
+    metrics = table_metrics(spec_table)
+    table.metrics = metrics
+    table.small_file_count = metrics["small_file_count"]
     table.refreshed_at = timezone.now()

@@ -12,6 +12,7 @@ from storage import views as storage_views
 
 console_patterns = [
     path("", views.overview, name="overview"),
+    path("liveness/", views.overview_liveness, name="liveness"),
     path("catalogs/", views.catalog_list, name="catalog-list"),
     path("catalogs/new/", views.catalog_create, name="catalog-create"),
     path("catalogs/<int:pk>/", views.catalog_detail, name="catalog-detail"),

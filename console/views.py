@@ -8,7 +8,9 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from console import overview as overview_selectors
 from console import selectors, services, table_selectors
+from console.charts_context import table_charts
 from console.decorators import role_required
 from console.errors import ServiceError
 from console.forms import CatalogCreateForm, TableRegisterForm
@@ -29,9 +31,16 @@ def healthz(request):
 def overview(request):
     context = {
         "totals": selectors.lakehouse_totals(),
-        "largest_tables": selectors.table_list().order_by("-file_count")[:10],
+        "attention": overview_selectors.tables_by_health(limit=10),
+        "running": overview_selectors.running_processes(),
+        "failures": overview_selectors.recent_failures(),
     }
-    return render(request, "console/overview.html", context)
+    return render_page(request, "console/overview.html", "console/partials/overview_live.html", context)
+
+
+@require_GET
+def overview_liveness(request):
+    return render(request, "console/partials/liveness.html", overview_selectors.liveness())
 
 
 @require_GET
@@ -122,7 +131,7 @@ def table_register(request):
 @require_GET
 def table_detail(request, pk: int):
     table = get_object_or_404(Table.objects.select_related("catalog"), pk=pk)
-    context = {"table": table, "tab": "overview"}
+    context = {"table": table, "tab": "overview", "charts": table_charts(table)}
     try:
         spec_table = services.table_open(table)
         context["definition"] = spec_table.definition

@@ -20,7 +20,10 @@ class ProcessSerializer(serializers.ModelSerializer):
     table_name = serializers.CharField(source="table.name", read_only=True)
     progress_percent = serializers.IntegerField(read_only=True)
     duration_seconds = serializers.FloatField(read_only=True, allow_null=True)
-    requested_by = serializers.CharField(source="requested_by.username", default=None, read_only=True)
+    # null for processes the scheduler started (or whose user was deleted)
+    requested_by = serializers.CharField(
+        source="requested_by.username", default=None, read_only=True, allow_null=True
+    )
 
     class Meta:
         model = Process

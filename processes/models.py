@@ -144,3 +144,13 @@ class PluginConfig(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({'enabled' if self.enabled else 'disabled'})"
+
+
+class ServiceHeartbeat(models.Model):
+    """Last sign of life of a background service (``beat``: each scheduler tick)."""
+
+    name = models.CharField(max_length=50, unique=True)
+    last_seen = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.last_seen}"

@@ -27,6 +27,11 @@ def run_process_task(self, process_id: int) -> str:
 
 @shared_task(soft_time_limit=50, time_limit=60)
 def schedule_processes_task() -> dict:
+    from django.utils import timezone
+
+    from processes.models import ServiceHeartbeat
+
+    ServiceHeartbeat.objects.update_or_create(name="beat", defaults={"last_seen": timezone.now()})
     report = schedule_tick()
     return {**asdict(report), "triggered": len(report.triggered)}
 

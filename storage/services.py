@@ -129,8 +129,28 @@ def storage_backend_default() -> StorageBackend:
     )
 
 
+_open_storages: dict[str, IntermediateResultStorage] = {}
+
+
 def storage_open(backend: StorageBackend) -> IntermediateResultStorage:
-    return _registry().build_storage(StorageDescriptor(type=backend.type, config=dict(backend.config)))
+    """The configured storage, one per configuration per process (some hold connection pools)."""
+    import json
+
+    key = json.dumps([backend.type, backend.config], sort_keys=True, default=str)
+    if key not in _open_storages:
+        _open_storages[key] = _registry().build_storage(
+            StorageDescriptor(type=backend.type, config=dict(backend.config))
+        )
+    return _open_storages[key]
+
+
+def storages_close() -> None:
+    """Release the storages' connection pools (tests, before their database is dropped)."""
+    for storage in _open_storages.values():
+        close = getattr(storage, "close", None)
+        if close is not None:
+            close()
+    _open_storages.clear()
 
 
 def storage_backend_masked_config(backend: StorageBackend) -> dict[str, Any]:

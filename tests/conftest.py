@@ -162,8 +162,10 @@ def django_db_setup(django_db_setup):
     """pytest-django's test database, with the Iceberg SQL catalogs' pools closed before it is dropped."""
     yield
     from console.catalogs import close_iceberg_catalogs
+    from storage.services import storages_close
 
     close_iceberg_catalogs()
+    storages_close()
 
 
 PLUGIN_PACKAGES = REPO_ROOT / "tests" / "plugins"

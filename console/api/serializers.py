@@ -41,7 +41,8 @@ class SyncReportSerializer(serializers.Serializer):
 
 
 class TableSerializer(serializers.ModelSerializer):
-    catalog = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    # null for tables registered by location
+    catalog = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = Table

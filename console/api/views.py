@@ -53,6 +53,8 @@ class CatalogViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         data = CatalogCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         catalog = services.catalog_create(**data.validated_data)
+        # Read back through the list's query so the answer has the same fields (table_count) as a GET.
+        catalog = selectors.catalog_list().get(pk=catalog.pk)
         return Response(CatalogSerializer(catalog).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: SyncReportSerializer})
@@ -85,7 +87,7 @@ class TableViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     # --- reads through the spec API ---------------------------------------------------------------
 
     @extend_schema(responses={200: InstantSerializer(many=True)})
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None)  # the whole timeline, one list
     def snapshots(self, request, pk=None):
         instants = table_selectors.table_snapshots(table=self.get_object())
         return Response(InstantSerializer(instants, many=True).data)

@@ -155,6 +155,7 @@ class IcebergStorage(IntermediateResultStorage):
         identifier = self._identifier(properties)
         catalog = self.catalog()
         self._drop(identifier)  # writing again replaces the result
+        catalog.create_namespace_if_not_exists(self.namespace)  # dropped since create, perhaps
         arrow_schema = to_arrow_schema(dataframe.schema, timezone="UTC")
         # Every column optional: Spark's nullability is a hint, and a required Iceberg column
         # refuses a file column Spark happened to write as optional.

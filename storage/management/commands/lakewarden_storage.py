@@ -29,7 +29,11 @@ class Command(BaseCommand):
             raise CommandError(f"{yaml_file}: {error}") from None
         try:
             backend = storage_backend_register(
-                name=name, descriptor=descriptor, quota_bytes=quota_bytes, source=StorageSource.YAML, is_default=default
+                name=name,
+                descriptor=descriptor,
+                quota_bytes=quota_bytes,
+                source=StorageSource.YAML,
+                is_default=default,
             )
         except ServiceError as error:
             raise CommandError(error.message) from None

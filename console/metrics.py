@@ -1,0 +1,127 @@
+"""Per-table metrics computed in the background (at registration and each refresh) and kept on the
+table row, so the pages that draw them never read table metadata while a person waits.
+
+- ``size_histogram``: live files per size bucket, with the small-file threshold;
+- ``partitions``: the partitions with the most files, each with its own histogram;
+- ``timeline``: records, files and bytes after each of the last instants, with the operation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from storage.spec import SpecTable
+
+MIB = 1024 * 1024
+# Bucket upper bounds in MiB; the last bucket is open-ended.
+BUCKETS_MIB = (1, 4, 8, 16, 32, 64, 128, 256, 512)
+TIMELINE_INSTANTS = 200
+TOP_PARTITIONS = 50
+
+
+def _bucket(size: int) -> int:
+    for index, bound in enumerate(BUCKETS_MIB):
+        if size < bound * MIB:
+            return index
+    return len(BUCKETS_MIB)
+
+
+def bucket_labels() -> list[str]:
+    return [f"< {b} MiB" for b in BUCKETS_MIB] + [f"≥ {BUCKETS_MIB[-1]} MiB"]
+
+
+def table_metrics(spec_table: SpecTable) -> dict[str, Any]:
+    index = spec_table.file_index()
+    small = index.small_file_bytes()
+    latest = spec_table.timeline().latest()
+    histogram = [0] * (len(BUCKETS_MIB) + 1)
+    partitions: dict[str, dict[str, Any]] = {}
+    small_files = 0
+    if latest is not None:
+        for file_slice in index.list_files_at(latest):
+            base = file_slice.base_file
+            if base is None:
+                continue
+            bucket = _bucket(base.size_bytes)
+            histogram[bucket] += 1
+            is_small = base.size_bytes < small
+            small_files += is_small
+            entry = partitions.setdefault(
+                file_slice.partition.path,
+                {
+                    "path": file_slice.partition.path,
+                    "files": 0,
+                    "bytes": 0,
+                    "small": 0,
+                    "histogram": [0] * (len(BUCKETS_MIB) + 1),
+                },
+            )
+            entry["files"] += 1
+            entry["bytes"] += base.size_bytes
+            entry["small"] += is_small
+            entry["histogram"][bucket] += 1
+    top = sorted(partitions.values(), key=lambda p: (-p["files"], p["path"]))[:TOP_PARTITIONS]
+    return {
+        "small_file_bytes": small,
+        "small_file_count": small_files,
+        "partition_count": len(partitions),
+        "size_histogram": histogram,
+        "partitions": top,
+        "timeline": timeline_series(spec_table),
+    }
+
+
+def timeline_series(spec_table: SpecTable) -> list[dict[str, Any]]:
+    """Records, files and bytes after each instant (the last ``TIMELINE_INSTANTS`` of them).
+
+    Iceberg snapshots carry running totals in their summaries; other formats are replayed from
+    their change stream once (files added and removed per instant).
+    """
+    instants = spec_table.timeline().instants()
+    if not instants:
+        return []
+    totals_known = all(
+        all(key in instant.summary for key in ("total-records", "total-data-files", "total-files-size"))
+        for instant in instants
+    )
+    running = {"records": 0, "files": 0, "bytes": 0}
+    per_instant: dict[str, dict[str, int]] = {}
+    if totals_known:
+        for instant in instants:
+            per_instant[str(instant.id)] = {
+                "records": int(instant.summary["total-records"])
+                - int(instant.summary.get("total-position-deletes", 0)),
+                "files": int(instant.summary["total-data-files"]),
+                "bytes": int(instant.summary["total-files-size"]),
+            }
+    else:
+        changes: dict[str, list] = {}
+        for change in spec_table.file_index().list_files_between(None, instants[-1]):
+            base = change.file_slice.base_file
+            if base is None:
+                continue
+            sign = 1 if change.kind.value == "added" else -1
+            entry = changes.setdefault(str(change.instant_id), [0, 0, 0])
+            entry[0] += sign * base.record_count
+            entry[1] += sign
+            entry[2] += sign * base.size_bytes
+        for instant in instants:
+            delta = changes.get(str(instant.id), [0, 0, 0])
+            running = {
+                "records": running["records"] + delta[0],
+                "files": running["files"] + delta[1],
+                "bytes": running["bytes"] + delta[2],
+            }
+            per_instant[str(instant.id)] = dict(running)
+    series = []
+    for instant in instants[-TIMELINE_INSTANTS:]:
+        point = per_instant[str(instant.id)]
+        series.append(
+            {
+                "id": str(instant.id),
+                "at": instant.timestamp.isoformat(),
+                "operation": instant.operation,
+                **point,
+            }
+        )
+    return series
