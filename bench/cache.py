@@ -100,12 +100,12 @@ def main() -> None:
             "warehouse": (ROOT / "iceberg-results").as_uri(), "namespace": "bench_cache"}),
         "postgres": StorageDescriptor(type="postgres", config={"dsn": scratch_db, "schema": "bench_cache"}),
     }
-    lines = ["| backend | first run (compute + store) | cached re-run (median of %d) | speed-up | target |" % args.reruns,
+    lines = [f"| backend | first run (compute + store) | cached re-run (median of {args.reruns}) | speed-up | target |",
              "|---|---|---|---|---|"]
     for name, descriptor in backends.items():
         backend = services.storage_backend_register(name=f"bench-{name}-{uuid.uuid4().hex[:4]}", descriptor=descriptor)
 
-        def run(sql: str) -> tuple[float, bool]:
+        def run(sql: str, backend=backend) -> tuple[float, bool]:
             query = cache.query_submit(sql=sql, backend=backend)
             started = time.perf_counter()
             cache.query_run(query_id=query.pk, spark=spark)

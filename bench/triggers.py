@@ -8,7 +8,6 @@ decide "nothing to do" for all of them from a handful of queries.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -24,13 +23,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
 
-    os.environ["DATABASE_URL"] = DATABASE
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    _ensure_database()
-    import django
+    from common import django_on_bench_database, write_section
 
-    django.setup()
-    from common import write_section
+    django_on_bench_database()
     from django.db import connection, reset_queries
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
