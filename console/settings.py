@@ -195,3 +195,4 @@ LOGGING = {
 }
 
 from console.settings_security import *  # noqa: E402,F403  (security headers, cookies, throttling)
+from console.settings_scale import *  # noqa: E402,F403  (queue routing, worker concurrency)

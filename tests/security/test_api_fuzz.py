@@ -112,8 +112,12 @@ def test_the_schema_needs_a_role(live_server, client, no_role_user, viewer):
 
     url = f"{live_server.url}/api/schema/"
     anonymous = requests.get(url, timeout=10)
-    no_role = requests.get(url, headers={"Authorization": f"Token {Token.objects.create(user=no_role_user).key}"}, timeout=10)
-    allowed = requests.get(url, headers={"Authorization": f"Token {Token.objects.create(user=viewer).key}"}, timeout=10)
+    no_role = requests.get(
+        url, headers={"Authorization": f"Token {Token.objects.create(user=no_role_user).key}"}, timeout=10
+    )
+    allowed = requests.get(
+        url, headers={"Authorization": f"Token {Token.objects.create(user=viewer).key}"}, timeout=10
+    )
 
     assert anonymous.status_code in (401, 403)
     assert no_role.status_code == 403
@@ -134,9 +138,15 @@ def test_the_schema_documents_the_error_body_on_every_operation(live_server, vie
     for path, item in document["paths"].items():
         for method, operation in item.items():
             responses = operation["responses"]
-            expected = {"403"} | ({"404"} if "{" in path else set()) | ({"400"} if "requestBody" in operation else set())
+            expected = (
+                {"403"}
+                | ({"404"} if "{" in path else set())
+                | ({"400"} if "requestBody" in operation else set())
+            )
             for status in expected:
-                schema_ref = responses.get(status, {}).get("content", {}).get("application/json", {}).get("schema")
+                schema_ref = (
+                    responses.get(status, {}).get("content", {}).get("application/json", {}).get("schema")
+                )
                 if schema_ref != {"$ref": "#/components/schemas/Error"}:
                     missing.append(f"{method.upper()} {path} {status}")
     assert not missing, missing

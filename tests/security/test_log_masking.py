@@ -95,7 +95,9 @@ def test_extra_attributes_named_like_secrets_are_masked(caplog):
 
 def test_the_configured_handler_writes_masked_lines():
     """What reaches the console stream itself, through the handler LOGGING made."""
-    handler = next(h for h in logging.getLogger().handlers if any(isinstance(f, SecretMaskingFilter) for f in h.filters))
+    handler = next(
+        h for h in logging.getLogger().handlers if any(isinstance(f, SecretMaskingFilter) for f in h.filters)
+    )
     stream = io.StringIO()
     previous = handler.setStream(stream)
     try:

@@ -94,7 +94,9 @@ def test_the_console_form_refuses_paths_outside_the_allowed_roots(
 ):
     location = attacks(warehouse, outside)[attack]
 
-    response = client_as(admin_user).post(reverse("console:table-register"), {"location": location, "format": ""})
+    response = client_as(admin_user).post(
+        reverse("console:table-register"), {"location": location, "format": ""}
+    )
 
     assert response.status_code == 400
     assert Table.objects.count() == 0
@@ -127,7 +129,9 @@ def test_a_symlink_that_stays_inside_the_root_is_accepted_at_its_real_location(w
     assert table.location == str(inside)
 
 
-def test_a_symlink_swapped_after_registration_is_not_followed_out_by_a_second_registration(warehouse, outside):
+def test_a_symlink_swapped_after_registration_is_not_followed_out_by_a_second_registration(
+    warehouse, outside
+):
     """Registering stores the resolved path; re-pointing the link later cannot smuggle in the
     outside table under the link's name."""
     inside = write_delta_table(warehouse / "real", commits=1)
@@ -143,12 +147,16 @@ def test_a_symlink_swapped_after_registration_is_not_followed_out_by_a_second_re
     assert list(Table.objects.values_list("location", flat=True)) == [str(inside)]
 
 
-@pytest.mark.parametrize("attack", ["dot-dot", "symlink-to-etc", "file-uri-encoded-dots", "nul-byte-encoded", "home"])
+@pytest.mark.parametrize(
+    "attack", ["dot-dot", "symlink-to-etc", "file-uri-encoded-dots", "nul-byte-encoded", "home"]
+)
 def test_a_path_root_catalog_is_confined_like_a_table(attack, warehouse, outside, api_as, admin_user):
     root = attacks(warehouse, outside)[attack]
 
     response = api_as(admin_user).post(
-        "/api/v1/catalogs/", {"name": "escape", "kind": "path_root", "properties": {"root": root}}, format="json"
+        "/api/v1/catalogs/",
+        {"name": "escape", "kind": "path_root", "properties": {"root": root}},
+        format="json",
     )
 
     assert response.status_code == 400, response.content

@@ -111,7 +111,9 @@ RULES: dict[str, Rule] = {
     "healthz": Rule(PUBLIC, {"GET": ANYONE}),
     "login": Rule(
         # Django's form views answer PUT as they answer POST.
-        PUBLIC, {"GET": ANYONE, "POST": ANYONE, "PUT": ANYONE}, body=lambda lake: {"username": "x", "password": "wrong"}
+        PUBLIC,
+        {"GET": ANYONE, "POST": ANYONE, "PUT": ANYONE},
+        body=lambda lake: {"username": "x", "password": "wrong"},
     ),
     "logout": Rule(PUBLIC, {"POST": ANYONE}, body=lambda lake: {}),
     # --- API -------------------------------------------------------------------------------------
@@ -121,7 +123,11 @@ RULES: dict[str, Rule] = {
     "catalog-list": Rule(
         API,
         {"GET": VIEWER, "POST": ADMIN},
-        body=lambda lake: {"name": "api-root", "kind": "path_root", "properties": {"root": str(lake.warehouse)}},
+        body=lambda lake: {
+            "name": "api-root",
+            "kind": "path_root",
+            "properties": {"root": str(lake.warehouse)},
+        },
     ),
     "catalog-detail": _read(API, "catalog"),
     "catalog-sync": Rule(API, {"POST": ADMIN}, obj="catalog", body=lambda lake: {}),
@@ -189,7 +195,9 @@ def _declared_methods(view) -> frozenset[str]:
     view_class = getattr(view, "view_class", None) or getattr(view, "cls", None)
     if view_class is not None:
         return frozenset(
-            m.upper() for m in view_class.http_method_names if m.upper() in ALL_METHODS and hasattr(view_class, m)
+            m.upper()
+            for m in view_class.http_method_names
+            if m.upper() in ALL_METHODS and hasattr(view_class, m)
         )
     func = view
     while func is not None:
@@ -224,8 +232,12 @@ def walk(patterns, prefix: str = "", namespace: str | None = None, params=()) ->
             yield from walk(entry.url_patterns, prefix + str(entry.pattern), inner, here)
         elif isinstance(entry, URLPattern):
             name = f"{namespace}:{entry.name}" if namespace and entry.name else entry.name
-            yield Endpoint(name or f"<unnamed {prefix}{entry.pattern}>", prefix + str(entry.pattern), here,
-                           _declared_methods(entry.callback))
+            yield Endpoint(
+                name or f"<unnamed {prefix}{entry.pattern}>",
+                prefix + str(entry.pattern),
+                here,
+                _declared_methods(entry.callback),
+            )
 
 
 def endpoints() -> list[Endpoint]:
@@ -252,7 +264,8 @@ def test_every_endpoint_has_a_permission_rule():
     missing = [f"  {e.name}  ({e.route})" for e in ENDPOINTS if rule_for(e) is None]
     assert not missing, (
         "These URLs have no permission rule. Add one per URL to RULES in "
-        "tests/security/test_permissions_matrix.py, saying which role may use each method:\n" + "\n".join(missing)
+        "tests/security/test_permissions_matrix.py, saying which role may use each method:\n"
+        + "\n".join(missing)
     )
 
 
@@ -354,7 +367,11 @@ KNOWN_BUGS = {
 
 def _cases():
     for endpoint in ENDPOINTS:
-        marks = [pytest.mark.xfail(reason=KNOWN_BUGS[endpoint.name], strict=True)] if endpoint.name in KNOWN_BUGS else []
+        marks = (
+            [pytest.mark.xfail(reason=KNOWN_BUGS[endpoint.name], strict=True)]
+            if endpoint.name in KNOWN_BUGS
+            else []
+        )
         yield pytest.param(endpoint, id=endpoint.name, marks=marks)
 
 
@@ -380,7 +397,9 @@ def test_each_visitor_gets_what_their_role_allows(endpoint, lake, users, no_wait
             for visitor in VISITORS:
                 label = f"{method} {url} as {visitor or 'anonymous'}"
                 body = rule.body(lake) if rule.body and method != "GET" else None
-                allowed = lowest == ANYONE or (visitor not in (None, "none") and RANK[visitor] >= RANK[lowest])
+                allowed = lowest == ANYONE or (
+                    visitor not in (None, "none") and RANK[visitor] >= RANK[lowest]
+                )
                 if allowed:
                     response = _send(clients[visitor], rule.kind, method, url, body)
                     problem = _allowed_problem(method, response, rule, endpoint)
@@ -403,7 +422,9 @@ def test_each_visitor_gets_what_their_role_allows(endpoint, lake, users, no_wait
         for method in sorted(set(ALL_METHODS) - set(rule.methods)):
             status = _send(client, rule.kind, method, url, {}).status_code
             if status != 405:
-                problems.append(f"{method} {url} as admin: the view does not answer {method}, expected 405, got {status}")
+                problems.append(
+                    f"{method} {url} as admin: the view does not answer {method}, expected 405, got {status}"
+                )
     assert not problems, "\n".join(problems)
 
 
@@ -445,7 +466,10 @@ def test_viewers_see_no_cancel_kill_or_retry_and_operators_do(lake, users, clien
     from processes.models import Process, ProcessStatus
 
     pending = reverse("console:process-detail", args=[lake.process.pk])
-    act = {verb: reverse("console:process-act", args=[lake.process.pk, verb]) for verb in ("cancel", "kill", "retry")}
+    act = {
+        verb: reverse("console:process-act", args=[lake.process.pk, verb])
+        for verb in ("cancel", "kill", "retry")
+    }
 
     viewer_page = _page(client_as, users[VIEWER], pending)
     assert not any(url in viewer_page for url in act.values())

@@ -25,9 +25,18 @@ PRODUCTION_ENV = {
 
 
 def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "LAKEWARDEN_HTTPS", "LAKEWARDEN_CACHE_URL"}}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DEBUG", "SECRET_KEY", "LAKEWARDEN_HTTPS", "LAKEWARDEN_CACHE_URL"}
+    }
     return subprocess.run(
-        [sys.executable, *args], cwd=REPO_ROOT, env={**base, **env}, capture_output=True, text=True, timeout=60
+        [sys.executable, *args],
+        cwd=REPO_ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -55,7 +64,9 @@ print(json.dumps({name: getattr(s, name, None) for name in %r}, default=str))
 
 
 def _settings(env: dict[str, str], *names: str) -> dict:
-    result = _run(["-c", SETTINGS_PRINTER % (list(names),)], {"DJANGO_SETTINGS_MODULE": "console.settings", **env})
+    result = _run(
+        ["-c", SETTINGS_PRINTER % (list(names),)], {"DJANGO_SETTINGS_MODULE": "console.settings", **env}
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -121,7 +132,9 @@ def test_the_api_and_the_login_page_carry_the_policy_too(client, api_as, viewer)
 
 @pytest.mark.django_db
 def test_the_session_cookie_is_http_only(client, viewer):
-    response = client.post(reverse("login"), {"username": viewer.username, "password": "correct horse battery"})
+    response = client.post(
+        reverse("login"), {"username": viewer.username, "password": "correct horse battery"}
+    )
 
     assert response.status_code == 302
     assert response.cookies["sessionid"]["httponly"]
@@ -139,7 +152,9 @@ def test_no_template_has_an_inline_script_or_event_handler():
             offenders.append(f"{path.relative_to(REPO_ROOT)}: {match.group(1)}=")
         if "javascript:" in text:
             offenders.append(f"{path.relative_to(REPO_ROOT)}: javascript: URL")
-    assert not offenders, "inline script in templates (move it to static/console/*.js):\n" + "\n".join(offenders)
+    assert not offenders, "inline script in templates (move it to static/console/*.js):\n" + "\n".join(
+        offenders
+    )
 
 
 # --- CSRF with htmx ------------------------------------------------------------------------------
