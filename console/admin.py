@@ -42,3 +42,19 @@ admin.site.unregister(User)
 admin.site.unregister(Group)
 admin.site.register(User, RoleUserAdmin)
 admin.site.register(Group, RoleGroupAdmin)
+
+
+# DRF's token admin checks model permissions; tokens are managed by the admin role like the rest.
+try:
+    from rest_framework.authtoken.admin import TokenAdmin
+    from rest_framework.authtoken.models import TokenProxy
+except ImportError:  # authtoken not installed
+    pass
+else:
+
+    class RoleTokenAdmin(RoleModelAdmin, TokenAdmin):
+        pass
+
+    if admin.site.is_registered(TokenProxy):
+        admin.site.unregister(TokenProxy)
+    admin.site.register(TokenProxy, RoleTokenAdmin)

@@ -75,7 +75,8 @@ _SECRET_KEY = re.compile(rf"(?:{SECRET_KEY_WORDS})", re.IGNORECASE)
 # key=value, key: value, "key": "value", 'key': 'value' (dict reprs, JSON, DSNs, query strings).
 _KEY_VALUE = re.compile(
     rf"""
-    (?P<key>[\w.-]*(?:{SECRET_KEY_WORDS})[\w.-]*)   # a key naming a secret
+    (?P<key>[\w.-]*(?:{SECRET_KEY_WORDS})[\w.-]*)   # a key naming a secret,
+    (?<!error)(?<!exception)(?<!warning)            # not an exception class (TokenError: ...)
     (?P<sep>["']?\s*[:=]\s*)                        # its separator, after an optional closing quote
     (?:
         (?P<quote>["'])(?P<quoted>(?:\\.|(?!(?P=quote)).)*)(?P=quote)   # a quoted value

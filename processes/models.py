@@ -76,6 +76,7 @@ class Process(models.Model):
         indexes = [
             models.Index(fields=["status"]),
             models.Index(fields=["table", "action", "-created_at"]),
+            models.Index(fields=["table", "-id"]),
             models.Index(fields=["-created_at"]),
         ]
 

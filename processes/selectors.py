@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import django_filters
+from dataclasses import dataclass
+
 from django.db.models import QuerySet
 
 from processes.models import ACTIVE_STATUSES, Process, ProcessStatus
@@ -29,7 +31,28 @@ class ProcessFilter(django_filters.FilterSet):
 
 
 def process_list() -> QuerySet[Process]:
-    return Process.objects.select_related("table", "requested_by").order_by("-created_at", "-id")
+    return Process.objects.select_related("table", "requested_by").order_by("-id")
+
+
+@dataclass
+class ProcessPage:
+    """Newest first, keyset-paged by id: the hundredth page costs what the first does."""
+
+    items: list[Process]
+    older: int | None  # pass as ?before= for the next page
+    first: bool
+
+
+def process_page(queryset: QuerySet[Process], before: str | None, size: int = 50) -> ProcessPage:
+    try:
+        before_id = int(before) if before else None
+    except ValueError:
+        before_id = None
+    if before_id is not None:
+        queryset = queryset.filter(id__lt=before_id)
+    items = list(queryset.order_by("-id")[: size + 1])
+    older = items[size - 1].pk if len(items) > size else None
+    return ProcessPage(items[:size], older, before_id is None)
 
 
 def actions_for_format(table_format: str) -> list[dict]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -22,12 +21,12 @@ from processes.models import ACTIVE_STATUSES, Process, ProcessStatus
 @require_GET
 def process_list(request):
     filtered = selectors.ProcessFilter(request.GET, queryset=selectors.process_list())
-    page = Paginator(filtered.qs, 50).get_page(request.GET.get("page"))
+    page = selectors.process_page(filtered.qs, request.GET.get("before"))
     context = {
         "page": page,
         "filter": filtered,
         "statuses": ProcessStatus.values,
-        "any_active": any(p.status in ACTIVE_STATUSES for p in page),
+        "any_active": any(p.status in ACTIVE_STATUSES for p in page.items),
         "params": request.GET,
     }
     return render_page(request, "processes/list.html", "processes/partials/rows.html", context)
@@ -44,13 +43,12 @@ def process_detail(request, pk: int):
 @require_GET
 def table_processes(request, pk: int):
     table = get_object_or_404(Table, pk=pk)
-    processes = selectors.process_list().filter(table=table)
-    page = Paginator(processes, 25).get_page(request.GET.get("page"))
+    page = selectors.process_page(selectors.process_list().filter(table=table), request.GET.get("before"), size=25)
     context = {
         "table": table,
         "tab": "processes",
         "page": page,
-        "any_active": any(p.status in ACTIVE_STATUSES for p in page),
+        "any_active": any(p.status in ACTIVE_STATUSES for p in page.items),
         "offered": selectors.actions_for_format(table.format),
         "params": request.GET,
     }

@@ -1,14 +1,27 @@
 """One Spark session per worker process, created lazily, pointed where the settings say.
 
-``LAKEWARDEN_SPARK_REMOTE`` (``sc://host:15002``) selects Spark Connect; otherwise
-``LAKEWARDEN_SPARK_MASTER`` (``local[*]`` by default, or ``spark://host:7077``).
+Three modes, chosen by one setting:
+
+- ``LAKEWARDEN_SPARK_REMOTE=sc://host:15002``: a Spark Connect client. The server owns the driver
+  and its static configuration; only runtime SQL settings are sent from here.
+- ``LAKEWARDEN_SPARK_MASTER=spark://host:7077``: a driver in this process on a standalone cluster.
+  Executors get ``LAKEWARDEN_SPARK_EXECUTOR_MEMORY`` and run ``LAKEWARDEN_SPARK_PYTHON`` (this
+  interpreter by default, so the same virtualenv must exist at the same path on every node).
+- ``LAKEWARDEN_SPARK_MASTER=local[*]`` (the default): everything in this process.
+
+``LAKEWARDEN_SPARK_CONF`` adds ``key=value`` settings to every session (object store credentials,
+``spark.cores.max``...). In every mode the table files must be reachable under the same path (or
+object store URI) by this process and by every executor.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
+
+logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _session = None
@@ -27,16 +40,84 @@ BASE_CONFIG = {
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
 }
 
+# spark.sql.* settings that are static (fixed when the server's driver starts): a Connect client
+# cannot set them, the server's own configuration must.
+STATIC_SQL_PREFIXES = (
+    "spark.sql.warehouse.dir",
+    "spark.sql.extensions",
+    "spark.sql.catalogImplementation",
+    "spark.sql.catalog.spark_catalog",
+    "spark.sql.hive.",
+    "spark.sql.legacy.sessionInitWithConfigDefaults",
+    "spark.sql.connect.",
+    "spark.sql.streaming.ui.",
+    "spark.sql.ui.",
+    "spark.sql.event.",
+    "spark.sql.queryExecutionListeners",
+    "spark.sql.streaming.streamingQueryListeners",
+    "spark.sql.cache.serializer",
+    "spark.sql.sources.disabledJdbcConnProviderList",
+)
 
-def _target() -> tuple[str | None, str]:
+
+def _setting(name: str, default: str | None = None) -> str | None:
     try:
         from django.conf import settings
 
-        return settings.LAKEWARDEN_SPARK_REMOTE, settings.LAKEWARDEN_SPARK_MASTER
-    except Exception:  # outside Django (a notebook, a Spark executor)
-        return os.environ.get("LAKEWARDEN_SPARK_REMOTE") or None, os.environ.get(
-            "LAKEWARDEN_SPARK_MASTER", "local[*]"
+        value = getattr(settings, name)
+    except Exception:  # outside Django (a notebook, a Spark executor) or an older settings module
+        value = os.environ.get(name)
+    return value if value not in (None, "") else default
+
+
+def _target() -> tuple[str | None, str]:
+    return _setting("LAKEWARDEN_SPARK_REMOTE"), _setting("LAKEWARDEN_SPARK_MASTER", "local[*]") or "local[*]"
+
+
+def parse_conf(text: str | None) -> dict[str, str]:
+    """``key=value`` pairs separated by whitespace, commas or newlines (values without spaces)."""
+    pairs: dict[str, str] = {}
+    for item in (text or "").replace(",", " ").split():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"LAKEWARDEN_SPARK_CONF: {item!r} is not key=value")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def runtime_sql_conf(config: dict[str, str]) -> dict[str, str]:
+    """The settings a Spark Connect client may send: session-level SQL settings only."""
+    return {
+        key: value
+        for key, value in config.items()
+        if key.startswith("spark.sql.") and not key.startswith(STATIC_SQL_PREFIXES)
+    }
+
+
+def session_config(
+    remote: str | None, master: str, extra_config: dict[str, str] | None = None
+) -> dict[str, str]:
+    """Everything the session is built with, for the chosen mode."""
+    config = dict(BASE_CONFIG)
+    if not remote and master.startswith("spark://"):
+        python = _setting("LAKEWARDEN_SPARK_PYTHON") or sys.executable
+        config.update(
+            {
+                "spark.executor.memory": _setting("LAKEWARDEN_SPARK_EXECUTOR_MEMORY", "1g"),
+                # Executors' Python workers read tables with pyarrow and the format libraries.
+                "spark.pyspark.python": python,
+                "spark.executorEnv.PYSPARK_PYTHON": python,
+            }
         )
+    config.update(parse_conf(_setting("LAKEWARDEN_SPARK_CONF")))
+    config.update(extra_config or {})
+    if remote:
+        # Spark Connect refuses static driver settings from the client; the server owns them.
+        dropped = sorted(set(config) - set(runtime_sql_conf(config)) - set(BASE_CONFIG))
+        if dropped:
+            logger.warning("Spark Connect: not sending %s (set them on the Connect server)", ", ".join(dropped))
+        config = runtime_sql_conf(config)
+    return config
 
 
 def spark_session(app_name: str = "lakewarden", extra_config: dict[str, str] | None = None):
@@ -47,24 +128,27 @@ def spark_session(app_name: str = "lakewarden", extra_config: dict[str, str] | N
             return _session
         from pyspark.sql import SparkSession
 
-        # Python workers must run this interpreter (with pyarrow), not whatever python3 is first.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
         remote, master = _target()
+        if not remote:
+            # Python workers must run this interpreter (with pyarrow), not whatever python3 is first.
+            os.environ.setdefault("PYSPARK_PYTHON", _setting("LAKEWARDEN_SPARK_PYTHON") or sys.executable)
         builder = SparkSession.builder.appName(app_name)
         builder = builder.remote(remote) if remote else builder.master(master)
-        config = dict(BASE_CONFIG)
-        if remote:
-            # Spark Connect refuses static driver settings from the client; the server owns them.
-            config = {k: v for k, v in config.items() if k.startswith("spark.sql.")}
-        for key, value in {**config, **(extra_config or {})}.items():
+        for key, value in session_config(remote, master, extra_config).items():
             builder = builder.config(key, value)
         _session = builder.getOrCreate()
         return _session
 
 
+def is_connect(session) -> bool:
+    """Whether ``session`` is a Spark Connect client session."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
 def _is_stopped(session) -> bool:
     try:
+        if is_connect(session):
+            return bool(session.is_stopped)
         spark_context = getattr(session, "sparkContext", None)
         return spark_context is not None and spark_context._jsc is None
     except Exception:
