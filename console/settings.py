@@ -194,5 +194,5 @@ LOGGING = {
     "loggers": {"py4j": {"level": "WARNING"}},
 }
 
-from console.settings_security import *  # noqa: E402,F403  (security headers, cookies, throttling)
 from console.settings_scale import *  # noqa: E402,F403  (queue routing, worker concurrency)
+from console.settings_security import *  # noqa: E402,F403  (security headers, cookies, throttling)

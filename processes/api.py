@@ -8,6 +8,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from console.api.schema import CONFLICT
 from console.api.serializers import mask_secrets
 from console.models import Table
 from console.roles import OPERATOR
@@ -78,19 +79,19 @@ class ProcessViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     def get_queryset(self):
         return selectors.process_list()
 
-    @extend_schema(request=ProcessCreateSerializer, responses={201: ProcessSerializer})
+    @extend_schema(request=ProcessCreateSerializer, responses={201: ProcessSerializer, 409: CONFLICT})
     def create(self, request):
         data = ProcessCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         process = services.process_create(user=request.user, **data.validated_data)
         return Response(ProcessSerializer(process).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses={200: ProcessSerializer})
+    @extend_schema(request=None, responses={200: ProcessSerializer, 409: CONFLICT})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         return Response(ProcessSerializer(services.process_cancel(process=self.get_object())).data)
 
-    @extend_schema(request=KillSerializer, responses={200: ProcessSerializer})
+    @extend_schema(request=KillSerializer, responses={200: ProcessSerializer, 409: CONFLICT})
     @action(detail=True, methods=["post"])
     def kill(self, request, pk=None):
         data = KillSerializer(data=request.data)
@@ -100,7 +101,7 @@ class ProcessViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         )
         return Response(ProcessSerializer(process).data)
 
-    @extend_schema(request=None, responses={201: ProcessSerializer})
+    @extend_schema(request=None, responses={201: ProcessSerializer, 409: CONFLICT})
     @action(detail=True, methods=["post"])
     def retry(self, request, pk=None):
         retry = services.process_retry(process=self.get_object(), user=request.user)

@@ -83,6 +83,15 @@ class TriggerStrategy:
     on_new_snapshot: bool = False
     parallelism: int = 1
 
+    @classmethod
+    def from_properties(cls, properties: dict[str, Any], *, on_new_snapshot: bool = False) -> TriggerStrategy:
+        """The strategy a factory's ``interval`` (seconds) and ``parallelism`` properties describe."""
+        return cls(
+            interval=dt.timedelta(seconds=int(properties["interval"])),
+            on_new_snapshot=on_new_snapshot,
+            parallelism=int(properties["parallelism"]),
+        )
+
     def __post_init__(self) -> None:
         if self.parallelism < 1:
             raise ValueError("parallelism must be at least 1")

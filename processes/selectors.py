@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import django_filters
 from dataclasses import dataclass
 
+import django_filters
 from django.db.models import QuerySet
 
 from processes.models import ACTIVE_STATUSES, Process, ProcessStatus

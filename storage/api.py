@@ -41,13 +41,13 @@ class StorageBackendWriteSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100)
     type = serializers.CharField(max_length=50)
     config = serializers.DictField(required=False, default=dict)
-    quota_bytes = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    quota_bytes = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=2**63 - 1)
     is_default = serializers.BooleanField(required=False, default=False)
 
 
 class StorageBackendUpdateSerializer(serializers.Serializer):
     config = serializers.DictField(required=False)
-    quota_bytes = serializers.IntegerField(required=False, min_value=1)
+    quota_bytes = serializers.IntegerField(required=False, min_value=1, max_value=2**63 - 1)
     is_default = serializers.BooleanField(required=False)
 
 
@@ -95,7 +95,7 @@ class StorageBackendViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vi
 
 
 class QuerySerializer(serializers.ModelSerializer):
-    backend = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    backend = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     result = serializers.SerializerMethodField()
 
     class Meta:

@@ -61,6 +61,9 @@ def _parse(sql: str) -> exp.Expression:
         raise InvalidInput(
             f"the query does not parse{where}: {detail.get('description') or error}", field="sql"
         ) from None
+    except (sqlglot.errors.SqlglotError, IndexError, ValueError) as error:
+        # The tokenizer's own errors (an unclosed quote...) say less; they are still bad input.
+        raise InvalidInput(f"the query does not parse: {error}", field="sql") from None
     if len(statements) != 1:
         raise InvalidInput("run one statement at a time", field="sql")
     statement = statements[0]
@@ -191,8 +194,10 @@ def query_run(*, query_id: int, spark=None) -> str:
             from processes.spark.session import spark_session
 
             spark = spark_session()
+        from processes.spark.session import tag_jobs
+
         tag = f"lakewarden-query-{query.pk}"
-        spark.addTag(tag)
+        tag_jobs(spark, tag)
         watcher = _CancelWatcher(query.pk, spark, tag)
         watcher.start()
         plan = query_plan(query.sql)
@@ -227,8 +232,10 @@ def query_run(*, query_id: int, spark=None) -> str:
         if watcher is not None:
             watcher.stop()
         if spark is not None:
+            from processes.spark.session import untag_jobs
+
             try:
-                spark.removeTag(f"lakewarden-query-{query_id}")
+                untag_jobs(spark, f"lakewarden-query-{query_id}")
             except Exception:
                 pass
 
@@ -344,7 +351,9 @@ def _error_text(error: Exception) -> str:
 
 
 class _CancelWatcher(threading.Thread):
-    """Polls the cancel flag and interrupts the query's Spark jobs when it is set."""
+    """Polls the cancel flag and interrupts the query's Spark jobs when it is set (from this
+    thread: ``interrupt_jobs`` reaches jobs tagged by another thread, locally, on a standalone
+    cluster and through Spark Connect alike)."""
 
     def __init__(self, query_id: int, spark, tag: str) -> None:
         super().__init__(daemon=True, name=f"query-cancel-{query_id}")
@@ -357,7 +366,9 @@ class _CancelWatcher(threading.Thread):
         try:
             while not self.stopped.wait(1.0):
                 if Query.objects.filter(pk=self.query_id, cancel_requested=True).exists():
-                    self.spark.interruptTag(self.tag)
+                    from processes.spark.session import interrupt_jobs
+
+                    interrupt_jobs(self.spark, self.tag)
                     return
         finally:
             connection.close()

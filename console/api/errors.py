@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
 
 from console.errors import ServiceError
 from storage.spec import SpecError
@@ -32,7 +34,16 @@ def exception_handler(exc, context):
         return Response({"error": str(exc), "field": None}, status=status.HTTP_400_BAD_REQUEST)
     response = drf_exception_handler(exc, context)
     if response is None:
-        return None
+        if settings.DEBUG:
+            return None  # Django's debug page, with the traceback
+        # An API client gets the API's error body, not the console's HTML error page.
+        view = context.get("view")
+        logger.error("unhandled error in %s", type(view).__name__ if view else "the API", exc_info=exc)
+        set_rollback()
+        return Response(
+            {"error": "internal error: it was logged; try again, or tell an admin", "field": None},
+            status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+        )
     if isinstance(exc, ValidationError):
         field_name, message = _first_message(exc.detail)
         text = f"{field_name}: {message}" if field_name else message

@@ -21,7 +21,7 @@ from console.api.serializers import (
     TableRegisterSerializer,
     TableSerializer,
 )
-from console.models import Catalog, Table
+from console.models import Catalog, Table, TableFormat
 
 AT = OpenApiParameter(
     "at",
@@ -71,6 +71,17 @@ class TableViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     def get_queryset(self):
         params = self.request.query_params
         return selectors.table_list(search=params.get("search", ""), format=params.get("format", ""))
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("search", str, description="part of the name, identifier or location"),
+            OpenApiParameter(
+                "format", str, enum=TableFormat.values, description="only tables of this format"
+            ),
+        ]
+    )
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
 
     @extend_schema(request=TableRegisterSerializer, responses={201: TableSerializer})
     def create(self, request):

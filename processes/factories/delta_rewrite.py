@@ -324,11 +324,7 @@ class DeltaRewriteFactory(ProcessFactory):
         return {"delta": {REWRITE}}
 
     def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
-        return TriggerStrategy(
-            interval=dt.timedelta(seconds=int(self.properties["interval"])),
-            on_new_snapshot=True,
-            parallelism=int(self.properties["parallelism"]),
-        )
+        return TriggerStrategy.from_properties(self.properties, on_new_snapshot=True)
 
     def trigger(self, runtime: Any, action: str) -> TableProcess | None:
         spec = open_version(runtime.location)

@@ -11,7 +11,6 @@ log files older than ``delta.logRetentionDuration`` that the checkpoint makes re
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import re
 from typing import Any
@@ -149,11 +148,7 @@ class DeltaVacuumFactory(ProcessFactory):
         return {"delta": {VACUUM}}
 
     def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
-        return TriggerStrategy(
-            interval=dt.timedelta(seconds=int(self.properties["interval"])),
-            on_new_snapshot=False,
-            parallelism=int(self.properties["parallelism"]),
-        )
+        return TriggerStrategy.from_properties(self.properties)
 
     def trigger(self, runtime: Any, action: str) -> TableProcess | None:
         return DeltaVacuumProcess({}, runtime.config)

@@ -205,11 +205,7 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
         return {"iceberg": {EXPIRE_SNAPSHOTS}}
 
     def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
-        return TriggerStrategy(
-            interval=dt.timedelta(seconds=int(self.properties["interval"])),
-            on_new_snapshot=False,
-            parallelism=int(self.properties["parallelism"]),
-        )
+        return TriggerStrategy.from_properties(self.properties)
 
     def trigger(self, runtime: Any, action: str) -> TableProcess | None:
         from pyiceberg.table import StaticTable

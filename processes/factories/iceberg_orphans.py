@@ -180,11 +180,7 @@ class IcebergOrphanFilesFactory(ProcessFactory):
         return {"iceberg": {CLEAN_ORPHAN_FILES}}
 
     def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
-        return TriggerStrategy(
-            interval=dt.timedelta(seconds=int(self.properties["interval"])),
-            on_new_snapshot=False,
-            parallelism=int(self.properties["parallelism"]),
-        )
+        return TriggerStrategy.from_properties(self.properties)
 
     def trigger(self, runtime: Any, action: str) -> TableProcess | None:
         # Listing the whole location is the work itself: the interval is the only gate.

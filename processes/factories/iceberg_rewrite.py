@@ -282,13 +282,8 @@ class IcebergRewriteFactory(ProcessFactory):
         return {"iceberg": {REWRITE}}
 
     def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
-        import datetime as dt
 
-        return TriggerStrategy(
-            interval=dt.timedelta(seconds=int(self.properties["interval"])),
-            on_new_snapshot=True,
-            parallelism=int(self.properties["parallelism"]),
-        )
+        return TriggerStrategy.from_properties(self.properties, on_new_snapshot=True)
 
     def trigger(self, runtime: Any, action: str) -> TableProcess | None:
         spec_table = runtime.load()

@@ -115,7 +115,9 @@ def session_config(
         # Spark Connect refuses static driver settings from the client; the server owns them.
         dropped = sorted(set(config) - set(runtime_sql_conf(config)) - set(BASE_CONFIG))
         if dropped:
-            logger.warning("Spark Connect: not sending %s (set them on the Connect server)", ", ".join(dropped))
+            logger.warning(
+                "Spark Connect: not sending %s (set them on the Connect server)", ", ".join(dropped)
+            )
         config = runtime_sql_conf(config)
     return config
 
@@ -143,6 +145,40 @@ def spark_session(app_name: str = "lakewarden", extra_config: dict[str, str] | N
 def is_connect(session) -> bool:
     """Whether ``session`` is a Spark Connect client session."""
     return type(session).__module__.startswith("pyspark.sql.connect")
+
+
+def tag_jobs(spark, tag: str) -> None:
+    """Tag the Spark jobs this thread starts from now on (and threads it starts through
+    ``pyspark.util.inheritable_thread_target``) so ``interrupt_jobs`` can stop them from any thread.
+
+    Classic Spark (local, standalone): a SparkContext job tag, and running tasks are interrupted
+    on cancel. ``SparkSession.addTag`` would not do: classic ``interruptTag`` only finds tags added
+    by the calling thread, so a watcher thread could never interrupt them. Spark Connect: a
+    session operation tag, which an interrupt from any thread of the session matches (the server
+    interrupts the tasks' threads itself).
+    """
+    if is_connect(spark):
+        spark.addTag(tag)
+    else:
+        context = spark.sparkContext
+        context.addJobTag(tag)
+        context.setInterruptOnCancel(True)
+
+
+def untag_jobs(spark, tag: str) -> None:
+    """Stop tagging this thread's jobs with ``tag`` (a pooled worker thread runs other work next)."""
+    if is_connect(spark):
+        spark.removeTag(tag)
+    else:
+        spark.sparkContext.removeJobTag(tag)
+
+
+def interrupt_jobs(spark, tag: str) -> None:
+    """Cancel every running Spark job tagged ``tag`` (see ``tag_jobs``); callable from any thread."""
+    if is_connect(spark):
+        spark.interruptTag(tag)
+    else:
+        spark.sparkContext.cancelJobsWithTag(tag)
 
 
 def _is_stopped(session) -> bool:

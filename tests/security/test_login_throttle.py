@@ -107,3 +107,15 @@ def test_a_cache_outage_does_not_lock_everyone_out(viewer, settings, caplog):
     assert attempt(viewer.username, "wrong").status_code == 200
     assert attempt(viewer.username, PASSWORD).status_code == 302
     assert "login throttling is off" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "target", ["https://evil.example.com/", "//evil.example.com/", "/\\evil.example.com"]
+)
+def test_the_login_never_sends_the_user_off_site(viewer, target):
+    response = Client().post(
+        reverse("login"), {"username": viewer.username, "password": PASSWORD, "next": target}
+    )
+
+    assert response.status_code == 302
+    assert response["Location"] == reverse("console:overview")

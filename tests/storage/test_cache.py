@@ -250,3 +250,9 @@ def test_the_test_button_runs_a_round_trip_on_a_filesystem_storage(spark, wareho
 
     assert ok, message
     assert not any((warehouse / "fs").iterdir())  # the test data was cleaned
+
+
+@pytest.mark.parametrize("sql", ['"', "select 'unclosed from orders", "select ` from orders"])
+def test_sql_the_tokenizer_rejects_is_bad_input_not_a_crash(orders, sql):
+    with pytest.raises(InvalidInput, match="does not parse"):
+        cache.query_submit(sql=sql)

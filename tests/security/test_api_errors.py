@@ -1,0 +1,61 @@
+"""Every API error has the one body ``{"error", "field"}``, including a crash (JSON 500, logged)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+
+def _is_error_body(body: dict) -> bool:
+    return isinstance(body.get("error"), str) and body["error"] and "field" in body
+
+
+def test_every_kind_of_refusal_has_the_same_body(lake, api_as, users):
+    from processes.models import Process, ProcessStatus
+
+    Process.objects.filter(pk=lake.process.pk).update(status=ProcessStatus.SUCCESS)
+    answers = {
+        400: api_as(users["admin"]).post("/api/v1/tables/", {"location": "relative/path"}, format="json"),
+        403: api_as(users["viewer"]).post(f"/api/v1/tables/{lake.table.pk}/refresh/"),
+        404: api_as(users["viewer"]).get("/api/v1/tables/999999/"),
+        405: api_as(users["admin"]).delete(f"/api/v1/tables/{lake.table.pk}/"),
+        409: api_as(users["operator"]).post(f"/api/v1/processes/{lake.process.pk}/cancel/"),
+    }
+
+    for status, response in answers.items():
+        assert response.status_code == status, (status, response.content)
+        assert _is_error_body(response.json()), (status, response.json())
+    assert answers[400].json()["field"] == "location"
+
+
+def test_an_unauthenticated_request_has_the_error_body(api_as):
+    response = api_as(None).get("/api/v1/tables/")
+
+    assert response.status_code in (401, 403)
+    assert _is_error_body(response.json())
+
+
+def test_a_crash_in_the_api_is_a_json_500_that_is_logged(lake, users, monkeypatch, caplog, settings):
+    from rest_framework.test import APIClient
+
+    from console import selectors
+
+    settings.DEBUG = False
+
+    def broken(**kwargs):
+        raise RuntimeError("the database fell over with password=hunter2")
+
+    monkeypatch.setattr(selectors, "table_list", broken)
+    client = APIClient()
+    client.force_authenticate(users["viewer"])
+
+    response = client.get("/api/v1/tables/")
+
+    assert response.status_code == 500
+    assert response.json() == {
+        "error": "internal error: it was logged; try again, or tell an admin",
+        "field": None,
+    }
+    assert "RuntimeError" in caplog.text
+    assert "hunter2" not in caplog.text  # the log filter masks it in the traceback too
