@@ -67,6 +67,7 @@ class Table(models.Model):
     instant_count = models.IntegerField(default=0)
     last_commit_at = models.DateTimeField(null=True, blank=True)
     small_file_count = models.BigIntegerField(default=0)
+    last_maintenance_at = models.DateTimeField(null=True, blank=True, help_text="Last successful process")
     metrics = models.JSONField(
         default=dict, blank=True, help_text="Histograms and timeline (console/metrics.py)"
     )

@@ -16,6 +16,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from console.errors import Conflict
+from console.models import Table
 from processes.models import Process, ProcessStatus
 from processes.plugin import ProcessCancelled, ProcessContext, ProcessRecord
 from processes.registry import configured_factories
@@ -222,6 +223,7 @@ def run_process(process_id: int, *, worker: str = "", task_id: str = "") -> str:
             summary=_jsonable(summary),
             heartbeat_at=timezone.now(),
         )
+        Table.objects.filter(pk=process.table_id).update(last_maintenance_at=timezone.now())
         return ProcessStatus.SUCCESS
     except ProcessCancelled:
         clean_staging(process)
