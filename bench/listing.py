@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = ROOT / "var" / "bench"
 RESULTS = ROOT / "bench" / "RESULTS.md"
-PG = "postgresql+psycopg2://postgres@127.0.0.1:5432"
+SERVER = os.environ.get("LAKEWARDEN_BENCH_DATABASE_URL", "postgresql://lakewarden:lakewarden@127.0.0.1:5432/x").rsplit("/", 1)[0]
+PG = SERVER.replace("postgresql://", "postgresql+psycopg2://", 1)
 FILES_PER_COMMIT = 400
 DAYS = 100
 FIRST_DAY = dt.date(2024, 1, 1)
@@ -140,7 +141,7 @@ def build(entries: int) -> str:
     from pyiceberg.transforms import DayTransform
 
     database = f"lakewarden_bench_build_{os.getpid()}"
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+    with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{database}"')
     try:
         catalog = SqlCatalog("bench", uri=f"{PG}/{database}", warehouse=f"file://{table_dir.parent}")
@@ -170,7 +171,7 @@ def build(entries: int) -> str:
         metadata_location = table.metadata_location
         catalog.engine.dispose()
     finally:
-        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     marker.write_text(metadata_location.removeprefix("file://"))
     return marker.read_text().strip()

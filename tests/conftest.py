@@ -14,6 +14,13 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def postgres_server_url() -> str:
+    """The Postgres server of DATABASE_URL (default: the lakewarden role make test creates), without
+    a database name: tests append the throwaway database they create."""
+    url = os.environ.get("DATABASE_URL") or "postgresql://lakewarden:lakewarden@127.0.0.1:5432/lakewarden"
+    return url.rsplit("/", 1)[0]
+
+
 def shared_fixtures_root() -> Path | None:
     configured = os.environ.get("LAKEWARDEN_FIXTURES")
     root = Path(configured) if configured else REPO_ROOT.parent / "shared" / "fixtures"

@@ -35,13 +35,14 @@ from storage.spec.errors import FilterError, InstantNotFound, InvalidRange, NotS
 from storage.spec.expressions import bind_filter, to_arrow
 from storage.spec.models import ChangeKind, FileSlice, ReadingMode, Split
 from storage.spec.table import SpecTable
+from tests.conftest import postgres_server_url
 
 KIB = 1024
 # Small enough that the written tables' files (about 100 KiB, row groups of 500 rows) are cut
 # into several parts; the fixtures' files are single row groups and stay whole.
 TARGET_SIZE = 64 * KIB
 OPEN_FILE_COST = 4 * KIB
-PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
+PG_SERVER = postgres_server_url()
 BOGUS_INSTANTS = (987654321, "no-such-instant")
 
 
@@ -244,7 +245,7 @@ def catalog(tmp_path_factory):
     warehouse = tmp_path_factory.mktemp("conformance-warehouse")
     sql_catalog = SqlCatalog(
         "conformance",
-        uri=f"postgresql+psycopg2://postgres@127.0.0.1:5432/{database}",
+        uri=f"{PG_SERVER.replace('postgresql://', 'postgresql+psycopg2://', 1)}/{database}",
         warehouse=f"file://{warehouse}",
     )
     sql_catalog.create_namespace("conformance")

@@ -21,9 +21,10 @@ from storage.formats.iceberg import IcebergAdapter, IcebergSpecTable
 from storage.formats.iceberg.avro import iter_records
 from storage.spec.errors import CorruptTable, InstantNotFound, InvalidRange, NotSupported, TableNotFound
 from storage.spec.models import ChangeKind, FileContent, FileSlice, ReadingMode, SplitPart
+from tests.conftest import postgres_server_url
 
 UTC = dt.UTC
-PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
+PG_SERVER = postgres_server_url()
 
 
 # -- a Postgres-backed pyiceberg SQL catalog for the session --------------------------------
@@ -44,7 +45,7 @@ def catalog(tmp_path_factory):
     warehouse = tmp_path_factory.mktemp("warehouse")
     sql_catalog = SqlCatalog(
         "lakewarden_test",
-        uri=f"postgresql+psycopg2://postgres@127.0.0.1:5432/{database}",
+        uri=f"{PG_SERVER.replace('postgresql://', 'postgresql+psycopg2://', 1)}/{database}",
         warehouse=f"file://{warehouse}",
     )
     sql_catalog.create_namespace("spec")
