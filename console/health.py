@@ -27,7 +27,7 @@ def check_broker() -> dict[str, Any]:
     from console.celery import app
 
     try:
-        with app.connection_for_write() as conn:
+        with app.connection_for_write(url=settings.CELERY_BROKER_URL) as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
         return {"ok": True, "detail": settings.CELERY_BROKER_URL.split("@")[-1]}
     except Exception as error:
@@ -38,7 +38,9 @@ def check_workers(timeout: float = 1.0) -> dict[str, Any]:
     from console.celery import app
 
     try:
-        replies = app.control.ping(timeout=timeout) or []
+        # An explicit connection to the configured broker (not the app's cached pool).
+        with app.connection_for_write(url=settings.CELERY_BROKER_URL) as conn:
+            replies = app.control.ping(timeout=timeout, connection=conn) or []
     except Exception as error:
         return {"ok": False, "detail": f"cannot ping workers: {error}", "workers": []}
     names = sorted(name for reply in replies for name in reply)

@@ -192,30 +192,37 @@ def process_retry(*, process: Process, user=None) -> Process:
     )
 
 
-def process_fail(
-    *, process: Process, reason: str, allowed_from: tuple[str, ...] = ACTIVE_STATUSES
-) -> Process:
-    """FAILED with ``reason``; staging cleaned; an automatic retry while the budget lasts."""
-    process = transition(process, allowed_from, ProcessStatus.FAILED, failure=reason[:10_000])
+def process_fail(*, process: Process, reason: str, allowed_from: tuple[str, ...] = ACTIVE_STATUSES) -> Process:
+    """FAILED with ``reason``; staging cleaned; an automatic retry while the budget lasts.
+
+    The failure and its retry commit together: nobody ever sees a failed process whose retry is
+    still to come."""
+    with transaction.atomic():
+        process = transition(process, allowed_from, ProcessStatus.FAILED, failure=reason[:10_000])
+        _schedule_retry(process)
     clean_staging(process)
+    return process
+
+
+def _schedule_retry(process: Process) -> None:
     retries_used = process.attempt - 1
     if process.cancel_requested or retries_used >= process.max_retries:
-        return process
+        return
     if factory_classes().get(process.factory) is None:
-        return process
+        return
     backoff = settings.LAKEWARDEN_RETRY_BACKOFF_SECONDS * (2**retries_used)
     try:
-        process_create(
-            table=process.table,
-            action=process.action,
-            params=process.params,
-            trigger=ProcessTrigger.AUTO_RETRY,
-            retry_of=process,
-            not_before=timezone.now() + dt.timedelta(seconds=backoff),
-        )
+        with transaction.atomic():
+            process_create(
+                table=process.table,
+                action=process.action,
+                params=process.params,
+                trigger=ProcessTrigger.AUTO_RETRY,
+                retry_of=process,
+                not_before=timezone.now() + dt.timedelta(seconds=backoff),
+            )
     except (Conflict, InvalidInput) as error:
         logger.warning("no automatic retry of process %s: %s", process.pk, error.message)
-    return process
 
 
 def processes_reap(*, now: dt.datetime | None = None) -> dict[str, int]:

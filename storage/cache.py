@@ -363,13 +363,21 @@ class _CancelWatcher(threading.Thread):
     def run(self) -> None:
         from django.db import connection
 
+        from processes.spark.session import interrupt_jobs
+
+        cancelled = False
         try:
             while not self.stopped.wait(1.0):
-                if Query.objects.filter(pk=self.query_id, cancel_requested=True).exists():
-                    from processes.spark.session import interrupt_jobs
-
-                    interrupt_jobs(self.spark, self.tag)
-                    return
+                cancelled = (
+                    cancelled or Query.objects.filter(pk=self.query_id, cancel_requested=True).exists()
+                )
+                if cancelled:
+                    # Again every second until the query ends: a job submitted after an interrupt
+                    # (the cancel came while the query was still planning) is interrupted too.
+                    try:
+                        interrupt_jobs(self.spark, self.tag)
+                    except Exception:
+                        logger.warning("could not interrupt query %s", self.query_id, exc_info=True)
         finally:
             connection.close()
 

@@ -126,8 +126,11 @@ def spark_session(app_name: str = "lakewarden", extra_config: dict[str, str] | N
     """The process's Spark session, created on first use."""
     global _session
     with _lock:
-        if _session is not None and not _is_stopped(_session):
+        if _session is not None and not _is_stopped(_session) and _answers(_session):
             return _session
+        if _session is not None:
+            _discard(_session)
+            _session = None
         from pyspark.sql import SparkSession
 
         remote, master = _target()
@@ -189,6 +192,25 @@ def _is_stopped(session) -> bool:
         return spark_context is not None and spark_context._jsc is None
     except Exception:
         return False
+
+
+def _answers(session) -> bool:
+    """A Spark Connect session still known to its server (a restarted server forgets sessions and
+    refuses their next request): one cheap round trip. A local driver is in this process: yes."""
+    if not is_connect(session):
+        return True
+    try:
+        return bool(session.version)
+    except Exception as error:
+        logger.warning("Spark Connect session lost (%s); opening a new one", str(error).splitlines()[0][:200])
+        return False
+
+
+def _discard(session) -> None:
+    try:
+        session.stop()
+    except Exception:
+        logger.debug("stopping a lost Spark session failed", exc_info=True)
 
 
 def stop_spark_session() -> None:

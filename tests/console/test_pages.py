@@ -110,14 +110,10 @@ def test_an_unknown_page_gets_the_console_styled_404(client_as, viewer):
 
 
 def test_healthz_reports_each_part_without_login(client, settings):
-    from console.celery import app
-
     # A Redis database no worker listens on: the report must say none answered.
-    app.conf.broker_url = "redis://127.0.0.1:6379/13"
-    try:
-        response = client.get("/healthz")
-    finally:
-        app.conf.broker_url = settings.CELERY_BROKER_URL
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/13"
+
+    response = client.get("/healthz")
 
     body = response.json()
     assert set(body["checks"]) == {"database", "broker", "worker", "spark"}
@@ -130,12 +126,8 @@ def test_healthz_reports_each_part_without_login(client, settings):
 
 
 def test_healthz_answers_503_naming_an_unreachable_broker(client, settings):
-    from console.celery import app
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
 
-    app.conf.broker_url = "redis://127.0.0.1:1/0"
-    try:
-        body = client.get("/healthz").json()
-    finally:
-        app.conf.broker_url = settings.CELERY_BROKER_URL
+    body = client.get("/healthz").json()
     assert body["checks"]["broker"]["ok"] is False
     assert "unreachable" in body["checks"]["broker"]["detail"]

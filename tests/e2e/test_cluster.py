@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -202,20 +203,26 @@ def standalone_cluster(tmp_path):
 # --- helpers ---------------------------------------------------------------------------------------
 
 
+# Factories the workers discover on their PYTHONPATH (tests/plugins) but this process does not:
+# their rows are made here, disabled, or the workers would enable them on first sight.
+WORKER_ONLY_FACTORIES = ("test-touch", "test-touch-twin")
+
+
+def _nothing_scheduled() -> None:
+    configured_factories()
+    for name in WORKER_ONLY_FACTORIES:
+        PluginConfig.objects.update_or_create(name=name, defaults={"enabled": False})
+    PluginConfig.objects.update(enabled=False)
+
+
 def _only(factories: dict[str, dict]) -> None:
     """Only ``factories`` schedule, each with the given properties over its own."""
-    configured_factories()
-    PluginConfig.objects.exclude(name__in=factories).update(enabled=False)
+    _nothing_scheduled()
     for name, properties in factories.items():
         config = PluginConfig.objects.get(name=name)
         config.enabled = True
         config.properties = {**config.properties, **properties}
         config.save()
-
-
-def _nothing_scheduled() -> None:
-    configured_factories()
-    PluginConfig.objects.update(enabled=False)
 
 
 def _finished(pk: int, celery_processes, timeout: float = 120) -> Process:
@@ -441,11 +448,18 @@ def test_two_heavy_workers_run_every_due_compaction_once_and_the_light_queue_kee
     else:
         raise AssertionError(f"compactions did not finish: {statuses}\n" + celery_processes.logs())
 
-    wait_for(
-        lambda: not Process.objects.filter(status__in=["PENDING", "RUNNING", "CANCELING"]).exists(),
-        timeout=120,
-        message="the vacuums to finish\n" + celery_processes.logs(),
-    )
+    active = ["PENDING", "RUNNING", "CANCELING"]
+    deadline = time.monotonic() + 60
+    # The scheduler creates the last vacuums as slots free up: wait for one per table, all done.
+    while Process.objects.filter(status__in=active).exists() or Process.objects.filter(
+        action="vacuum"
+    ).count() < len(tables):
+        if time.monotonic() > deadline:
+            left = list(
+                Process.objects.filter(status__in=active).values("pk", "action", "status", "table_id")
+            )
+            raise AssertionError(f"processes still active: {left}\n" + celery_processes.logs())
+        time.sleep(0.5)
     vacuums = list(Process.objects.filter(action="vacuum"))
     assert sorted(p.table_id for p in vacuums) == sorted(t.pk for t, _ in tables)
     assert {p.status for p in vacuums} == {"SUCCESS"}, [p.failure for p in vacuums]
@@ -475,3 +489,120 @@ def test_two_heavy_workers_run_every_due_compaction_once_and_the_light_queue_kee
     assert busy_samples > 10
     assert len(beats) >= 3, f"the scheduler ticked {len(beats)} times while compactions ran"
     assert len(refreshes) >= 3, "table refreshes stalled while compactions ran"
+
+
+# --- classic Spark: interrupts from another thread -------------------------------------------------
+
+
+@pytest.mark.spark
+def test_a_process_context_interrupts_its_spark_jobs_from_the_heartbeat_thread_on_classic_spark(
+    spark, make_delta, monkeypatch
+):
+    """Classic Spark's ``interruptTag`` only sees tags its own thread added; the heartbeat thread
+    interrupts a job that a group-writer thread (tags inherited) runs, as with a kill."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspark.util import inheritable_thread_target
+
+    from processes import services
+    from processes.executor import local_context
+    from processes.runtime import TableRuntime
+    from processes.spark.session import untag_jobs
+
+    monkeypatch.setattr(services, "process_enqueue", lambda process: None)
+    _nothing_scheduled()
+    PluginConfig.objects.filter(name="delta-rewrite").update(enabled=True)
+    table, _ = make_delta(files=2, rows_per_file=5)
+    process = services.process_create(table=table, action="rewrite", params={})
+    context = local_context(process, TableRuntime(table, {}))
+    session = context.spark  # tags this thread, as the worker does
+
+    def slow_job() -> float:
+        started = time.monotonic()
+        with pytest.raises(Exception, match="cancel"):
+            session.sql(
+                "select count(*) from range(0, 60, 1, 2) "
+                f"where reflect('java.lang.Thread', 'sleep', cast({SLOW_ROW_MS} as bigint)) is not null"
+            ).collect()
+        return time.monotonic() - started
+
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            job = pool.submit(inheritable_thread_target(session)(slow_job))
+            tracker = session.sparkContext.statusTracker()
+            wait_for(lambda: tracker.getActiveJobsIds(), timeout=30, message="the slow job to start")
+            time.sleep(1)
+            heartbeat = threading.Thread(target=context.interrupt_spark)
+            heartbeat.start()
+            heartbeat.join()
+            assert job.result(timeout=20) < 10
+        # The cores are free again at once (running tasks were interrupted, not left to finish).
+        started = time.monotonic()
+        assert session.range(0, 100, 1, 2).count() == 100
+        assert time.monotonic() - started < 5
+    finally:
+        untag_jobs(session, context.spark_tag)  # the shared session's thread runs other tests next
+
+
+# --- settings: modes, routing, worker commands -----------------------------------------------------
+
+
+def test_each_spark_mode_gets_the_settings_it_needs(settings):
+    from processes.spark.session import BASE_CONFIG, session_config
+
+    settings.LAKEWARDEN_SPARK_CONF = (
+        "spark.cores.max=4,spark.sql.shuffle.partitions=16 spark.driver.memory=2g"
+    )
+    settings.LAKEWARDEN_SPARK_EXECUTOR_MEMORY = "768m"
+    settings.LAKEWARDEN_SPARK_PYTHON = ""
+
+    local = session_config(None, "local[*]")
+    standalone = session_config(None, "spark://master:7077")
+    connect = session_config("sc://spark:15002", "local[*]", {"spark.sql.warehouse.dir": "/w"})
+
+    assert local.items() >= BASE_CONFIG.items() - {("spark.sql.shuffle.partitions", "8")}
+    assert local["spark.sql.shuffle.partitions"] == "16" and "spark.executor.memory" not in local
+    assert standalone["spark.executor.memory"] == "768m"
+    assert standalone["spark.pyspark.python"] == sys.executable  # executors need pyarrow and Lakewarden
+    assert standalone["spark.cores.max"] == "4" and standalone["spark.driver.memory"] == "2g"
+    # A Connect client may only send session-level SQL settings: the server owns the rest.
+    assert set(connect) == {
+        k for k in {**BASE_CONFIG, "spark.sql.shuffle.partitions": ""} if k.startswith("spark.sql.")
+    }
+    assert connect["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_heavy_tasks_are_routed_to_the_heavy_queue_and_the_rest_stay_on_the_default_one(settings):
+    from console.celery import app
+
+    settings.LAKEWARDEN_HEAVY_QUEUE = "elsewhere.heavy"  # read when a task is sent
+    queue = lambda name, **options: app.amqp.router.route(options, name)["queue"].name  # noqa: E731
+
+    assert queue("processes.tasks.run_process_task") == "elsewhere.heavy"
+    assert queue("storage.tasks.run_query_task") == "elsewhere.heavy"
+    assert queue("storage.tasks.test_storage_task") == "elsewhere.heavy"
+    for light in (
+        "processes.tasks.schedule_processes_task",
+        "processes.tasks.reap_processes_task",
+        "processes.tasks.kill_process_task",
+        "console.tasks.refresh_tables_task",
+        "console.tasks.refresh_table_task",
+    ):
+        assert queue(light) == app.conf.task_default_queue
+    assert queue("processes.tasks.run_process_task", queue="chosen") == "chosen"  # explicit wins
+
+
+def test_lakewarden_serve_starts_one_light_and_one_heavy_worker_and_one_beat(settings):
+    from console.management.commands.lakewarden_serve import Command
+
+    commands = Command().commands(host="127.0.0.1", port=8000, concurrency=3, light_concurrency=1)
+
+    def option(command: list[str], name: str) -> str:
+        return command[command.index(name) + 1]
+
+    assert sorted(commands) == ["beat", "heavy worker", "light worker", "web"]
+    assert option(commands["light worker"], "--queues") == settings.CELERY_TASK_DEFAULT_QUEUE
+    assert option(commands["light worker"], "--concurrency") == "1"
+    assert option(commands["heavy worker"], "--queues") == settings.LAKEWARDEN_HEAVY_QUEUE
+    assert option(commands["heavy worker"], "--concurrency") == "3"
+    assert option(commands["light worker"], "--hostname") != option(commands["heavy worker"], "--hostname")

@@ -116,7 +116,7 @@ def test_a_worker_killed_mid_run_is_noticed_within_two_heartbeats_and_the_retry_
     assert "worker lost" in failed.failure
     assert (failed.finished_at - failed.heartbeat_at).total_seconds() <= 2.5  # within two heartbeats of 1 s
     assert not staging.exists()
-    retry = Process.objects.get(retry_of=failed)
+    retry = wait_for(lambda: Process.objects.filter(retry_of=failed).first(), message="the automatic retry")
     Process.objects.filter(pk=retry.pk).update(params={"seconds": 0.5})
     celery_processes.start_worker(name="rescuer", queues="heavy", concurrency=1)
     finished = wait_for(
