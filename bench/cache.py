@@ -45,15 +45,17 @@ def build_table(path: Path, size_mb: int) -> int:
     written = batch = 0
     while written < size_mb * 1024 * 1024:
         start = batch * rows_per_batch
-        table = pa.table({
-            "id": pa.array(range(start, start + rows_per_batch), pa.int64()),
-            "region": choice(["eu", "us", "apac", "latam"], rows_per_batch),
-            "kind": choice(["view", "click", "purchase", "refund", "error"], rows_per_batch),
-            "amount": pc.multiply(pc.random(rows_per_batch), 500),
-            "score": pc.random(rows_per_batch),
-            "customer": integers(5_000_000, rows_per_batch),
-            "payload": pc.cast(integers(1 << 53, rows_per_batch), pa.string()),
-        })
+        table = pa.table(
+            {
+                "id": pa.array(range(start, start + rows_per_batch), pa.int64()),
+                "region": choice(["eu", "us", "apac", "latam"], rows_per_batch),
+                "kind": choice(["view", "click", "purchase", "refund", "error"], rows_per_batch),
+                "amount": pc.multiply(pc.random(rows_per_batch), 500),
+                "score": pc.random(rows_per_batch),
+                "customer": integers(5_000_000, rows_per_batch),
+                "payload": pc.cast(integers(1 << 53, rows_per_batch), pa.string()),
+            }
+        )
         write_deltalake(str(path), table, mode="append")
         written = sum(f.stat().st_size for f in path.glob("*.parquet"))
         batch += 1
@@ -95,15 +97,25 @@ def main() -> None:
     scratch_db = BENCH_DATABASE.rsplit("/", 1)[0] + "/lakewarden_bench"
     backends = {
         "filesystem": StorageDescriptor(type="filesystem", config={"root": str(ROOT / "results")}),
-        "iceberg": StorageDescriptor(type="iceberg", config={
-            "type": "sql", "uri": scratch_db.replace("postgresql://", "postgresql+psycopg2://"),
-            "warehouse": (ROOT / "iceberg-results").as_uri(), "namespace": "bench_cache"}),
+        "iceberg": StorageDescriptor(
+            type="iceberg",
+            config={
+                "type": "sql",
+                "uri": scratch_db.replace("postgresql://", "postgresql+psycopg2://"),
+                "warehouse": (ROOT / "iceberg-results").as_uri(),
+                "namespace": "bench_cache",
+            },
+        ),
         "postgres": StorageDescriptor(type="postgres", config={"dsn": scratch_db, "schema": "bench_cache"}),
     }
-    lines = [f"| backend | first run (compute + store) | cached re-run (median of {args.reruns}) | speed-up | target |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"| backend | first run (compute + store) | cached re-run (median of {args.reruns}) | speed-up | target |",
+        "|---|---|---|---|---|",
+    ]
     for name, descriptor in backends.items():
-        backend = services.storage_backend_register(name=f"bench-{name}-{uuid.uuid4().hex[:4]}", descriptor=descriptor)
+        backend = services.storage_backend_register(
+            name=f"bench-{name}-{uuid.uuid4().hex[:4]}", descriptor=descriptor
+        )
 
         def run(sql: str, backend=backend) -> tuple[float, bool]:
             query = cache.query_submit(sql=sql, backend=backend)

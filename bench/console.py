@@ -60,9 +60,18 @@ def main() -> None:
     statuses = [ProcessStatus.SUCCESS] * 8 + [ProcessStatus.FAILED, ProcessStatus.CANCELED]
     now = timezone.now()
     Process.objects.bulk_create(
-        (Process(table=table, action=("rewrite", "expire-snapshots", "clean-orphan-files")[i % 3], factory="bench",
-                 status=statuses[i % len(statuses)], started_at=now, finished_at=now, summary={"files_in": i})
-         for i in range(args.processes)),
+        (
+            Process(
+                table=table,
+                action=("rewrite", "expire-snapshots", "clean-orphan-files")[i % 3],
+                factory="bench",
+                status=statuses[i % len(statuses)],
+                started_at=now,
+                finished_at=now,
+                summary={"files_in": i},
+            )
+            for i in range(args.processes)
+        ),
         batch_size=10_000,
     )
     user, _ = get_user_model().objects.get_or_create(username="bench-admin")
@@ -80,7 +89,11 @@ def main() -> None:
     lines = [f"| page | median | p95 ({args.runs} requests) | target |", "|---|---|---|---|"]
     for label, url in pages.items():
         median, p95 = _timed(client, url, args.runs)
-        target = ("p95 < 150 ms: met" if p95 < 150 else "p95 < 150 ms: NOT met") if "files)" in label or label.startswith("processes page (") else "—"
+        target = (
+            ("p95 < 150 ms: met" if p95 < 150 else "p95 < 150 ms: NOT met")
+            if "files)" in label or label.startswith("processes page (")
+            else "—"
+        )
         lines.append(f"| {label} | {median:.1f} ms | {p95:.1f} ms | {target} |")
         print(lines[-1], flush=True)
     body = (

@@ -33,7 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = ROOT / "var" / "bench"
 RESULTS = ROOT / "bench" / "RESULTS.md"
-SERVER = os.environ.get("LAKEWARDEN_BENCH_DATABASE_URL", "postgresql://lakewarden:lakewarden@127.0.0.1:5432/x").rsplit("/", 1)[0]
+SERVER = os.environ.get(
+    "LAKEWARDEN_BENCH_DATABASE_URL", "postgresql://lakewarden:lakewarden@127.0.0.1:5432/x"
+).rsplit("/", 1)[0]
 PG = SERVER.replace("postgresql://", "postgresql+psycopg2://", 1)
 FILES_PER_COMMIT = 400
 DAYS = 100

@@ -40,7 +40,9 @@ def main() -> None:
     Table.objects.all().delete()
     formats = ["iceberg", "delta"]
     tables = Table.objects.bulk_create(
-        Table(name=f"t{i}", format=formats[i % 2], location=f"/bench/t{i}", current_instant="1", file_count=100)
+        Table(
+            name=f"t{i}", format=formats[i % 2], location=f"/bench/t{i}", current_instant="1", file_count=100
+        )
         for i in range(args.tables)
     )
     pairs = coordinators()

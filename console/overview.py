@@ -86,7 +86,9 @@ def tables_by_health(*, limit: int | None = 10) -> list[TableHealth]:
     fields = ("pk", "name", "file_count", "small_file_count", "instant_count", "last_maintenance_at")
     scored = []
     for pk, name, file_count, small_count, instants, maintained in Table.objects.values_list(*fields):
-        health = table_health(TableFacts(file_count, small_count, instants), maintained, failures.get(pk, 0), now)
+        health = table_health(
+            TableFacts(file_count, small_count, instants), maintained, failures.get(pk, 0), now
+        )
         scored.append((-health.score, name, pk, health))
     scored.sort(key=lambda item: item[:3])
     chosen = scored[:limit] if limit else scored

@@ -22,6 +22,7 @@ from processes.plugin import ProcessCancelled, ProcessContext, ProcessRecord
 from processes.registry import configured_factories
 from processes.runtime import TableRuntime
 from processes.services import clean_staging, process_fail, staging_dir, transition
+from processes.spark.session import interrupt_jobs, tag_jobs, untag_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class WorkerContext(ProcessContext):
             from processes.spark.session import spark_session
 
             self._spark = spark_session()
-            _tag_spark(self._spark, self.spark_tag)
+            tag_jobs(self._spark, self.spark_tag)
         return self._spark
 
     def check_cancelled(self) -> None:
@@ -113,19 +114,18 @@ class WorkerContext(ProcessContext):
         if self._spark is None:
             return
         try:
-            if hasattr(self._spark, "interruptTag"):
-                self._spark.interruptTag(self.spark_tag)
-            else:
-                self._spark.sparkContext.cancelJobGroup(self.spark_tag)
+            interrupt_jobs(self._spark, self.spark_tag)
         except Exception:
             logger.warning("could not interrupt the Spark jobs of process %s", self.process_id, exc_info=True)
 
-
-def _tag_spark(spark, tag: str) -> None:
-    try:
-        spark.addTag(tag)
-    except Exception:
-        spark.sparkContext.setJobGroup(tag, tag, interruptOnCancel=True)
+    def release_spark(self) -> None:
+        """Stop tagging this thread's Spark jobs (the worker thread runs other processes next)."""
+        if self._spark is None:
+            return
+        try:
+            untag_jobs(self._spark, self.spark_tag)
+        except Exception:
+            logger.debug("could not untag the Spark jobs of process %s", self.process_id, exc_info=True)
 
 
 class Heartbeat(threading.Thread):
@@ -161,7 +161,9 @@ class Heartbeat(threading.Thread):
         except Exception:
             logger.warning("heartbeat of process %s failed", self.context.process_id, exc_info=True)
             return
-        if cancel and not self.context.cancelled.is_set():
+        if cancel:
+            # Every beat while cancelled: a Spark job the process submits after an interrupt
+            # (the cancel came while it was still planning) is interrupted at the next beat.
             self.context.cancelled.set()
             self.context.interrupt_spark()
 
@@ -196,6 +198,7 @@ def run_process(process_id: int, *, worker: str = "", task_id: str = "") -> str:
         raise
 
     heartbeat = None
+    context = None
     try:
         configured = {c.name: c for c in configured_factories(include_disabled=True)}.get(process.factory)
         if configured is None:
@@ -262,6 +265,8 @@ def run_process(process_id: int, *, worker: str = "", task_id: str = "") -> str:
     finally:
         if heartbeat is not None:
             heartbeat.stop()
+        if context is not None:
+            context.release_spark()
         clean_staging(process)
         lock.release()
 

@@ -192,7 +192,9 @@ def process_retry(*, process: Process, user=None) -> Process:
     )
 
 
-def process_fail(*, process: Process, reason: str, allowed_from: tuple[str, ...] = ACTIVE_STATUSES) -> Process:
+def process_fail(
+    *, process: Process, reason: str, allowed_from: tuple[str, ...] = ACTIVE_STATUSES
+) -> Process:
     """FAILED with ``reason``; staging cleaned; an automatic retry while the budget lasts.
 
     The failure and its retry commit together: nobody ever sees a failed process whose retry is

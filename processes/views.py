@@ -43,7 +43,9 @@ def process_detail(request, pk: int):
 @require_GET
 def table_processes(request, pk: int):
     table = get_object_or_404(Table, pk=pk)
-    page = selectors.process_page(selectors.process_list().filter(table=table), request.GET.get("before"), size=25)
+    page = selectors.process_page(
+        selectors.process_list().filter(table=table), request.GET.get("before"), size=25
+    )
     context = {
         "table": table,
         "tab": "processes",

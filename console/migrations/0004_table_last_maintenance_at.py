@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('console', '0003_table_metrics_table_small_file_count'),
+        ("console", "0003_table_metrics_table_small_file_count"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='table',
-            name='last_maintenance_at',
-            field=models.DateTimeField(blank=True, help_text='Last successful process', null=True),
+            model_name="table",
+            name="last_maintenance_at",
+            field=models.DateTimeField(blank=True, help_text="Last successful process", null=True),
         ),
     ]

@@ -5,16 +5,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('console', '0003_table_metrics_table_small_file_count'),
-        ('processes', '0002_serviceheartbeat'),
+        ("console", "0003_table_metrics_table_small_file_count"),
+        ("processes", "0002_serviceheartbeat"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='process',
-            index=models.Index(fields=['table', '-id'], name='processes_p_table_i_6fe7a6_idx'),
+            model_name="process",
+            index=models.Index(fields=["table", "-id"], name="processes_p_table_i_6fe7a6_idx"),
         ),
     ]

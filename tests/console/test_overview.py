@@ -19,7 +19,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def many_small(warehouse):
-    return services.table_register(location=str(write_delta_table(warehouse / "many_small", commits=30, rows_per_commit=3)))
+    return services.table_register(
+        location=str(write_delta_table(warehouse / "many_small", commits=30, rows_per_commit=3))
+    )
 
 
 @pytest.fixture
@@ -42,7 +44,9 @@ def test_the_timeline_of_an_iceberg_table_comes_from_its_snapshot_totals(warehou
 
     from tests.console.tables import write_iceberg_table
 
-    catalog = services.catalog_create(name="lake", kind="iceberg_sql", properties={"warehouse": warehouse.as_uri()})
+    catalog = services.catalog_create(
+        name="lake", kind="iceberg_sql", properties={"warehouse": warehouse.as_uri()}
+    )
     identifier = f"ns_{uuid.uuid4().hex[:6]}.t"
     write_iceberg_table(services.iceberg_catalog(catalog), identifier, commits=4)
 
@@ -53,8 +57,13 @@ def test_the_timeline_of_an_iceberg_table_comes_from_its_snapshot_totals(warehou
 
 
 def test_small_files_never_maintained_and_failures_rank_a_table_first_and_say_why(many_small, few_files):
-    Process.objects.create(table=many_small, action="rewrite", factory="x", status=ProcessStatus.FAILED,
-                           finished_at=timezone.now())
+    Process.objects.create(
+        table=many_small,
+        action="rewrite",
+        factory="x",
+        status=ProcessStatus.FAILED,
+        finished_at=timezone.now(),
+    )
 
     ranked = tables_by_health(limit=None)
 
@@ -101,8 +110,10 @@ def test_the_table_page_draws_the_timeline_and_histogram(client_as, viewer, many
 
 
 def test_a_timeline_has_one_dot_per_instant_coloured_by_operation():
-    series = [{"id": str(i), "at": "2024-01-01T00:00:00", "operation": op, "records": i, "files": i, "bytes": i}
-              for i, op in enumerate(["append", "append", "delete"])]
+    series = [
+        {"id": str(i), "at": "2024-01-01T00:00:00", "operation": op, "records": i, "files": i, "bytes": i}
+        for i, op in enumerate(["append", "append", "delete"])
+    ]
 
     svg = str(timeline_svg(series, "records", "Records"))
 

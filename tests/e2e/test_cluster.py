@@ -374,11 +374,12 @@ def test_on_spark_connect_cancel_and_kill_interrupt_running_spark_jobs(
 # --- standalone cluster -----------------------------------------------------------------------------
 
 
-def test_a_standalone_cluster_runs_the_compaction_and_a_cancelled_query_stops(
-    celery_processes, standalone_cluster, make_iceberg
+def test_a_standalone_cluster_runs_the_compaction_and_queries_and_a_cancelled_query_stops(
+    celery_processes, standalone_cluster, make_iceberg, make_delta
 ):
     table, iceberg = make_iceberg(files=40, rows_per_file=5, partitioned=True)
     rows_before = multiset(iceberg_rows(iceberg))
+    partitioned_delta, delta_path = make_delta(files=4, rows_per_file=5, partitioned=True)
     _nothing_scheduled()
     PluginConfig.objects.filter(name="iceberg-rewrite").update(enabled=True)
     celery_processes.start_worker(
@@ -397,6 +398,13 @@ def test_a_standalone_cluster_runs_the_compaction_and_a_cancelled_query_stops(
     assert len(iceberg_files(iceberg)) == 2
     # The work ran in an executor the cluster's worker started for the Lakewarden application.
     assert any((standalone_cluster.work_dir).glob("app-*/*/stderr"))
+    # A table the lakewarden data source reads (its Python runs in the cluster's executors).
+    from storage import cache
+
+    through_source = cache.query_submit(sql=_aggregate_sql(partitioned_delta.name), cache=False)
+    answered = _query_done(through_source.pk, celery_processes)
+    assert answered.status == "SUCCESS", answered.error
+    assert answered.rows == _aggregate(delta_read(delta_path))
 
     # Two files of 100 rows: each of the two executor cores would sleep 100 s.
     assert _cancel_slow_query(celery_processes, table.identifier) < 5

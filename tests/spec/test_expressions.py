@@ -772,7 +772,5 @@ def test_spark_selects_the_same_rows_as_arrow(spark):
         theirs = sorted(
             r.key for r in frame.where(to_spark(expr)).selectExpr("cast(ts as string) as key").collect()
         )
-        ours = sorted(
-            v.strftime("%Y-%m-%d %H:%M:%S") for v in rows.filter(to_arrow(expr))["ts"].to_pylist()
-        )
+        ours = sorted(v.strftime("%Y-%m-%d %H:%M:%S") for v in rows.filter(to_arrow(expr))["ts"].to_pylist())
         assert theirs == ours, text

@@ -19,24 +19,41 @@ def orders(warehouse):
 
 def test_an_admin_registers_a_storage_and_secrets_never_come_back(api_as, admin_user, viewer, warehouse):
     api = api_as(admin_user)
-    created = api.post("/api/v1/storages/", {"name": "pg", "type": "postgres",
-                                             "config": {"dsn": "postgresql://app:s3cret@db.example:5432/cache"}},
-                       format="json")
+    created = api.post(
+        "/api/v1/storages/",
+        {
+            "name": "pg",
+            "type": "postgres",
+            "config": {"dsn": "postgresql://app:s3cret@db.example:5432/cache"},
+        },
+        format="json",
+    )
 
     assert created.status_code == 201, created.content
-    for body in (created.content, api.get("/api/v1/storages/").content, api_as(viewer).get("/api/v1/storages/").content):
+    for body in (
+        created.content,
+        api.get("/api/v1/storages/").content,
+        api_as(viewer).get("/api/v1/storages/").content,
+    ):
         assert b"s3cret" not in body
     assert StorageBackend.objects.get().config["dsn"].endswith("s3cret@db.example:5432/cache")
 
 
 def test_sending_a_masked_secret_back_keeps_the_stored_one(api_as, admin_user):
     api = api_as(admin_user)
-    created = api.post("/api/v1/storages/", {"name": "pg", "type": "postgres",
-                                             "config": {"dsn": "postgresql://app:s3cret@db:5432/c", "schema": "a"}},
-                       format="json").json()
+    created = api.post(
+        "/api/v1/storages/",
+        {
+            "name": "pg",
+            "type": "postgres",
+            "config": {"dsn": "postgresql://app:s3cret@db:5432/c", "schema": "a"},
+        },
+        format="json",
+    ).json()
 
-    updated = api.patch(f"/api/v1/storages/{created['id']}/", {"config": {**created["config"], "schema": "b"}},
-                        format="json")
+    updated = api.patch(
+        f"/api/v1/storages/{created['id']}/", {"config": {**created["config"], "schema": "b"}}, format="json"
+    )
 
     assert updated.status_code == 200, updated.content
     config = StorageBackend.objects.get().config
@@ -68,7 +85,9 @@ def test_viewers_and_operators_cannot_manage_storages(api_as, viewer, operator):
 
 
 def test_an_operator_submits_a_query_and_a_viewer_cannot(api_as, operator, viewer, orders):
-    submitted = api_as(operator).post("/api/v1/queries/", {"sql": "select count(*) from orders"}, format="json")
+    submitted = api_as(operator).post(
+        "/api/v1/queries/", {"sql": "select count(*) from orders"}, format="json"
+    )
     refused = api_as(viewer).post("/api/v1/queries/", {"sql": "select count(*) from orders"}, format="json")
 
     assert submitted.status_code == 201 and submitted.json()["status"] == "PENDING"
@@ -77,7 +96,9 @@ def test_an_operator_submits_a_query_and_a_viewer_cannot(api_as, operator, viewe
 
 
 def test_bad_sql_answers_400_with_the_reason(api_as, operator, orders):
-    response = api_as(operator).post("/api/v1/queries/", {"sql": "select * from missing_table"}, format="json")
+    response = api_as(operator).post(
+        "/api/v1/queries/", {"sql": "select * from missing_table"}, format="json"
+    )
 
     assert response.status_code == 400
     assert "unknown table 'missing_table'" in response.json()["error"]
@@ -86,7 +107,9 @@ def test_bad_sql_answers_400_with_the_reason(api_as, operator, orders):
 
 def test_a_query_result_is_paged_in_the_api(api_as, viewer, operator, orders):
     query = cache.query_submit(sql="select id from orders")
-    Query.objects.filter(pk=query.pk).update(status="SUCCESS", columns=["id"], rows=[[i] for i in range(250)], total_rows=250)
+    Query.objects.filter(pk=query.pk).update(
+        status="SUCCESS", columns=["id"], rows=[[i] for i in range(250)], total_rows=250
+    )
 
     page3 = api_as(viewer).get(f"/api/v1/queries/{query.pk}/?page=3").json()
 
@@ -100,8 +123,14 @@ def test_cached_results_can_be_invalidated_and_dropped_through_the_api(api_as, o
     folder = warehouse / ".lakewarden-cache" / "r1"
     folder.mkdir(parents=True)
     (folder / "part-0.parquet").write_bytes(b"x")
-    result = CachedResult.objects.create(fingerprint="f" * 64, backend=backend, name="r1", sql="select 1",
-                                         properties={"path": str(folder)}, state="READY")
+    result = CachedResult.objects.create(
+        fingerprint="f" * 64,
+        backend=backend,
+        name="r1",
+        sql="select 1",
+        properties={"path": str(folder)},
+        state="READY",
+    )
     api = api_as(operator)
 
     assert api_as(viewer).post(f"/api/v1/cached-results/{result.pk}/invalidate/").status_code == 403

@@ -104,7 +104,8 @@ def test_stored_data_that_vanished_is_recomputed_once_transparently(orders, run)
 
 def test_least_recently_used_results_are_evicted_over_the_quota(orders, run, warehouse):
     backend = services.storage_backend_register(
-        name="small", descriptor=StorageDescriptor(type="filesystem", config={"root": str(warehouse / "small")}),
+        name="small",
+        descriptor=StorageDescriptor(type="filesystem", config={"root": str(warehouse / "small")}),
     )
     queries = [f"select id from orders where id < {limit}" for limit in (5, 10, 15)]
     run(queries[0], backend=backend)
@@ -115,7 +116,11 @@ def test_least_recently_used_results_are_evicted_over_the_quota(orders, run, war
     run(queries[2], backend=backend)
 
     states = {r.sql.split("< ")[1]: r.state for r in CachedResult.objects.all()}
-    assert states == {"5": CachedResultState.READY, "10": CachedResultState.CLEANED, "15": CachedResultState.READY}
+    assert states == {
+        "5": CachedResultState.READY,
+        "10": CachedResultState.CLEANED,
+        "15": CachedResultState.READY,
+    }
     evicted = CachedResult.objects.get(state=CachedResultState.CLEANED)
     assert "quota" in evicted.state_reason and not _result_folder(evicted).exists()
 
@@ -140,7 +145,9 @@ def test_invalidate_and_drop_reclaim_the_space(orders, run):
 def test_a_query_naming_a_catalog_identifier_reads_the_iceberg_table(warehouse, run):
     from tests.console.tables import write_iceberg_table
 
-    catalog = console_services.catalog_create(name="lake", kind="iceberg_sql", properties={"warehouse": warehouse.as_uri()})
+    catalog = console_services.catalog_create(
+        name="lake", kind="iceberg_sql", properties={"warehouse": warehouse.as_uri()}
+    )
     import uuid
 
     identifier = f"ns_{uuid.uuid4().hex[:6]}.events"
@@ -197,17 +204,26 @@ def test_code_yaml_and_console_registration_make_the_same_backend(warehouse, tmp
 
     root = str(warehouse / "cache")
     in_code = services.storage_backend_register(
-        name="from-code", descriptor=StorageDescriptor().with_type("filesystem").with_config("root", root),
+        name="from-code",
+        descriptor=StorageDescriptor().with_type("filesystem").with_config("root", root),
         source=StorageSource.CODE,
     )
     yaml_file = tmp_path / "storage.yaml"
     yaml_file.write_text(f"intermediate-result-storage:\n  type: filesystem\n  config:\n    root: {root}\n")
     call_command("lakewarden_storage", "from-yaml", str(yaml_file))
-    client_as(admin_user).post("/storages/new/", {"name": "from-console", "type": "filesystem", "config": f'{{"root": "{root}"}}'})
+    client_as(admin_user).post(
+        "/storages/new/", {"name": "from-console", "type": "filesystem", "config": f'{{"root": "{root}"}}'}
+    )
 
     backends = {b.name: b for b in services.StorageBackend.objects.all()}
-    assert {(b.type, tuple(sorted(b.config.items()))) for b in backends.values()} == {("filesystem", (("root", root),))}
-    assert [backends[n].source for n in ("from-code", "from-yaml", "from-console")] == ["code", "yaml", "console"]
+    assert {(b.type, tuple(sorted(b.config.items()))) for b in backends.values()} == {
+        ("filesystem", (("root", root),))
+    }
+    assert [backends[n].source for n in ("from-code", "from-yaml", "from-console")] == [
+        "code",
+        "yaml",
+        "console",
+    ]
     assert in_code.config == backends["from-console"].config
 
 
@@ -222,15 +238,20 @@ def test_code_yaml_and_console_registration_make_the_same_backend(warehouse, tmp
     ],
     ids=["unknown-type", "root-outside", "root-not-text", "unknown-key", "missing-dsn"],
 )
-def test_bad_storage_registrations_are_refused_and_nothing_is_stored(warehouse, storage_type, config, message):
+def test_bad_storage_registrations_are_refused_and_nothing_is_stored(
+    warehouse, storage_type, config, message
+):
     with pytest.raises(InvalidInput, match=message):
-        services.storage_backend_register(name="bad", descriptor=StorageDescriptor(type=storage_type, config=config))
+        services.storage_backend_register(
+            name="bad", descriptor=StorageDescriptor(type=storage_type, config=config)
+        )
     assert services.StorageBackend.objects.count() == 0
 
 
 def test_the_test_button_reports_a_postgres_dsn_that_does_not_connect_without_its_password(spark, warehouse):
     backend = services.storage_backend_register(
-        name="pg", descriptor=StorageDescriptor(type="postgres", config={"dsn": "postgresql://u:hunter2@127.0.0.1:1/x"}),
+        name="pg",
+        descriptor=StorageDescriptor(type="postgres", config={"dsn": "postgresql://u:hunter2@127.0.0.1:1/x"}),
     )
 
     ok, message = services.storage_backend_test(backend=backend, spark=spark)
@@ -243,7 +264,8 @@ def test_the_test_button_reports_a_postgres_dsn_that_does_not_connect_without_it
 
 def test_the_test_button_runs_a_round_trip_on_a_filesystem_storage(spark, warehouse):
     backend = services.storage_backend_register(
-        name="fs", descriptor=StorageDescriptor(type="filesystem", config={"root": str(warehouse / "fs")}),
+        name="fs",
+        descriptor=StorageDescriptor(type="filesystem", config={"root": str(warehouse / "fs")}),
     )
 
     ok, message = services.storage_backend_test(backend=backend, spark=spark)
