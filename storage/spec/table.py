@@ -14,6 +14,7 @@ stream holds one entry at a time, whatever the table's size.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -23,6 +24,7 @@ import pyarrow as pa
 from storage.spec.errors import InstantNotFound, NotSupported
 from storage.spec.models import (
     ChangeKind,
+    DataFile,
     FileChange,
     FileSlice,
     Instant,
@@ -204,12 +206,34 @@ class SpecTable(abc.ABC):
     ) -> Iterator[Split]:
         from storage.spec.splits import plan_splits
 
+        slices = self.file_index().list_files_at(instant, filters)
         return plan_splits(
-            self.file_index().list_files_at(instant, filters),
+            (self.with_split_offsets(s, target_size) for s in slices),
             target_size=target_size,
             open_file_cost=open_file_cost,
             lookback=lookback,
         )
+
+    def with_split_offsets(self, file_slice: FileSlice, target_size: int) -> FileSlice:
+        """The slice with its base file's row-group offsets when the planner may cut it: a base
+        file larger than the target, with no deletes or logs (those are merged whole)."""
+        base = file_slice.base_file
+        if (
+            base is None
+            or file_slice.delete_files
+            or base.split_offsets is not None
+            or base.size_bytes <= target_size
+        ):
+            return file_slice
+        offsets = self.row_group_offsets(base)
+        if offsets is None:
+            return file_slice
+        return dataclasses.replace(file_slice, base_file=dataclasses.replace(base, split_offsets=offsets))
+
+    def row_group_offsets(self, data_file: DataFile) -> tuple[int, ...] | None:
+        """Row-group start offsets of a data file whose metadata does not record them (read
+        from its footer); None keeps the file whole. Iceberg manifests carry them already."""
+        return None
 
     def check_mode(self, mode: ReadingMode) -> None:
         if mode not in self.supported_modes:

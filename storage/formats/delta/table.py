@@ -7,7 +7,6 @@ change data feed is read through deltalake's ``load_cdf``.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -57,7 +56,7 @@ from storage.spec.models import (
     TableId,
     TableSummary,
 )
-from storage.spec.table import MIB, FileIndex, InstantRef, SpecTable, TableFormatAdapter
+from storage.spec.table import FileIndex, InstantRef, SpecTable, TableFormatAdapter
 
 # Reader features this reader implements. Anything else (typeWidening, variantType, ...) is
 # refused rather than read wrongly.
@@ -205,47 +204,18 @@ class DeltaSpecTable(SpecTable):
         expr = self._bind(filters, state.schema)
         return self._read_slices(((s, None) for s in source), state, columns, expr)
 
-    def plan_splits(
-        self,
-        instant: InstantRef = None,
-        filters: Any = None,
-        target_size: int = 128 * MIB,
-        open_file_cost: int = 4 * MIB,
-        lookback: int = 10,
-    ) -> Iterator[Split]:
-        """As ``SpecTable.plan_splits``, reading the footer of each base file larger than the
-        target (the Delta log records no row-group offsets) so that the planner can cut it."""
-        from storage.spec.splits import plan_splits
-
-        slices = self.file_index().list_files_at(instant, filters)
-        return plan_splits(
-            (self._with_offsets(s, target_size) for s in slices),
-            target_size=target_size,
-            open_file_cost=open_file_cost,
-            lookback=lookback,
-        )
-
-    def _with_offsets(self, file_slice: FileSlice, target_size: int) -> FileSlice:
-        base = file_slice.base_file
-        # Slices with a deletion vector are never cut (the planner merges deletes whole).
-        if (
-            base is None
-            or file_slice.delete_files
-            or base.split_offsets is not None
-            or base.size_bytes <= target_size
-        ):
-            return file_slice
+    def row_group_offsets(self, data_file) -> tuple[int, ...]:
+        """From the footer: the Delta log records no row-group offsets."""
         import pyarrow.parquet as pq
 
         from storage.spec.splits import row_group_offsets
 
-        path = self._store.fs_path(base.path)
+        path = self._store.fs_path(data_file.path)
         try:
             with self._store.fs.open_input_file(path) as handle:
-                offsets = row_group_offsets(pq.ParquetFile(handle).metadata)
+                return tuple(row_group_offsets(pq.ParquetFile(handle).metadata))
         except (OSError, ValueError) as exc:
-            raise CorruptTable(f"data file {base.path} cannot be read: {exc}") from exc
-        return dataclasses.replace(file_slice, base_file=dataclasses.replace(base, split_offsets=offsets))
+            raise CorruptTable(f"data file {data_file.path} cannot be read: {exc}") from exc
 
     # Spark and Celery ship tables to other processes: reopened there at the same version.
     def __getstate__(self) -> dict[str, Any]:

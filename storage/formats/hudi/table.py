@@ -26,7 +26,7 @@ from storage.spec.models import (
     TableSummary,
 )
 from storage.spec.splits import row_group_offsets
-from storage.spec.table import MIB, InstantRef, SpecTable, Timeline
+from storage.spec.table import InstantRef, SpecTable, Timeline
 
 from .layout import PartitionLayout, open_filesystem
 from .metadata import (
@@ -342,33 +342,9 @@ class HudiSpecTable(SpecTable):
         with self.errors(f"listing file slices as of {as_of}"):
             return self.hudi.get_file_slices(options)
 
-    def plan_splits(
-        self,
-        instant: InstantRef = None,
-        filters: Any = None,
-        target_size: int = 128 * MIB,
-        open_file_cost: int = 4 * MIB,
-        lookback: int = 10,
-    ) -> Iterator[Split]:
-        """As ``SpecTable.plan_splits``, reading the footer of each base file larger than the
-        target (Hudi metadata has no row-group offsets) so that the planner can cut it."""
-        from storage.spec.splits import plan_splits
-
-        slices = self.file_index().list_files_at(instant, filters)
-        return plan_splits(
-            (self._with_offsets(s, target_size) for s in slices),
-            target_size=target_size,
-            open_file_cost=open_file_cost,
-            lookback=lookback,
-        )
-
-    def _with_offsets(self, file_slice: FileSlice, target_size: int) -> FileSlice:
-        base = file_slice.base_file
-        if base is None or file_slice.delete_files or base.split_offsets is not None:
-            return file_slice
-        if base.size_bytes <= target_size:
-            return file_slice
-        return replace(file_slice, base_file=self.with_footer(base, ()))
+    def row_group_offsets(self, data_file) -> tuple[int, ...] | None:
+        """From the footer: Hudi metadata has no row-group offsets."""
+        return self.with_footer(data_file, ()).split_offsets
 
     # --- reading -------------------------------------------------------------------------------
 
