@@ -172,3 +172,65 @@ def test_an_operator_registers_a_storage_runs_a_query_twice_and_sees_it_served_f
     assert page.locator("#cached-rows tbody tr").count() == 1
     assert "READY" in page.locator("#cached-rows").inner_text()
     assert page.console_errors == []
+
+
+@pytest.fixture
+def console_pages(demo_admin, django_user_model):
+    """Every console page (by URL) over the demo lakehouse, and a user per role."""
+    from django.contrib.auth.models import Group
+
+    from console.models import Catalog, Table
+    from processes.models import Process
+
+    table = Table.objects.get(name="demo.orders")
+    process = Process.objects.create(
+        table=table,
+        action="rewrite",
+        factory="iceberg-rewrite",
+        status="FAILED",
+        failure="an example failure",
+    )
+    tabs = ["", "snapshots/", "files/", "partitions/", "splits/", "changes/", "processes/"]
+    pages = [
+        "/",
+        "/tables/",
+        "/catalogs/",
+        f"/catalogs/{Catalog.objects.first().pk}/",
+        "/processes/",
+        f"/processes/{process.pk}/",
+        "/queries/",
+        "/cached-results/",
+        "/storages/",
+    ]
+    pages += [f"/tables/{table.pk}/{tab}" for tab in tabs]
+    users = {}
+    for role in ("viewer", "operator", "admin"):
+        user = django_user_model.objects.create_user(f"{role}-browser", password="a long enough password")
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+        users[role] = user
+    return pages, users
+
+
+def test_every_console_page_renders_for_every_role_without_browser_errors(
+    console_pages, live_server, browser_page, tmp_path
+):
+    pages, users = console_pages
+    page = browser_page
+    for role in users:
+        page.context.clear_cookies()
+        page.goto(f"{live_server.url}/accounts/login/")
+        page.fill("input[name=username]", f"{role}-browser")
+        page.fill("input[name=password]", "a long enough password")
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{live_server.url}/")
+        for path in pages:
+            response = page.goto(f"{live_server.url}{path}")
+            assert response.status == 200, (role, path, response.status)
+            page.wait_for_load_state("networkidle")
+            assert page.locator("main").count() == 1, (role, path)
+        assert page.console_errors == [], (role, page.console_errors)
+        admin_link = page.locator("nav.mainnav a", has_text="Admin").count()
+        assert admin_link == (1 if role == "admin" else 0), role
+    for path, name in (("/", "overview"), (pages[-7], "table"), ("/processes/", "processes")):
+        page.goto(f"{live_server.url}{path}")
+        page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
