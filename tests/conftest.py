@@ -28,6 +28,33 @@ def shared_fixtures_root() -> Path | None:
 
 
 @pytest.fixture(scope="session")
+def throwaway_database():
+    """``throwaway_database(label)`` creates an empty database owned by the lakewarden role and
+    returns its DSN; every database made this way is dropped at the end of the run."""
+    import uuid
+
+    psycopg = pytest.importorskip("psycopg")
+    server = postgres_server_url()
+    made: list[str] = []
+
+    def create(label: str) -> str:
+        name = f"lakewarden_test_{label}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        try:
+            with psycopg.connect(f"{server}/postgres", autocommit=True, connect_timeout=3) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+        except psycopg.OperationalError as exc:
+            pytest.skip(f"Postgres is not reachable at {server}: {exc}")
+        made.append(name)
+        return f"{server}/{name}"
+
+    yield create
+    if made:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+            for name in made:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
 def external_tables() -> Path:
     """The folder of tables written by other engines; skips when it is absent (CI always has it)."""
     root = shared_fixtures_root()

@@ -35,14 +35,12 @@ from storage.spec.errors import FilterError, InstantNotFound, InvalidRange, NotS
 from storage.spec.expressions import bind_filter, to_arrow
 from storage.spec.models import ChangeKind, FileSlice, ReadingMode, Split
 from storage.spec.table import SpecTable
-from tests.conftest import postgres_server_url
 
 KIB = 1024
 # Small enough that the written tables' files (about 100 KiB, row groups of 500 rows) are cut
 # into several parts; the fixtures' files are single row groups and stay whole.
 TARGET_SIZE = 64 * KIB
 OPEN_FILE_COST = 4 * KIB
-PG_SERVER = postgres_server_url()
 BOGUS_INSTANTS = (987654321, "no-such-instant")
 
 
@@ -229,30 +227,20 @@ WRITTEN_FILTERS = (
 
 
 @pytest.fixture(scope="module")
-def catalog(tmp_path_factory):
+def catalog(tmp_path_factory, throwaway_database):
     """A pyiceberg SQL catalog in a throwaway Postgres database (its own name: test_iceberg's
     session catalog may live in the same process)."""
-    psycopg = pytest.importorskip("psycopg")
     from pyiceberg.catalog.sql import SqlCatalog
 
-    database = f"lakewarden_test_conformance_{os.getpid()}"
-    try:
-        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{database}"')
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"Postgres is not reachable at {PG_SERVER}: {exc}")
-    warehouse = tmp_path_factory.mktemp("conformance-warehouse")
+    database_url = throwaway_database("conformance")
     sql_catalog = SqlCatalog(
         "conformance",
-        uri=f"{PG_SERVER.replace('postgresql://', 'postgresql+psycopg2://', 1)}/{database}",
-        warehouse=f"file://{warehouse}",
+        uri=database_url.replace("postgresql://", "postgresql+psycopg2://", 1),
+        warehouse=f"file://{tmp_path_factory.mktemp('conformance-warehouse')}",
     )
     sql_catalog.create_namespace("conformance")
     yield sql_catalog
     sql_catalog.engine.dispose()
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
 def _written_iceberg(request: pytest.FixtureRequest) -> ConformanceCase:

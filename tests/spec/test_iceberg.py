@@ -21,38 +21,26 @@ from storage.formats.iceberg import IcebergAdapter, IcebergSpecTable
 from storage.formats.iceberg.avro import iter_records
 from storage.spec.errors import CorruptTable, InstantNotFound, InvalidRange, NotSupported, TableNotFound
 from storage.spec.models import ChangeKind, FileContent, FileSlice, ReadingMode, SplitPart
-from tests.conftest import postgres_server_url
 
 UTC = dt.UTC
-PG_SERVER = postgres_server_url()
 
 
 # -- a Postgres-backed pyiceberg SQL catalog for the session --------------------------------
 
 
 @pytest.fixture(scope="session")
-def catalog(tmp_path_factory):
-    psycopg = pytest.importorskip("psycopg")
+def catalog(tmp_path_factory, throwaway_database):
     from pyiceberg.catalog.sql import SqlCatalog
 
-    database = f"lakewarden_test_iceberg_{os.getpid()}"
-    try:
-        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{database}"')
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"Postgres is not reachable at {PG_SERVER}: {exc}")
-    warehouse = tmp_path_factory.mktemp("warehouse")
+    database_url = throwaway_database("iceberg")
     sql_catalog = SqlCatalog(
         "lakewarden_test",
-        uri=f"{PG_SERVER.replace('postgresql://', 'postgresql+psycopg2://', 1)}/{database}",
-        warehouse=f"file://{warehouse}",
+        uri=database_url.replace("postgresql://", "postgresql+psycopg2://", 1),
+        warehouse=f"file://{tmp_path_factory.mktemp('warehouse')}",
     )
     sql_catalog.create_namespace("spec")
     yield sql_catalog
     sql_catalog.engine.dispose()
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
 def _events(ids: range, days: list[int], note: bool = False) -> pa.Table:
