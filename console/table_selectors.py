@@ -252,7 +252,10 @@ def size_histogram(sizes, buckets: tuple[int, ...] = (1, 4, 16, 64, 128, 256, 51
 
 
 def jsonable(value: Any) -> Any:
-    """Statistics and partition values as JSON (decimals, dates and bytes as text)."""
+    """Statistics, partition values and query rows as JSON (decimals, dates and bytes as text;
+    Spark rows as objects)."""
+    if hasattr(value, "asDict"):  # a Spark Row: a tuple whose field names matter
+        return {k: jsonable(v) for k, v in value.asDict().items()}
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -261,8 +264,8 @@ def jsonable(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
         return str(value)
-    if isinstance(value, bytes):
-        return value.hex()
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
     if isinstance(value, float) and value != value:
         return "NaN"
     return value

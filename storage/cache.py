@@ -8,8 +8,6 @@ current instant, read through the spec API.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import hashlib
 import json
 import logging
@@ -28,6 +26,7 @@ from sqlglot import exp
 from console.errors import Conflict, InvalidInput
 from console.models import Table
 from console.services import table_open
+from console.table_selectors import jsonable
 from storage.models import CachedResult, CachedResultState, Query, QueryStatus, StorageBackend
 from storage.services import cached_results_evict, cached_results_invalidate_for_table, storage_open
 
@@ -322,25 +321,7 @@ def _collect(frame, row_limit: int) -> tuple[list[list[Any]], list[str], int]:
     columns = list(frame.columns)
     taken = frame.limit(row_limit + 1).collect()
     total = len(taken) if len(taken) <= row_limit else frame.count()
-    return [[_jsonable(v) for v in row] for row in taken[:row_limit]], columns, total
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (dt.datetime, dt.date)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).hex()
-    if isinstance(value, float) and value != value:
-        return "NaN"
-    if hasattr(value, "asDict"):
-        return {k: _jsonable(v) for k, v in value.asDict().items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return value
+    return [[jsonable(v) for v in row] for row in taken[:row_limit]], columns, total
 
 
 def _error_text(error: Exception) -> str:
