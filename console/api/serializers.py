@@ -8,8 +8,14 @@ SECRET_KEYS = ("token", "credential", "password", "secret")
 
 
 def mask_secrets(properties: dict) -> dict:
+    """Secret-named values masked, and the password inside any URL or DSN value (a SQL catalog's
+    ``uri`` carries one) masked the way storage configurations are."""
+    from storage.results.registry import MASK, mask_url
+
     return {
-        key: ("********" if any(word in key.lower() for word in SECRET_KEYS) else value)
+        key: MASK
+        if any(word in key.lower() for word in SECRET_KEYS)
+        else (mask_url(value) if isinstance(value, str) else value)
         for key, value in (properties or {}).items()
     }
 
