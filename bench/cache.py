@@ -78,11 +78,12 @@ def main() -> None:
     size = build_table(table_path, args.size_mb)
     django_on_bench_database()
 
-    from console import services as console_services
-    from console.models import Table
+    from processes import queries
+    from processes.models import Query
     from processes.spark.session import spark_session
-    from storage import cache, services
-    from storage.models import CachedResult, Query, StorageBackend
+    from storage import services
+    from storage import services as console_services
+    from storage.models import CachedResult, StorageBackend, Table
     from storage.results.plugin import StorageDescriptor
 
     Query.objects.all().delete()
@@ -118,9 +119,9 @@ def main() -> None:
         )
 
         def run(sql: str, backend=backend) -> tuple[float, bool]:
-            query = cache.query_submit(sql=sql, backend=backend)
+            query = queries.query_submit(sql=sql, backend=backend)
             started = time.perf_counter()
-            cache.query_run(query_id=query.pk, spark=spark)
+            queries.query_run(query_id=query.pk, spark=spark)
             elapsed = time.perf_counter() - started
             query.refresh_from_db()
             assert query.status == "SUCCESS", query.error

@@ -48,9 +48,9 @@ def main() -> None:
     from django.test import Client
     from django.utils import timezone
 
-    from console import services
-    from console.models import Table
     from processes.models import Process, ProcessStatus
+    from storage import services
+    from storage.models import Table
 
     Process.objects.all().delete()
     Table.objects.filter(location=str(table_dir)).delete()

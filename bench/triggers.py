@@ -30,10 +30,10 @@ def main() -> None:
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from console.models import Table
     from processes.models import Process, TableState
     from processes.registry import coordinators
     from processes.scheduler import evaluated_key, schedule_tick, seen_snapshot_key
+    from storage.models import Table
 
     Process.objects.all().delete()
     TableState.objects.all().delete()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from console.charts import durations_svg, histogram_svg, timeline_svg
-from console.metrics import BUCKETS_MIB, bucket_labels
-from console.models import Table
 from processes.models import TERMINAL_STATUSES, Process
+from storage.metrics import BUCKETS_MIB, bucket_labels
+from storage.models import Table
 
 
 def _small_bucket(small_file_bytes: int) -> int | None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from console import services
-from console.catalogs import iceberg_catalog
-from console.models import Catalog, CatalogKind
+from storage import services
+from storage.catalogs import iceberg_catalog
+from storage.models import Catalog, CatalogKind
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from django.shortcuts import render
+from django.http import HttpResponse
+from django.shortcuts import redirect, render, resolve_url
 from django.utils.cache import patch_vary_headers
 
 
@@ -17,3 +18,14 @@ def render_page(request, page_template: str, fragment_template: str, context: di
     response = render(request, template, context, status=status)
     patch_vary_headers(response, ("HX-Request",))
     return response
+
+
+def hx_redirect(request, to) -> HttpResponse:
+    """After a POST: an htmx request gets 204 with ``HX-Redirect`` (htmx navigates), a plain form
+    post a 302. ``to`` is a URL, a URL name or a model, as for ``redirect``."""
+    url = resolve_url(to)
+    if getattr(request, "htmx", False):
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = url
+        return response
+    return redirect(url)

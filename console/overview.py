@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from django.db.models import Count
 from django.utils import timezone
 
-from console.models import Table
 from processes.models import ACTIVE_STATUSES, Process, ProcessStatus, ServiceHeartbeat
+from storage.models import Table
 
 # Weights of the health score (0 healthy .. 100 needs attention now); each part is capped.
 WEIGHTS = {"small_files": 40, "file_count": 15, "snapshots": 10, "maintenance": 20, "failures": 15}

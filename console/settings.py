@@ -145,7 +145,7 @@ LAKEWARDEN_RETRY_BACKOFF_SECONDS = env_int("LAKEWARDEN_RETRY_BACKOFF_SECONDS", 3
 LAKEWARDEN_MAX_RETRIES = env_int("LAKEWARDEN_MAX_RETRIES", 3, minimum=0)
 CELERY_BEAT_SCHEDULE = {
     "refresh-tables": {
-        "task": "console.tasks.refresh_tables_task",
+        "task": "storage.tasks.refresh_tables_task",
         "schedule": env_int("LAKEWARDEN_REFRESH_SECONDS", 300, minimum=1),
     },
     "schedule-processes": {

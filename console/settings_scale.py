@@ -23,7 +23,11 @@ __all__ = [
 
 #: Tasks that run Spark (or may run for long): they go to the heavy queue; everything else
 #: (scheduler tick, reaper, kills, metadata refresh) stays on the default, light queue.
-HEAVY_TASKS = ("processes.tasks.run_process_task", "storage.tasks.*")
+HEAVY_TASKS = (
+    "processes.tasks.run_process_task",
+    "processes.tasks.run_query_task",
+    "processes.tasks.test_storage_task",
+)
 
 
 def route_task(name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any) -> dict | None:

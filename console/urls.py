@@ -5,10 +5,10 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from console import views
 from console.auth import ThrottledLoginView
-from processes import views as process_views
-from storage import views as storage_views
+from console.views import processes as process_views
+from console.views import queries as storage_views
+from console.views import tables as views
 
 console_patterns = [
     path("", views.overview, name="overview"),

@@ -15,14 +15,16 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from console.errors import Conflict
-from console.models import Table
-from processes.models import Process, ProcessStatus
+from processes.models import STARTED_STATUSES, Process, ProcessStatus, statuses_leading_to
 from processes.plugin import ProcessCancelled, ProcessContext, ProcessRecord
 from processes.registry import configured_factories
 from processes.runtime import TableRuntime
-from processes.services import clean_staging, process_fail, staging_dir, transition
-from processes.spark.session import interrupt_jobs, tag_jobs, untag_jobs
+from processes.services import clean_stale_staging, clean_staging, process_fail, staging_dir, transition
+from processes.spark.session import interrupt_jobs, spark_session, tag_jobs, untag_jobs
+from processes.watch import Watch
+from storage.errors import Conflict
+from storage.models import Table
+from storage.selectors import jsonable
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +82,6 @@ class WorkerContext(ProcessContext):
     @property
     def spark(self):
         if self._spark is None:
-            from processes.spark.session import spark_session
-
             self._spark = spark_session()
             tag_jobs(self._spark, self.spark_tag)
         return self._spark
@@ -128,75 +128,78 @@ class WorkerContext(ProcessContext):
             logger.debug("could not untag the Spark jobs of process %s", self.process_id, exc_info=True)
 
 
-class Heartbeat(threading.Thread):
+def _heartbeat(context: WorkerContext, interval: float) -> Watch:
     """Every heartbeat: record liveness and progress; notice a cancel request and interrupt Spark."""
 
-    def __init__(self, context: WorkerContext, interval: float) -> None:
-        super().__init__(daemon=True, name=f"heartbeat-{context.process_id}")
-        self.context = context
-        self.interval = interval
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        try:
-            while not self.stopped.wait(self.interval):
-                self.beat()
-        finally:
-            connection.close()
-
-    def beat(self) -> None:
+    def beat() -> None:
         fields: dict[str, Any] = {"heartbeat_at": timezone.now()}
-        if self.context.progress is not None:
-            done, total, message = self.context.progress
+        if context.progress is not None:
+            done, total, message = context.progress
             fields.update(progress_done=done, progress_total=total, progress_message=message)
-        try:
-            Process.objects.filter(
-                pk=self.context.process_id, status__in=(ProcessStatus.RUNNING, ProcessStatus.CANCELING)
-            ).update(**fields)
-            cancel = (
-                Process.objects.filter(pk=self.context.process_id)
-                .values_list("cancel_requested", flat=True)
-                .first()
-            )
-        except Exception:
-            logger.warning("heartbeat of process %s failed", self.context.process_id, exc_info=True)
-            return
-        if cancel:
-            # Every beat while cancelled: a Spark job the process submits after an interrupt
-            # (the cancel came while it was still planning) is interrupted at the next beat.
-            self.context.cancelled.set()
-            self.context.interrupt_spark()
+        Process.objects.filter(pk=context.process_id, status__in=STARTED_STATUSES).update(**fields)
 
-    def stop(self) -> None:
-        self.stopped.set()
+    def cancel_requested() -> bool:
+        return bool(
+            Process.objects.filter(pk=context.process_id).values_list("cancel_requested", flat=True).first()
+        )
+
+    return Watch(
+        name=f"heartbeat-{context.process_id}",
+        interval=interval,
+        cancel_requested=cancel_requested,
+        interrupt=context.interrupt_spark,
+        beat=beat,
+    )
 
 
 def run_process(process_id: int, *, worker: str = "", task_id: str = "") -> str:
     """Claim and run one process; returns the status it ended in (or why it did not run)."""
     close_old_connections()
+    process = _claim(process_id, worker=worker, task_id=task_id)
+    if process is None:
+        status = Process.objects.filter(pk=process_id).values_list("status", flat=True).first()
+        return f"not claimed ({status or 'missing'})"
+    lock = _lock(process)
+    try:
+        return _execute(process)
+    finally:
+        clean_staging(process)
+        lock.release()
+
+
+def _claim(process_id: int, *, worker: str, task_id: str) -> Process | None:
+    """PENDING -> RUNNING by a conditional update: a redelivered task finds nothing to do."""
     now = timezone.now()
-    claimed = Process.objects.filter(pk=process_id, status=ProcessStatus.PENDING).update(
+    claimed = Process.objects.filter(
+        pk=process_id, status__in=statuses_leading_to(ProcessStatus.RUNNING)
+    ).update(
         status=ProcessStatus.RUNNING,
         started_at=now,
         heartbeat_at=now,
         worker=worker[:255],
         **({"celery_task_id": task_id} if task_id else {}),
     )
-    if not claimed:
-        status = Process.objects.filter(pk=process_id).values_list("status", flat=True).first()
-        return f"not claimed ({status or 'missing'})"
-    process = Process.objects.select_related("table").get(pk=process_id)
+    return Process.objects.select_related("table").get(pk=process_id) if claimed else None
 
+
+def _lock(process: Process) -> TableLock:
+    """The table's advisory lock; when another process holds it the row goes back to PENDING and
+    ``TableLockBusy`` is raised (the task retries shortly)."""
     lock = TableLock(process.table_id)
     try:
         lock.acquire()
     except TableLockBusy as busy:
-        # Give the row back and try again shortly: the other process on this table will finish.
-        Process.objects.filter(pk=process_id, status=ProcessStatus.RUNNING).update(
+        Process.objects.filter(pk=process.pk, status=ProcessStatus.RUNNING).update(
             status=ProcessStatus.PENDING, started_at=None, heartbeat_at=None, progress_message=str(busy)[:255]
         )
         raise
+    for folder in clean_stale_staging(process.table):
+        logger.warning("process %s: removed staging left by an earlier process: %s", process.pk, folder)
+    return lock
 
+
+def _execute(process: Process) -> str:
+    """Run the factory's process under a heartbeat and reach a terminal state on every path."""
     heartbeat = None
     context = None
     try:
@@ -205,7 +208,8 @@ def run_process(process_id: int, *, worker: str = "", task_id: str = "") -> str:
             raise RuntimeError(f"process factory {process.factory!r} is not installed on this worker")
         runtime = TableRuntime(process.table, configured.factory.properties)
         context = WorkerContext(process, runtime)
-        heartbeat = Heartbeat(context, settings.LAKEWARDEN_HEARTBEAT_SECONDS)
+        heartbeat = _heartbeat(context, settings.LAKEWARDEN_HEARTBEAT_SECONDS)
+        context.cancelled = heartbeat.cancelled
         heartbeat.start()
         record = ProcessRecord(
             id=process.pk,
@@ -218,63 +222,47 @@ def run_process(process_id: int, *, worker: str = "", task_id: str = "") -> str:
         context.check_cancelled()
         summary = table_process.run(context) or {}
         heartbeat.stop()
-        heartbeat.beat()  # last progress in the row
-        transition(
-            process,
-            (ProcessStatus.RUNNING, ProcessStatus.CANCELING),
-            ProcessStatus.SUCCESS,
-            summary=_jsonable(summary),
-            heartbeat_at=timezone.now(),
-        )
-        Table.objects.filter(pk=process.table_id).update(last_maintenance_at=timezone.now())
-        return ProcessStatus.SUCCESS
+        heartbeat.tick()  # last progress in the row
+        return _finish_success(process, summary)
     except ProcessCancelled:
-        clean_staging(process)
-        try:
-            transition(
-                process,
-                (ProcessStatus.RUNNING, ProcessStatus.CANCELING),
-                ProcessStatus.CANCELED,
-                failure="cancelled by an operator",
-            )
-        except Conflict:
-            pass  # killed meanwhile: KILLED stands
-        return ProcessStatus.CANCELED
+        return _finish_cancelled(process, "cancelled by an operator")
     except BaseException as error:  # SoftTimeLimitExceeded and SystemExit too: never stay RUNNING
-        reason = f"{type(error).__name__}: {error}"
-        logger.warning("process %s failed: %s\n%s", process_id, reason, traceback.format_exc())
-        cancelled = Process.objects.filter(pk=process_id, cancel_requested=True).exists()
-        try:
-            if cancelled:
-                clean_staging(process)
-                transition(
-                    process,
-                    (ProcessStatus.RUNNING, ProcessStatus.CANCELING),
-                    ProcessStatus.CANCELED,
-                    failure=f"cancelled by an operator ({reason})",
-                )
-                return ProcessStatus.CANCELED
-            process_fail(
-                process=process, reason=reason, allowed_from=(ProcessStatus.RUNNING, ProcessStatus.CANCELING)
-            )
-        except Conflict:
-            pass
+        status = _finish_failed(process, error)
         if not isinstance(error, Exception):
             raise
-        return ProcessStatus.FAILED
+        return status
     finally:
         if heartbeat is not None:
             heartbeat.stop()
         if context is not None:
             context.release_spark()
-        clean_staging(process)
-        lock.release()
 
 
-def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:
-    import json
+def _finish_success(process: Process, summary: dict[str, Any]) -> str:
+    transition(process, ProcessStatus.SUCCESS, summary=jsonable(summary), heartbeat_at=timezone.now())
+    Table.objects.filter(pk=process.table_id).update(last_maintenance_at=timezone.now())
+    return ProcessStatus.SUCCESS
 
-    return json.loads(json.dumps(summary, default=str))
+
+def _finish_cancelled(process: Process, failure: str) -> str:
+    clean_staging(process)
+    try:
+        transition(process, ProcessStatus.CANCELED, current=STARTED_STATUSES, failure=failure)
+    except Conflict:
+        pass  # killed meanwhile: KILLED stands
+    return ProcessStatus.CANCELED
+
+
+def _finish_failed(process: Process, error: BaseException) -> str:
+    reason = f"{type(error).__name__}: {error}"
+    logger.warning("process %s failed: %s\n%s", process.pk, reason, traceback.format_exc())
+    if Process.objects.filter(pk=process.pk, cancel_requested=True).exists():
+        return _finish_cancelled(process, f"cancelled by an operator ({reason})")
+    try:
+        process_fail(process=process, reason=reason)
+    except Conflict:
+        pass
+    return ProcessStatus.FAILED
 
 
 def local_context(process: Process, runtime: TableRuntime, staging: Path | None = None) -> WorkerContext:

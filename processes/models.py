@@ -1,4 +1,5 @@
-"""Process history (the record of truth), per-table state, and plugin configuration rows."""
+"""Process history (the record of truth) and its state machine, interactive queries, per-table state,
+and plugin configuration rows."""
 
 from __future__ import annotations
 
@@ -18,12 +19,54 @@ class ProcessStatus(models.TextChoices):
 
 
 ACTIVE_STATUSES = (ProcessStatus.PENDING, ProcessStatus.RUNNING, ProcessStatus.CANCELING)
+#: Claimed by a worker and not finished: what a heartbeat keeps alive and the reaper watches.
+STARTED_STATUSES = (ProcessStatus.RUNNING, ProcessStatus.CANCELING)
 TERMINAL_STATUSES = (
     ProcessStatus.SUCCESS,
     ProcessStatus.FAILED,
     ProcessStatus.CANCELED,
     ProcessStatus.KILLED,
 )
+
+
+#: Every allowed status change of a process: ``transition()`` in processes/services.py looks it up, so
+#: a change not listed here is a 409 that says why, never a silent overwrite.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    # claimed by a worker; cancelled or killed before it ran; failed before it ran (lost task)
+    ProcessStatus.PENDING: frozenset(
+        {ProcessStatus.RUNNING, ProcessStatus.CANCELED, ProcessStatus.KILLED, ProcessStatus.FAILED}
+    ),
+    # finished; asked to stop; failed (or its worker lost); lock busy: back in the queue
+    ProcessStatus.RUNNING: frozenset(
+        {
+            ProcessStatus.SUCCESS,
+            ProcessStatus.FAILED,
+            ProcessStatus.CANCELING,
+            ProcessStatus.CANCELED,
+            ProcessStatus.KILLED,
+            ProcessStatus.PENDING,
+        }
+    ),
+    # the cancel reached the work (or it finished first, or failed, or the kill's grace ran out)
+    ProcessStatus.CANCELING: frozenset(
+        {
+            ProcessStatus.CANCELING,
+            ProcessStatus.CANCELED,
+            ProcessStatus.KILLED,
+            ProcessStatus.SUCCESS,
+            ProcessStatus.FAILED,
+        }
+    ),
+    ProcessStatus.SUCCESS: frozenset(),
+    ProcessStatus.FAILED: frozenset(),
+    ProcessStatus.CANCELED: frozenset(),
+    ProcessStatus.KILLED: frozenset(),
+}
+
+
+def statuses_leading_to(status: str) -> tuple[str, ...]:
+    """The statuses a process may be in for a change to ``status`` (the conditional update's filter)."""
+    return tuple(source for source, targets in TRANSITIONS.items() if status in targets)
 
 
 class ProcessTrigger(models.TextChoices):
@@ -34,7 +77,7 @@ class ProcessTrigger(models.TextChoices):
 
 
 class Process(models.Model):
-    table = models.ForeignKey("console.Table", on_delete=models.CASCADE, related_name="processes")
+    table = models.ForeignKey("storage.Table", on_delete=models.CASCADE, related_name="processes")
     action = models.CharField(max_length=64)
     factory = models.CharField(max_length=100)
     status = models.CharField(max_length=10, choices=ProcessStatus.choices, default=ProcessStatus.PENDING)
@@ -113,10 +156,59 @@ class Process(models.Model):
         return list(reversed(chain))
 
 
+class QueryStatus(models.TextChoices):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+    CANCELED = "CANCELED"
+
+
+class Query(models.Model):
+    sql = models.TextField()
+    cache = models.BooleanField(default=True)
+    backend = models.ForeignKey(
+        "storage.StorageBackend", null=True, blank=True, on_delete=models.SET_NULL, related_name="queries"
+    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    status = models.CharField(max_length=10, choices=QueryStatus.choices, default=QueryStatus.PENDING)
+    served_from_cache = models.BooleanField(default=False)
+    cached_result = models.ForeignKey(
+        "storage.CachedResult", null=True, blank=True, on_delete=models.SET_NULL, related_name="queries"
+    )
+    fingerprint = models.CharField(max_length=64, blank=True)
+    row_limit = models.PositiveIntegerField(default=1000)
+    columns = models.JSONField(default=list, blank=True)
+    rows = models.JSONField(default=list, blank=True, help_text="The first row_limit rows, for display")
+    total_rows = models.BigIntegerField(null=True, blank=True)
+    truncated = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    celery_task_id = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        db_table = "storage_query"
+
+    def __str__(self) -> str:
+        return f"query #{self.pk} ({self.status})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("console:query-detail", args=[self.pk])
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (QueryStatus.PENDING, QueryStatus.RUNNING)
+
+
 class TableState(models.Model):
     """A factory's typed per-table value (``StateKey``), one row per (table, key)."""
 
-    table = models.ForeignKey("console.Table", on_delete=models.CASCADE, related_name="states")
+    table = models.ForeignKey("storage.Table", on_delete=models.CASCADE, related_name="states")
     key = models.CharField(max_length=150)
     value = models.JSONField(null=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -11,9 +11,9 @@ from typing import Any
 
 import jsonschema
 
-from console.errors import InvalidInput
 from processes.models import PluginConfig, PluginKind
 from processes.plugin import ProcessFactory
+from storage.errors import InvalidInput
 
 logger = logging.getLogger(__name__)
 

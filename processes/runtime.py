@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from console.models import Table
 from processes.models import TableState
 from processes.plugin import StateKey
+from storage.models import Table
+from storage.services import table_open
 from storage.spec import SpecTable
 
 
@@ -53,8 +54,6 @@ class TableRuntime:
     def load(self) -> SpecTable:
         """The table through the spec API (opened once per runtime)."""
         if self._spec_table is None:
-            from console.services import table_open
-
             self._spec_table = table_open(self.table)
         return self._spec_table
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 from django.utils import timezone
 
-from console.errors import Conflict, InvalidInput
-from console.models import Table
 from processes.models import ACTIVE_STATUSES, Process, ProcessStatus, ProcessTrigger, TableState
 from processes.registry import ConfiguredFactory, coordinators
 from processes.runtime import TableRuntime
 from processes.services import process_create
+from storage.errors import Conflict, InvalidInput
+from storage.models import Table
 
 logger = logging.getLogger(__name__)
 

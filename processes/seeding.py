@@ -7,9 +7,9 @@ from pathlib import Path
 import yaml
 from django.db import transaction
 
-from console.errors import InvalidInput
 from processes.models import PluginConfig, PluginKind
 from processes.registry import configured_factories, coordinators, factory_classes, validate_properties
+from storage.errors import InvalidInput
 
 
 def plugin_configs_seed(*, path: Path, overwrite: bool = False) -> dict[str, str]:

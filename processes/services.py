@@ -9,15 +9,24 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from console.errors import Conflict, InvalidInput
-from console.models import Table
-from processes.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Process, ProcessStatus, ProcessTrigger
+from processes.models import (
+    ACTIVE_STATUSES,
+    STARTED_STATUSES,
+    TERMINAL_STATUSES,
+    Process,
+    ProcessStatus,
+    ProcessTrigger,
+    statuses_leading_to,
+)
 from processes.registry import coordinators, factory_classes, validate_params
+from storage.errors import Conflict, InvalidInput
+from storage.models import Table
 
 logger = logging.getLogger(__name__)
 
@@ -73,33 +82,49 @@ def process_create(
     return process
 
 
-def process_enqueue(process: Process) -> None:
-    from processes.tasks import run_process_task
+# Tasks are sent by name: processes/tasks.py wraps these services, so importing it here would
+# make the two modules import each other.
+RUN_PROCESS_TASK = "processes.tasks.run_process_task"
+KILL_PROCESS_TASK = "processes.tasks.kill_process_task"
 
+
+def process_enqueue(process: Process) -> None:
     countdown = 0.0
     if process.not_before is not None:
         countdown = max(0.0, (process.not_before - timezone.now()).total_seconds())
     process_id = process.pk
 
     def send() -> None:
-        result = run_process_task.apply_async(
-            (process_id,), queue=settings.LAKEWARDEN_HEAVY_QUEUE, countdown=countdown
+        result = current_app.send_task(
+            RUN_PROCESS_TASK, (process_id,), queue=settings.LAKEWARDEN_HEAVY_QUEUE, countdown=countdown
         )
         Process.objects.filter(pk=process_id, celery_task_id="").update(celery_task_id=result.id)
 
     transaction.on_commit(send)
 
 
-def transition(process: Process, allowed_from: tuple[str, ...], to: str, **fields) -> Process:
-    """Move ``process`` to ``to`` if its status (in the database) is one of ``allowed_from``."""
-    now = timezone.now()
+def transition(
+    process: Process, to: str, *, current: str | tuple[str, ...] | None = None, **fields
+) -> Process:
+    """Move ``process`` to ``to`` by a conditional update, if ``TRANSITIONS`` allows it from the
+    status the row has in the database (narrowed to ``current`` when given: the status the caller
+    saw). Anything else raises ``Conflict`` naming the status and what was allowed."""
+    allowed = statuses_leading_to(to)
+    if current is not None:
+        seen = (current,) if isinstance(current, str) else tuple(current)
+        allowed = tuple(status for status in allowed if status in seen)
     if to in TERMINAL_STATUSES:
-        fields.setdefault("finished_at", now)
-    updated = Process.objects.filter(pk=process.pk, status__in=allowed_from).update(status=to, **fields)
+        fields.setdefault("finished_at", timezone.now())
+    updated = (
+        Process.objects.filter(pk=process.pk, status__in=allowed).update(status=to, **fields)
+        if allowed
+        else 0
+    )
     if not updated:
-        current = Process.objects.filter(pk=process.pk).values_list("status", flat=True).first()
-        allowed = " or ".join(allowed_from)
-        raise Conflict(f"process {process.pk} is {current}; only {allowed} can become {to}")
+        status = Process.objects.filter(pk=process.pk).values_list("status", flat=True).first()
+        raise Conflict(
+            f"process {process.pk} is {status}; only {' or '.join(allowed) or 'nothing'} can become {to}"
+        )
     process.refresh_from_db()
     return process
 
@@ -109,28 +134,26 @@ def process_cancel(*, process: Process) -> Process:
     if process.status == ProcessStatus.PENDING:
         process = transition(
             process,
-            (ProcessStatus.PENDING,),
             ProcessStatus.CANCELED,
+            current=ProcessStatus.PENDING,
             cancel_requested=True,
             failure="cancelled before it started",
         )
         _revoke(process, terminate=False)
         return process
-    if process.status not in (ProcessStatus.RUNNING,):
+    if process.status != ProcessStatus.RUNNING:
         raise Conflict(f"process {process.pk} is {process.status}; only RUNNING or PENDING can be cancelled")
-    return transition(process, (ProcessStatus.RUNNING,), ProcessStatus.CANCELING, cancel_requested=True)
+    return transition(process, ProcessStatus.CANCELING, current=ProcessStatus.RUNNING, cancel_requested=True)
 
 
 def process_kill(*, process: Process, grace_seconds: int | None = None) -> Process:
     """Cancel, then after a grace period terminate the worker task; the kill task records KILLED."""
-    from processes.tasks import kill_process_task
-
     grace = settings.LAKEWARDEN_KILL_GRACE_SECONDS if grace_seconds is None else grace_seconds
     if process.status == ProcessStatus.PENDING:
         process = transition(
             process,
-            (ProcessStatus.PENDING,),
             ProcessStatus.KILLED,
+            current=ProcessStatus.PENDING,
             cancel_requested=True,
             failure="killed before it started",
         )
@@ -143,13 +166,13 @@ def process_kill(*, process: Process, grace_seconds: int | None = None) -> Proce
     deadline = timezone.now() + dt.timedelta(seconds=grace)
     process = transition(
         process,
-        (ProcessStatus.RUNNING, ProcessStatus.CANCELING),
         ProcessStatus.CANCELING,
+        current=(ProcessStatus.RUNNING, ProcessStatus.CANCELING),
         cancel_requested=True,
         kill_deadline=deadline,
     )
     process_id = process.pk
-    transaction.on_commit(lambda: kill_process_task.apply_async((process_id,), countdown=grace))
+    transaction.on_commit(lambda: current_app.send_task(KILL_PROCESS_TASK, (process_id,), countdown=grace))
     return process
 
 
@@ -161,10 +184,7 @@ def process_enforce_kill(*, process_id: int) -> Process | None:
     _revoke(process, terminate=True)
     try:
         process = transition(
-            process,
-            ACTIVE_STATUSES,
-            ProcessStatus.KILLED,
-            failure="killed by an operator after the grace period",
+            process, ProcessStatus.KILLED, failure="killed by an operator after the grace period"
         )
     except Conflict:
         process.refresh_from_db()
@@ -192,15 +212,16 @@ def process_retry(*, process: Process, user=None) -> Process:
     )
 
 
-def process_fail(
-    *, process: Process, reason: str, allowed_from: tuple[str, ...] = ACTIVE_STATUSES
-) -> Process:
+def process_fail(*, process: Process, reason: str) -> Process:
     """FAILED with ``reason``; staging cleaned; an automatic retry while the budget lasts.
 
     The failure and its retry commit together: nobody ever sees a failed process whose retry is
-    still to come."""
+    still to come. Staging is cleaned before the row says FAILED (so a FAILED row has no staged
+    files behind it) and again after (whatever a dying worker still wrote in between); a later
+    process on the table sweeps anything left (``clean_stale_staging``)."""
+    clean_staging(process)
     with transaction.atomic():
-        process = transition(process, allowed_from, ProcessStatus.FAILED, failure=reason[:10_000])
+        process = transition(process, ProcessStatus.FAILED, failure=reason[:10_000])
         _schedule_retry(process)
     clean_staging(process)
     return process
@@ -233,7 +254,7 @@ def processes_reap(*, now: dt.datetime | None = None) -> dict[str, int]:
     stale_before = now - dt.timedelta(seconds=settings.LAKEWARDEN_HEARTBEAT_SECONDS * 1.5)
     lost = list(
         Process.objects.select_related("table")
-        .filter(status__in=(ProcessStatus.RUNNING, ProcessStatus.CANCELING))
+        .filter(status__in=STARTED_STATUSES)
         .filter(Q(heartbeat_at__lt=stale_before) | Q(heartbeat_at__isnull=True, started_at__lt=stale_before))
     )
     failed = 0
@@ -246,7 +267,6 @@ def processes_reap(*, now: dt.datetime | None = None) -> dict[str, int]:
                 process=process,
                 reason="worker lost: no heartbeat since "
                 f"{(process.heartbeat_at or process.started_at).isoformat()}",
-                allowed_from=(ProcessStatus.RUNNING, ProcessStatus.CANCELING),
             )
             failed += 1
         except Conflict:
@@ -265,18 +285,42 @@ def clean_staging(process: Process) -> None:
     folder = staging_dir(process)
     if folder.exists():
         shutil.rmtree(folder, ignore_errors=True)
-    parent = folder.parent
-    if parent.exists() and not any(parent.iterdir()):
-        parent.rmdir()
+    _remove_if_empty(folder.parent)
+
+
+def clean_stale_staging(table: Table) -> list[str]:
+    """Remove the staging folders of the table's processes that are no longer active (a worker that
+    died while its JVM still wrote can leave files after the reaper's cleanup). Called with the
+    table's lock held; returns the folders removed."""
+    root = Path(table.location) / STAGING_FOLDER
+    if not root.is_dir():
+        return []
+    active = {
+        f"process-{pk}"
+        for pk in Process.objects.filter(table=table, status__in=ACTIVE_STATUSES).values_list("pk", flat=True)
+    }
+    removed = []
+    for folder in root.iterdir():
+        if folder.name.startswith("process-") and folder.name not in active:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+    _remove_if_empty(root)
+    return removed
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        if folder.exists() and not any(folder.iterdir()):
+            folder.rmdir()
+    except OSError:
+        pass  # another process staged into it meanwhile
 
 
 def _revoke(process: Process, *, terminate: bool) -> None:
     if not process.celery_task_id:
         return
-    from console.celery import app
-
     try:
-        app.control.revoke(
+        current_app.control.revoke(
             process.celery_task_id, terminate=terminate, signal="SIGKILL" if terminate else "SIGTERM"
         )
     except Exception:

@@ -1,4 +1,4 @@
-"""Process tasks: thin wrappers around the scheduler, executor and services."""
+"""Worker tasks: thin wrappers around the scheduler, executor, services and queries."""
 
 from __future__ import annotations
 
@@ -8,11 +8,16 @@ from celery import shared_task
 from django.conf import settings
 
 from processes.executor import TableLockBusy, run_process
+from processes.queries import query_run
 from processes.scheduler import schedule_tick
 from processes.services import process_enforce_kill, processes_reap
+from processes.spark.session import spark_session
+from storage.models import StorageBackend
+from storage.services import storage_backend_test
 
 # A process may run for hours; the soft limit lets it fail cleanly (staging removed) first.
 PROCESS_TIME_LIMIT = settings.CELERY_TASK_TIME_LIMIT
+QUERY_TIME_LIMIT = min(settings.CELERY_TASK_TIME_LIMIT, 3600)
 
 
 @shared_task(
@@ -45,3 +50,15 @@ def reap_processes_task() -> dict:
 def kill_process_task(process_id: int) -> str | None:
     process = process_enforce_kill(process_id=process_id)
     return process.status if process else None
+
+
+@shared_task(soft_time_limit=QUERY_TIME_LIMIT - 30, time_limit=QUERY_TIME_LIMIT)
+def run_query_task(query_id: int) -> str:
+    return query_run(query_id=query_id)
+
+
+@shared_task(soft_time_limit=150, time_limit=180)
+def test_storage_task(backend_id: int) -> dict:
+    backend = StorageBackend.objects.get(pk=backend_id)
+    ok, message = storage_backend_test(backend=backend, spark=spark_session())
+    return {"ok": ok, "message": message}

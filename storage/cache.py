@@ -1,4 +1,6 @@
-"""The cache manager: interactive SQL over managed tables, with results cached in a storage backend.
+"""The cache manager's bookkeeping: planning a query over managed tables (what it reads, at which
+instants, its fingerprint) and the life of its cached result in a storage backend. Running the query
+on Spark is processes/queries.py.
 
 A query's fingerprint is its normalised text plus the snapshot ids of the tables it reads, so a
 result is reused exactly while its sources are unchanged. Managed tables are addressed in SQL by
@@ -11,24 +13,24 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import threading
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import sqlglot
-from django.conf import settings
-from django.db import IntegrityError, close_old_connections, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from sqlglot import exp
 
-from console.errors import Conflict, InvalidInput
-from console.models import Table
-from console.services import table_open
-from console.table_selectors import jsonable
-from storage.models import CachedResult, CachedResultState, Query, QueryStatus, StorageBackend
-from storage.services import cached_results_evict, cached_results_invalidate_for_table, storage_open
+from storage.errors import Conflict, InvalidInput
+from storage.models import CachedResult, CachedResultState, StorageBackend, Table
+from storage.results.plugin import IntermediateResultStorage, WriteStats
+from storage.services import (
+    cached_results_evict,
+    cached_results_invalidate_for_table,
+    storage_open,
+    table_open,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -119,166 +121,34 @@ def _current_instant(table: Table) -> str:
     return instant
 
 
-# --- submitting and running ---------------------------------------------------------------------
+# --- the cached result's life --------------------------------------------------------------------
 
 
-def query_submit(
-    *,
-    sql: str,
-    cache: bool = True,
-    backend: StorageBackend | None = None,
-    user=None,
-    row_limit: int | None = None,
-) -> Query:
-    """Validate now (bad SQL and unknown tables answer at once), run later on a worker."""
-    limit = row_limit or settings.LAKEWARDEN_QUERY_ROW_LIMIT
-    if limit > settings.LAKEWARDEN_QUERY_ROW_LIMIT:
-        raise InvalidInput(
-            f"row_limit is at most {settings.LAKEWARDEN_QUERY_ROW_LIMIT} rows for display; cache the result and "
-            "read it in pages, or aggregate",
-            field="row_limit",
+def cached_result_find(
+    *, plan: QueryPlan, backend: StorageBackend
+) -> tuple[CachedResult, IntermediateResultStorage] | None:
+    """The READY result of ``plan`` in ``backend`` whose data is still there (its hit counted), or
+    None. A result whose stored data vanished behind our back is forgotten, so it is recomputed once."""
+    result = CachedResult.objects.filter(
+        fingerprint=plan.fingerprint, backend=backend, state=CachedResultState.READY
+    ).first()
+    if result is None:
+        return None
+    storage = storage_open(backend)
+    if not storage.exists(result.properties):
+        CachedResult.objects.filter(pk=result.pk).update(
+            state=CachedResultState.CLEANED, state_reason="backend data missing; recomputed"
         )
-    plan = query_plan(sql)
-    query = Query.objects.create(
-        sql=sql.strip(),
-        cache=cache,
-        backend=backend,
-        fingerprint=plan.fingerprint,
-        row_limit=limit,
-        user=user if getattr(user, "is_authenticated", False) else None,
-    )
-    query_id = query.pk
-
-    def send() -> None:
-        from storage.tasks import run_query_task
-
-        result = run_query_task.apply_async((query_id,), queue=settings.LAKEWARDEN_HEAVY_QUEUE)
-        Query.objects.filter(pk=query_id, celery_task_id="").update(celery_task_id=result.id)
-
-    transaction.on_commit(send)
-    return query
+        return None
+    CachedResult.objects.filter(pk=result.pk).update(hits=result.hits + 1, last_used_at=timezone.now())
+    return result, storage
 
 
-def query_cancel(*, query: Query) -> Query:
-    if query.status == QueryStatus.PENDING:
-        Query.objects.filter(pk=query.pk, status=QueryStatus.PENDING).update(
-            status=QueryStatus.CANCELED,
-            cancel_requested=True,
-            finished_at=timezone.now(),
-            error="cancelled before it ran",
-        )
-    elif query.status == QueryStatus.RUNNING:
-        Query.objects.filter(pk=query.pk).update(cancel_requested=True)
-    else:
-        raise Conflict(
-            f"query {query.pk} is {query.status}; only PENDING or RUNNING queries can be cancelled"
-        )
-    query.refresh_from_db()
-    return query
-
-
-def query_run(*, query_id: int, spark=None) -> str:
-    """Run one query (on a worker): cached result when valid, else compute (and cache)."""
-    close_old_connections()
-    claimed = Query.objects.filter(pk=query_id, status=QueryStatus.PENDING).update(
-        status=QueryStatus.RUNNING, started_at=timezone.now()
-    )
-    if not claimed:
-        return "not claimed"
-    query = Query.objects.select_related("backend").get(pk=query_id)
-    started = time.perf_counter()
-    watcher = None
-    try:
-        if spark is None:
-            from processes.spark.session import spark_session
-
-            spark = spark_session()
-        from processes.spark.session import tag_jobs
-
-        tag = f"lakewarden-query-{query.pk}"
-        tag_jobs(spark, tag)
-        watcher = _CancelWatcher(query.pk, spark, tag)
-        watcher.start()
-        plan = query_plan(query.sql)
-        backend = (query.backend or _default_backend()) if query.cache else None
-        frame, served, result = _result_frame(spark, plan, backend)
-        rows, columns, total = _collect(frame, query.row_limit)
-        Query.objects.filter(pk=query.pk).update(
-            status=QueryStatus.SUCCESS,
-            served_from_cache=served,
-            cached_result=result,
-            fingerprint=plan.fingerprint,
-            columns=columns,
-            rows=rows,
-            total_rows=total,
-            truncated=total > query.row_limit,
-            finished_at=timezone.now(),
-            duration_ms=int((time.perf_counter() - started) * 1000),
-        )
-        return QueryStatus.SUCCESS
-    except Exception as error:
-        cancelled = Query.objects.filter(pk=query_id, cancel_requested=True).exists()
-        status = QueryStatus.CANCELED if cancelled else QueryStatus.FAILED
-        message = "cancelled" if cancelled else _error_text(error)
-        Query.objects.filter(pk=query_id).update(
-            status=status,
-            error=message,
-            finished_at=timezone.now(),
-            duration_ms=int((time.perf_counter() - started) * 1000),
-        )
-        return status
-    finally:
-        if watcher is not None:
-            watcher.stop()
-        if spark is not None:
-            from processes.spark.session import untag_jobs
-
-            try:
-                untag_jobs(spark, f"lakewarden-query-{query_id}")
-            except Exception:
-                pass
-
-
-def _default_backend() -> StorageBackend:
-    from storage.services import storage_backend_default
-
-    return storage_backend_default()
-
-
-def _result_frame(spark, plan: QueryPlan, backend: StorageBackend | None):
-    """(frame, served_from_cache, cached result row)."""
-    if backend is not None:
-        result = CachedResult.objects.filter(
-            fingerprint=plan.fingerprint, backend=backend, state=CachedResultState.READY
-        ).first()
-        if result is not None:
-            storage = storage_open(backend)
-            if storage.exists(result.properties):
-                CachedResult.objects.filter(pk=result.pk).update(
-                    hits=result.hits + 1, last_used_at=timezone.now()
-                )
-                return storage.read(spark, result.properties), True, result
-            # The stored data vanished behind our back: forget it and recompute, once.
-            CachedResult.objects.filter(pk=result.pk).update(
-                state=CachedResultState.CLEANED, state_reason="backend data missing; recomputed"
-            )
-    frame = _compute(spark, plan)
-    if backend is None:
-        return frame, False, None
-    return _populate(spark, plan, backend, frame)
-
-
-def _compute(spark, plan: QueryPlan):
-    from storage.spec.spark_source import read_table
-
-    for planned in plan.tables:
-        table = planned.table
-        frame = read_table(spark, table.location, format=table.format, instant=planned.instant or None)
-        frame.createOrReplaceTempView(planned.view)
-    return spark.sql(plan.spark_sql)
-
-
-def _populate(spark, plan: QueryPlan, backend: StorageBackend, frame):
+def cached_result_begin(
+    *, plan: QueryPlan, backend: StorageBackend
+) -> tuple[CachedResult, IntermediateResultStorage, dict[str, Any]] | None:
+    """A POPULATING result with its storage created (creation hook), or None when another run is
+    populating the same fingerprint (answer from the computation then; never cache twice)."""
     name = f"result_{plan.fingerprint[:16]}_{uuid.uuid4().hex[:6]}"
     try:
         with transaction.atomic():
@@ -290,22 +160,20 @@ def _populate(spark, plan: QueryPlan, backend: StorageBackend, frame):
                 source_snapshots={str(p.table.pk): p.instant for p in plan.tables},
             )
     except IntegrityError:
-        # Another run is populating the same fingerprint: answer from the computation, don't cache twice.
-        return frame, False, None
+        return None
     storage = storage_open(backend)
     properties: dict[str, Any] = {}
     try:
         properties = storage.create(name, {})
-        CachedResult.objects.filter(pk=result.pk).update(properties=properties)
-        stats = storage.write(frame, properties)
     except Exception:
-        try:
-            storage.clean([name], {name: properties})
-        finally:
-            CachedResult.objects.filter(pk=result.pk).update(
-                state=CachedResultState.CLEANED, state_reason="write failed"
-            )
+        cached_result_failed(result=result, storage=storage, properties=properties)
         raise
+    CachedResult.objects.filter(pk=result.pk).update(properties=properties)
+    return result, storage, properties
+
+
+def cached_result_ready(*, result: CachedResult, stats: WriteStats) -> CachedResult:
+    """The data is written: READY, then least recently used results go if the storage is over quota."""
     CachedResult.objects.filter(pk=result.pk).update(
         state=CachedResultState.READY,
         size_bytes=stats.size_bytes,
@@ -313,54 +181,17 @@ def _populate(spark, plan: QueryPlan, backend: StorageBackend, frame):
         last_used_at=timezone.now(),
     )
     result.refresh_from_db()
-    cached_results_evict(backend=backend)
-    return storage.read(spark, properties), False, result
+    cached_results_evict(backend=result.backend)
+    return result
 
 
-def _collect(frame, row_limit: int) -> tuple[list[list[Any]], list[str], int]:
-    columns = list(frame.columns)
-    taken = frame.limit(row_limit + 1).collect()
-    total = len(taken) if len(taken) <= row_limit else frame.count()
-    return [[jsonable(v) for v in row] for row in taken[:row_limit]], columns, total
-
-
-def _error_text(error: Exception) -> str:
-    text = str(error)
-    # Spark's analysis errors carry a JVM stack after the first lines; the first lines say it all.
-    lines = [line for line in text.splitlines() if line.strip()][:6]
-    return f"{type(error).__name__}: " + "\n".join(lines)[:4000]
-
-
-class _CancelWatcher(threading.Thread):
-    """Polls the cancel flag and interrupts the query's Spark jobs when it is set (from this
-    thread: ``interrupt_jobs`` reaches jobs tagged by another thread, locally, on a standalone
-    cluster and through Spark Connect alike)."""
-
-    def __init__(self, query_id: int, spark, tag: str) -> None:
-        super().__init__(daemon=True, name=f"query-cancel-{query_id}")
-        self.query_id, self.spark, self.tag = query_id, spark, tag
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        from django.db import connection
-
-        from processes.spark.session import interrupt_jobs
-
-        cancelled = False
-        try:
-            while not self.stopped.wait(1.0):
-                cancelled = (
-                    cancelled or Query.objects.filter(pk=self.query_id, cancel_requested=True).exists()
-                )
-                if cancelled:
-                    # Again every second until the query ends: a job submitted after an interrupt
-                    # (the cancel came while the query was still planning) is interrupted too.
-                    try:
-                        interrupt_jobs(self.spark, self.tag)
-                    except Exception:
-                        logger.warning("could not interrupt query %s", self.query_id, exc_info=True)
-        finally:
-            connection.close()
-
-    def stop(self) -> None:
-        self.stopped.set()
+def cached_result_failed(
+    *, result: CachedResult, storage: IntermediateResultStorage, properties: dict[str, Any]
+) -> None:
+    """Writing failed: the cleanup hook removes what was written, and the row says why."""
+    try:
+        storage.clean([result.name], {result.name: properties})
+    finally:
+        CachedResult.objects.filter(pk=result.pk).update(
+            state=CachedResultState.CLEANED, state_reason="write failed"
+        )

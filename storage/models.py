@@ -1,10 +1,109 @@
-"""Registered result storages, cached results and interactive queries."""
+"""The lakehouse's bookkeeping: catalogs and managed tables, registered result storages and cached
+results. Catalog and Table were born in the ``console`` app; their database tables keep those names."""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 from django.urls import reverse
+
+from storage.spec.models import TableFormat
+
+
+class CatalogKind(models.TextChoices):
+    ICEBERG_SQL = "iceberg_sql", "Iceberg SQL catalog"
+    ICEBERG_REST = "iceberg_rest", "Iceberg REST catalog"
+    PATH_ROOT = "path_root", "Path root (Delta / Hudi / Iceberg folders)"
+
+
+#: The formats a table row may hold: the spec's one ``TableFormat`` enum, labelled for forms.
+FORMAT_CHOICES = [(member.value, member.value.capitalize()) for member in TableFormat]
+FORMAT_VALUES = [member.value for member in TableFormat]
+
+
+class Catalog(models.Model):
+    """Where tables are found. ``properties`` holds the kind's settings:
+
+    iceberg_sql: ``uri`` (SQLAlchemy URL; empty means Lakewarden's own database), ``warehouse``;
+    iceberg_rest: ``uri``, optional ``token``/``credential`` (secrets, masked on output);
+    path_root: ``root`` (a folder inside LAKEWARDEN_ALLOWED_ROOTS).
+    """
+
+    name = models.SlugField(max_length=100, unique=True)
+    kind = models.CharField(max_length=20, choices=CatalogKind.choices)
+    properties = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_synced_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        db_table = "console_catalog"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("console:catalog-detail", args=[self.pk])
+
+
+class Table(models.Model):
+    """A managed table. Metadata facts (snapshot, files, bytes) are cached here by a refresh so
+    list pages never open table metadata per row."""
+
+    catalog = models.ForeignKey(
+        Catalog, null=True, blank=True, on_delete=models.PROTECT, related_name="tables"
+    )
+    name = models.CharField(
+        max_length=255, help_text="Display name: the catalog identifier or the folder name"
+    )
+    identifier = models.CharField(
+        max_length=255, blank=True, help_text="Catalog identifier, e.g. demo.orders"
+    )
+    format = models.CharField(max_length=10, choices=FORMAT_CHOICES)
+    location = models.CharField(max_length=1024)
+    properties = models.JSONField(
+        default=dict, blank=True, help_text="Lakewarden overrides, e.g. target-file-size"
+    )
+    current_instant = models.CharField(max_length=64, blank=True)
+    file_count = models.BigIntegerField(default=0)
+    total_bytes = models.BigIntegerField(default=0)
+    record_count = models.BigIntegerField(default=0)
+    instant_count = models.IntegerField(default=0)
+    last_commit_at = models.DateTimeField(null=True, blank=True)
+    small_file_count = models.BigIntegerField(default=0)
+    last_maintenance_at = models.DateTimeField(null=True, blank=True, help_text="Last successful process")
+    metrics = models.JSONField(
+        default=dict, blank=True, help_text="Histograms and timeline (storage/metrics.py)"
+    )
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+    refresh_error = models.TextField(blank=True)
+    registered_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["location"], name="table_location_unique"),
+            models.UniqueConstraint(
+                fields=["catalog", "identifier"],
+                condition=~models.Q(identifier=""),
+                name="table_catalog_identifier_unique",
+            ),
+        ]
+        indexes = [models.Index(fields=["format"], name="console_tab_format_bcaae8_idx")]
+        db_table = "console_table"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("console:table-detail", args=[self.pk])
+
+    @property
+    def average_file_bytes(self) -> int:
+        return self.total_bytes // self.file_count if self.file_count else 0
+
+    @property
+    def small_file_ratio(self) -> float:
+        return self.small_file_count / self.file_count if self.file_count else 0.0
 
 
 class StorageSource(models.TextChoices):
@@ -78,51 +177,3 @@ class CachedResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.state})"
-
-
-class QueryStatus(models.TextChoices):
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    SUCCESS = "SUCCESS"
-    FAILED = "FAILED"
-    CANCELED = "CANCELED"
-
-
-class Query(models.Model):
-    sql = models.TextField()
-    cache = models.BooleanField(default=True)
-    backend = models.ForeignKey(
-        StorageBackend, null=True, blank=True, on_delete=models.SET_NULL, related_name="queries"
-    )
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    status = models.CharField(max_length=10, choices=QueryStatus.choices, default=QueryStatus.PENDING)
-    served_from_cache = models.BooleanField(default=False)
-    cached_result = models.ForeignKey(
-        CachedResult, null=True, blank=True, on_delete=models.SET_NULL, related_name="queries"
-    )
-    fingerprint = models.CharField(max_length=64, blank=True)
-    row_limit = models.PositiveIntegerField(default=1000)
-    columns = models.JSONField(default=list, blank=True)
-    rows = models.JSONField(default=list, blank=True, help_text="The first row_limit rows, for display")
-    total_rows = models.BigIntegerField(null=True, blank=True)
-    truncated = models.BooleanField(default=False)
-    error = models.TextField(blank=True)
-    cancel_requested = models.BooleanField(default=False)
-    celery_task_id = models.CharField(max_length=64, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    duration_ms = models.PositiveIntegerField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-
-    def __str__(self) -> str:
-        return f"query #{self.pk} ({self.status})"
-
-    def get_absolute_url(self) -> str:
-        return reverse("console:query-detail", args=[self.pk])
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in (QueryStatus.PENDING, QueryStatus.RUNNING)

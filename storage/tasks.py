@@ -1,23 +1,27 @@
-"""Query tasks (Spark work, heavy queue) and storage tests."""
+"""Table tasks (light queue): thin wrappers that parse ids and call one service."""
 
 from __future__ import annotations
 
 from celery import shared_task
-from django.conf import settings
 
-from storage import cache, services
-from storage.models import StorageBackend
-
-QUERY_TIME_LIMIT = min(settings.CELERY_TASK_TIME_LIMIT, 3600)
+from storage import services
+from storage.models import Table
 
 
-@shared_task(soft_time_limit=QUERY_TIME_LIMIT - 30, time_limit=QUERY_TIME_LIMIT)
-def run_query_task(query_id: int) -> str:
-    return cache.query_run(query_id=query_id)
+@shared_task(soft_time_limit=300, time_limit=360, acks_late=True)
+def refresh_table_task(table_id: int) -> dict:
+    """Re-read one table's metadata facts (idempotent, hence acks_late)."""
+    table = Table.objects.filter(pk=table_id).first()
+    if table is None:
+        return {"table": table_id, "refreshed": False, "reason": "table no longer registered"}
+    table = services.table_refresh(table=table)
+    return {"table": table_id, "refreshed": not table.refresh_error, "error": table.refresh_error}
 
 
-@shared_task(soft_time_limit=150, time_limit=180)
-def test_storage_task(backend_id: int) -> dict:
-    backend = StorageBackend.objects.get(pk=backend_id)
-    ok, message = services.storage_backend_test(backend=backend)
-    return {"ok": ok, "message": message}
+@shared_task(soft_time_limit=60, time_limit=90)
+def refresh_tables_task() -> int:
+    """Queue a refresh of every table (beat); each runs as its own task so one slow table waits alone."""
+    ids = list(Table.objects.values_list("pk", flat=True))
+    for table_id in ids:
+        refresh_table_task.delay(table_id)
+    return len(ids)

@@ -195,7 +195,7 @@ def spark():
 def django_db_setup(django_db_setup):
     """pytest-django's test database, with the Iceberg SQL catalogs' pools closed before it is dropped."""
     yield
-    from console.catalogs import close_iceberg_catalogs
+    from storage.catalogs import close_iceberg_catalogs
     from storage.services import storages_close
 
     close_iceberg_catalogs()

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from console.errors import ServiceError
+from storage.errors import ServiceError
 from storage.spec import SpecError
 
 logger = logging.getLogger(__name__)

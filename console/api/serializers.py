@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from console.models import Catalog, CatalogKind, Table, TableFormat
+from storage.models import FORMAT_CHOICES, Catalog, CatalogKind, Table
 
 SECRET_KEYS = ("token", "credential", "password", "secret")
 
@@ -76,7 +76,7 @@ class TableRegisterSerializer(serializers.Serializer):
     location = serializers.CharField(required=False, allow_blank=False, max_length=1024)
     catalog = serializers.PrimaryKeyRelatedField(queryset=Catalog.objects.all(), required=False)
     identifier = serializers.CharField(required=False, max_length=255)
-    format = serializers.ChoiceField(choices=TableFormat.choices, required=False)
+    format = serializers.ChoiceField(choices=FORMAT_CHOICES, required=False)
     properties = serializers.DictField(required=False, default=dict)
 
     def validate(self, attrs):
@@ -98,7 +98,7 @@ class InstantSerializer(serializers.Serializer):
     summary = serializers.SerializerMethodField()
 
     def get_summary(self, instant) -> dict:
-        from console.table_selectors import jsonable
+        from storage.selectors import jsonable
 
         return jsonable(instant.summary)
 
@@ -120,12 +120,12 @@ class FileSliceSerializer(serializers.Serializer):
     stats = serializers.SerializerMethodField()
 
     def get_partition(self, file_slice) -> dict:
-        from console.table_selectors import jsonable
+        from storage.selectors import jsonable
 
         return jsonable(file_slice.partition.values)
 
     def get_stats(self, file_slice) -> dict:
-        from console.table_selectors import jsonable
+        from storage.selectors import jsonable
 
         base = file_slice.base_file
         if base is None:

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from rest_framework.routers import DefaultRouter
 
+from console.api.processes import PluginViewSet, ProcessViewSet
+from console.api.storage import CachedResultViewSet, QueryViewSet, StorageBackendViewSet
 from console.api.views import CatalogViewSet, TableViewSet
-from processes.api import PluginViewSet, ProcessViewSet
-from storage.api import CachedResultViewSet, QueryViewSet, StorageBackendViewSet
 
 router = DefaultRouter()
 router.register("catalogs", CatalogViewSet, basename="catalog")

@@ -7,7 +7,6 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from console import selectors, services, table_selectors
 from console.api.serializers import (
     CatalogCreateSerializer,
     CatalogSerializer,
@@ -21,7 +20,8 @@ from console.api.serializers import (
     TableRegisterSerializer,
     TableSerializer,
 )
-from console.models import Catalog, Table, TableFormat
+from storage import selectors, services
+from storage.models import FORMAT_VALUES, Catalog, Table
 
 AT = OpenApiParameter(
     "at",
@@ -75,9 +75,7 @@ class TableViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     @extend_schema(
         parameters=[
             OpenApiParameter("search", str, description="part of the name, identifier or location"),
-            OpenApiParameter(
-                "format", str, enum=TableFormat.values, description="only tables of this format"
-            ),
+            OpenApiParameter("format", str, enum=FORMAT_VALUES, description="only tables of this format"),
         ]
     )
     def list(self, request, *args, **kwargs):
@@ -100,21 +98,21 @@ class TableViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     @extend_schema(responses={200: InstantSerializer(many=True)})
     @action(detail=True, methods=["get"], pagination_class=None)  # the whole timeline, one list
     def snapshots(self, request, pk=None):
-        instants = table_selectors.table_snapshots(table=self.get_object())
+        instants = selectors.table_snapshots(table=self.get_object())
         return Response(InstantSerializer(instants, many=True).data)
 
     @extend_schema(parameters=[AT, FILTER, PAGE, PAGE_SIZE], responses={200: FilesPageSerializer})
     @action(detail=True, methods=["get"])
     def files(self, request, pk=None):
-        query = table_selectors.spec_query_parse(request.query_params)
-        page = table_selectors.table_files(table=self.get_object(), query=query)
+        query = selectors.spec_query_parse(request.query_params)
+        page = selectors.table_files(table=self.get_object(), query=query)
         return Response(FilesPageSerializer(page).data)
 
     @extend_schema(parameters=[AT, FILTER, TARGET_SIZE, OPEN_FILE_COST], responses={200: SplitPlanSerializer})
     @action(detail=True, methods=["get"])
     def splits(self, request, pk=None):
-        query = table_selectors.spec_query_parse(request.query_params)
-        plan = table_selectors.table_splits(table=self.get_object(), query=query)
+        query = selectors.spec_query_parse(request.query_params)
+        plan = selectors.table_splits(table=self.get_object(), query=query)
         return Response(SplitPlanSerializer(plan).data)
 
     @extend_schema(
@@ -132,8 +130,8 @@ class TableViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     )
     @action(detail=True, methods=["get"])
     def partitions(self, request, pk=None):
-        query = table_selectors.spec_query_parse(request.query_params)
-        instant, partitions, small = table_selectors.table_partitions(table=self.get_object(), query=query)
+        query = selectors.spec_query_parse(request.query_params)
+        instant, partitions, small = selectors.table_partitions(table=self.get_object(), query=query)
         return Response(
             {
                 "instant": InstantSerializer(instant).data if instant else None,
@@ -158,8 +156,8 @@ class TableViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     )
     @action(detail=True, methods=["get"])
     def changes(self, request, pk=None):
-        query = table_selectors.spec_query_parse(request.query_params)
-        start, end, partitions, files = table_selectors.table_changes(table=self.get_object(), query=query)
+        query = selectors.spec_query_parse(request.query_params)
+        start, end, partitions, files = selectors.table_changes(table=self.get_object(), query=query)
         return Response(
             {
                 "from": InstantSerializer(start).data if start else None,

@@ -235,48 +235,17 @@ def commit_delta(
     """Validate at the latest version, publish, commit remove + add; the new version."""
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError, DeltaError
-    from deltalake.transaction import AddAction, CommitProperties, RemoveAction
+    from deltalake.transaction import CommitProperties
 
     table = DeltaTable(location)
     root = compaction.local_path(table.table_uri.rstrip("/"))
-    latest = open_version(location, table.version())
-    live = {os.path.normpath(s.base_file.path): s for s in latest.file_index().list_files_at()}
-    for group in plan.groups:
-        for planned in group.slices:
-            now = live.get(os.path.normpath(planned.base_file.path))
-            if now is None:
-                raise RewriteConflict(f"{planned.base_file.path} is no longer live")
-            if now.delete_files or now.base_file.extra.get("deletion_vector"):
-                raise RewriteConflict(f"{planned.base_file.path} got a deletion vector")
+    _validate_still_live(location, table.version(), plan)
     actions = pa.table(table.get_add_actions(flatten=False)).to_pylist()
     by_disk = {_disk_path(root, a["path"]): a for a in actions}
-    now_ms = int(time.time() * 1000)
-    removes, adds, published = [], [], []
+    published: list[str] = []
     committed = False
     try:
-        for result in written:
-            first = by_disk[os.path.normpath(result.group.paths[0])]
-            values = {k: partition_string(v) for k, v in (first.get("partition") or {}).items()}
-            for path in result.group.paths:
-                action = by_disk[os.path.normpath(path)]
-                removes.append(RemoveAction(action["path"], False, now_ms, action["size_bytes"], values))
-            # New files go next to the group's first file; its log path is already encoded
-            # the way this table's log spells that folder.
-            absolute = "://" in first["path"]
-            relative_dir = os.path.dirname(first["path"])
-            directory = os.path.dirname(_disk_path(root, first["path"]))
-            for staged in result.files:
-                target = compaction.publish(staged, directory)
-                published.append(target)
-                name = os.path.basename(target)
-                log_path = f"{relative_dir}/{name}" if relative_dir else name
-                if absolute:
-                    log_path = "file://" + target
-                adds.append(
-                    AddAction(
-                        log_path, os.path.getsize(target), values, now_ms, False, delta_stats(target, schema)
-                    )
-                )
+        removes, adds = _rewrite_actions(root, by_disk, written, schema, published)
         table.create_write_transaction(
             actions=removes + adds,
             mode="append",
@@ -297,6 +266,54 @@ def commit_delta(
         if not committed and not _landed(location, root, published):
             compaction.unpublish(published)
     return DeltaTable(location).version()
+
+
+def _validate_still_live(location: str, version: int, plan: CompactionPlan) -> None:
+    """Every planned file is still live at ``version`` and got no deletion vector meanwhile."""
+    latest = open_version(location, version)
+    live = {os.path.normpath(s.base_file.path): s for s in latest.file_index().list_files_at()}
+    for group in plan.groups:
+        for planned in group.slices:
+            now = live.get(os.path.normpath(planned.base_file.path))
+            if now is None:
+                raise RewriteConflict(f"{planned.base_file.path} is no longer live")
+            if now.delete_files or now.base_file.extra.get("deletion_vector"):
+                raise RewriteConflict(f"{planned.base_file.path} got a deletion vector")
+
+
+def _rewrite_actions(
+    root: str, by_disk: dict[str, dict], written: list[WrittenGroup], schema: pa.Schema, published: list[str]
+) -> tuple[list, list]:
+    """Remove actions for the rewritten files and add actions for the new ones, published next to
+    each group's first file (``published`` collects them, so a failed commit can take them back)."""
+    from deltalake.transaction import AddAction, RemoveAction
+
+    now_ms = int(time.time() * 1000)
+    removes, adds = [], []
+    for result in written:
+        first = by_disk[os.path.normpath(result.group.paths[0])]
+        values = {k: partition_string(v) for k, v in (first.get("partition") or {}).items()}
+        for path in result.group.paths:
+            action = by_disk[os.path.normpath(path)]
+            removes.append(RemoveAction(action["path"], False, now_ms, action["size_bytes"], values))
+        # New files go next to the group's first file; its log path is already encoded the way
+        # this table's log spells that folder.
+        absolute = "://" in first["path"]
+        relative_dir = os.path.dirname(first["path"])
+        directory = os.path.dirname(_disk_path(root, first["path"]))
+        for staged in result.files:
+            target = compaction.publish(staged, directory)
+            published.append(target)
+            name = os.path.basename(target)
+            log_path = f"{relative_dir}/{name}" if relative_dir else name
+            if absolute:
+                log_path = "file://" + target
+            adds.append(
+                AddAction(
+                    log_path, os.path.getsize(target), values, now_ms, False, delta_stats(target, schema)
+                )
+            )
+    return removes, adds
 
 
 def _landed(location: str, root: str, published: list[str]) -> bool:

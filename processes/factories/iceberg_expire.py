@@ -149,19 +149,7 @@ class IcebergExpireProcess(TableProcess):
             return summary
 
         context.report_progress(2, 3, "deleting unreachable files")
-        failed = 0
-        # Content files first, manifest lists last: an interrupted run leaves metadata that still
-        # lists what remains (deleted files were unreachable anyway).
-        for kind in ("data_files", "delete_files", "manifests", "manifest_lists"):
-            for path in doomed[kind]:
-                try:
-                    table.io.delete(path)
-                except FileNotFoundError:
-                    pass
-                except OSError:
-                    failed += 1
-                    logger.warning("could not delete %s", path, exc_info=True)
-        summary["delete_failures"] = failed
+        summary["delete_failures"] = _delete_files(table.io, doomed)
         context.report_progress(3, 3, "done")
         return summary
 
@@ -224,3 +212,20 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
 
     def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
         return IcebergExpireProcess(dict(record.params), runtime.config)
+
+
+def _delete_files(io, doomed: dict[str, list[str]]) -> int:
+    """Delete the unreachable files; the number that could not be deleted. Content files first,
+    manifest lists last: an interrupted run leaves metadata that still lists what remains (deleted
+    files were unreachable anyway)."""
+    failed = 0
+    for kind in ("data_files", "delete_files", "manifests", "manifest_lists"):
+        for path in doomed[kind]:
+            try:
+                io.delete(path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                failed += 1
+                logger.warning("could not delete %s", path, exc_info=True)
+    return failed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import call_command
 
-from console.models import Catalog, CatalogKind, Table
+from storage.models import Catalog, CatalogKind, Table
 from tests.console.tables import write_delta_table
 
 pytestmark = pytest.mark.django_db

@@ -7,11 +7,11 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from console import services
 from console.charts import histogram_svg, timeline_svg
-from console.models import Table
 from console.overview import table_health, tables_by_health
 from processes.models import Process, ProcessStatus
+from storage import services
+from storage.models import Table
 from tests.console.tables import write_delta_table
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from console import services
+from storage import services
 from tests.console.tables import write_delta_table
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,7 @@ import shutil
 import pytest
 from deltalake import DeltaTable
 
-from console import services
+from storage import services
 from tests.console.tables import write_delta_table
 
 pytestmark = pytest.mark.django_db

@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from console import services
-from console.errors import InvalidInput
-from console.models import Catalog, CatalogKind, Table
+from storage import services
+from storage.errors import InvalidInput
+from storage.models import Catalog, CatalogKind, Table
 from tests.console.tables import write_delta_table, write_iceberg_table
 
 pytestmark = pytest.mark.django_db

@@ -86,7 +86,7 @@ def test_an_admin_logs_in_sees_the_demo_tables_and_opens_one(demo_admin, live_se
 
 @pytest.fixture
 def demo_orders(demo_admin):
-    from console.models import Table
+    from storage.models import Table
 
     return Table.objects.get(name="demo.orders")
 
@@ -179,8 +179,8 @@ def console_pages(demo_admin, django_user_model):
     """Every console page (by URL) over the demo lakehouse, and a user per role."""
     from django.contrib.auth.models import Group
 
-    from console.models import Catalog, Table
     from processes.models import Process
+    from storage.models import Catalog, Table
 
     table = Table.objects.get(name="demo.orders")
     process = Process.objects.create(

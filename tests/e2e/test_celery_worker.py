@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from console import services
-from console.tasks import refresh_table_task
+from storage import services
+from storage.tasks import refresh_table_task
 from tests.console.tables import write_delta_table
 
 pytestmark = pytest.mark.e2e

@@ -234,7 +234,7 @@ def _finished(pk: int, celery_processes, timeout: float = 120) -> Process:
 
 
 def _query_done(pk: int, celery_processes, timeout: float = 120):
-    from storage.models import Query
+    from processes.models import Query
 
     return wait_for(
         lambda: (q := Query.objects.get(pk=pk)).status in ("SUCCESS", "FAILED", "CANCELED") and q,
@@ -262,8 +262,8 @@ def _slow_sql(name: str) -> str:
 
 def _compact_and_query(celery_processes, table, rows_before: Counter, read_rows, files_after) -> None:
     """Compaction by a worker, then the aggregate query twice (the second served from the cache)."""
+    from processes import queries
     from processes.services import process_create
-    from storage import cache
 
     process = process_create(table=table, action="rewrite", params={"min-input-files": 2})
     done = _finished(process.pk, celery_processes, timeout=180)
@@ -272,8 +272,8 @@ def _compact_and_query(celery_processes, table, rows_before: Counter, read_rows,
     assert done.summary["files_out"] == files_after < done.summary["files_in"]
 
     name = table.identifier or table.name
-    first = _query_done(cache.query_submit(sql=_aggregate_sql(name)).pk, celery_processes)
-    second = _query_done(cache.query_submit(sql=_aggregate_sql(name)).pk, celery_processes)
+    first = _query_done(queries.query_submit(sql=_aggregate_sql(name)).pk, celery_processes)
+    second = _query_done(queries.query_submit(sql=_aggregate_sql(name)).pk, celery_processes)
     assert first.status == "SUCCESS", first.error
     assert second.status == "SUCCESS", second.error
     assert not first.served_from_cache and second.served_from_cache
@@ -282,14 +282,14 @@ def _compact_and_query(celery_processes, table, rows_before: Counter, read_rows,
 
 def _cancel_slow_query(celery_processes, name: str) -> float:
     """Submit a query that takes a minute, cancel it once it runs; returns seconds to CANCELED."""
-    from storage import cache
-    from storage.models import Query
+    from processes import queries
+    from processes.models import Query
 
-    slow = cache.query_submit(sql=_slow_sql(name), cache=False)
+    slow = queries.query_submit(sql=_slow_sql(name), cache=False)
     wait_for(lambda: Query.objects.get(pk=slow.pk).status == "RUNNING", timeout=60, message="the slow query")
     time.sleep(2)  # inside its Spark job by now
     asked = time.monotonic()
-    cache.query_cancel(query=Query.objects.get(pk=slow.pk))
+    queries.query_cancel(query=Query.objects.get(pk=slow.pk))
     cancelled = _query_done(slow.pk, celery_processes, timeout=30)
     assert cancelled.status == "CANCELED", cancelled.error
     return time.monotonic() - asked
@@ -319,8 +319,8 @@ def test_a_spark_connect_server_runs_a_compaction_and_cached_queries_through_the
 def test_on_spark_connect_cancel_and_kill_interrupt_running_spark_jobs(
     celery_processes, connect_server, make_delta
 ):
+    from processes import queries
     from processes.services import process_create, process_kill
-    from storage import cache
 
     slow_table, _ = make_delta(files=2, rows_per_file=60)  # two files: both cores busy a minute
     table, path = make_delta(files=6, rows_per_file=5)
@@ -338,9 +338,9 @@ def test_on_spark_connect_cancel_and_kill_interrupt_running_spark_jobs(
     # A compaction whose Spark job waits behind a slow query (both server cores taken) is killed:
     # the kill's cancel interrupts the job by tag at the next heartbeat, long before the grace
     # period would terminate the worker's task.
-    from storage.models import Query
+    from processes.models import Query
 
-    hog = cache.query_submit(sql=_slow_sql(slow_table.name), cache=False)
+    hog = queries.query_submit(sql=_slow_sql(slow_table.name), cache=False)
     wait_for(lambda: Query.objects.get(pk=hog.pk).status == "RUNNING", timeout=60, message="the slow query")
     time.sleep(2)
     process = process_create(table=table, action="rewrite", params={"min-input-files": 2})
@@ -357,7 +357,7 @@ def test_on_spark_connect_cancel_and_kill_interrupt_running_spark_jobs(
     # CANCELED (not KILLED): the worker got its thread back from Spark and cleaned up itself.
     assert ended.status == ProcessStatus.CANCELED, ended.failure
     assert took < 10
-    cache.query_cancel(query=Query.objects.get(pk=hog.pk))
+    queries.query_cancel(query=Query.objects.get(pk=hog.pk))
     assert _query_done(hog.pk, celery_processes, timeout=30).status == "CANCELED"
     time.sleep(2)  # an uninterrupted job would now get the cores and write its files
     assert multiset(delta_read(path)) == rows_before and delta_files(path) == files_before
@@ -366,7 +366,9 @@ def test_on_spark_connect_cancel_and_kill_interrupt_running_spark_jobs(
 
     # The server is free again: a fresh query answers at once.
     started = time.monotonic()
-    quick = _query_done(cache.query_submit(sql=_aggregate_sql(table.name), cache=False).pk, celery_processes)
+    quick = _query_done(
+        queries.query_submit(sql=_aggregate_sql(table.name), cache=False).pk, celery_processes
+    )
     assert quick.status == "SUCCESS", quick.error
     assert quick.rows == _aggregate(delta_read(path)) and time.monotonic() - started < 20
 
@@ -399,9 +401,9 @@ def test_a_standalone_cluster_runs_the_compaction_and_queries_and_a_cancelled_qu
     # The work ran in an executor the cluster's worker started for the Lakewarden application.
     assert any((standalone_cluster.work_dir).glob("app-*/*/stderr"))
     # A table the lakewarden data source reads (its Python runs in the cluster's executors).
-    from storage import cache
+    from processes import queries
 
-    through_source = cache.query_submit(sql=_aggregate_sql(partitioned_delta.name), cache=False)
+    through_source = queries.query_submit(sql=_aggregate_sql(partitioned_delta.name), cache=False)
     answered = _query_done(through_source.pk, celery_processes)
     assert answered.status == "SUCCESS", answered.error
     assert answered.rows == _aggregate(delta_read(delta_path))
@@ -418,7 +420,7 @@ def test_two_heavy_workers_run_every_due_compaction_once_and_the_light_queue_kee
 ):
     from deltalake import DeltaTable
 
-    from console.models import Table
+    from storage.models import Table
 
     tables = [make_delta(files=3, rows_per_file=4) for _ in range(20)]
     rows_before = {table.pk: multiset(delta_read(path)) for table, path in tables}
@@ -587,14 +589,14 @@ def test_heavy_tasks_are_routed_to_the_heavy_queue_and_the_rest_stay_on_the_defa
     queue = lambda name, **options: app.amqp.router.route(options, name)["queue"].name  # noqa: E731
 
     assert queue("processes.tasks.run_process_task") == "elsewhere.heavy"
-    assert queue("storage.tasks.run_query_task") == "elsewhere.heavy"
-    assert queue("storage.tasks.test_storage_task") == "elsewhere.heavy"
+    assert queue("processes.tasks.run_query_task") == "elsewhere.heavy"
+    assert queue("processes.tasks.test_storage_task") == "elsewhere.heavy"
     for light in (
         "processes.tasks.schedule_processes_task",
         "processes.tasks.reap_processes_task",
         "processes.tasks.kill_process_task",
-        "console.tasks.refresh_tables_task",
-        "console.tasks.refresh_table_task",
+        "storage.tasks.refresh_tables_task",
+        "storage.tasks.refresh_table_task",
     ):
         assert queue(light) == app.conf.task_default_queue
     assert queue("processes.tasks.run_process_task", queue="chosen") == "chosen"  # explicit wins

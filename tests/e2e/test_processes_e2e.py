@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from console import services as console_services
 from processes import services
 from processes.models import PluginConfig, Process, ProcessStatus, ProcessTrigger
 from processes.registry import configured_factories
+from storage import services as console_services
 from tests.console.tables import write_delta_table
 from tests.e2e.conftest import wait_for
 

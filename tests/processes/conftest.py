@@ -52,8 +52,8 @@ def multiset(table: pa.Table) -> Counter:
 @pytest.fixture
 def iceberg_catalog(warehouse, db):
     """(console Catalog row, pyiceberg catalog) of a SQL catalog on the test database."""
-    from console import services
-    from console.catalogs import iceberg_catalog as build
+    from storage import services
+    from storage.catalogs import iceberg_catalog as build
 
     row = services.catalog_create(
         name=f"lake-{uuid.uuid4().hex[:8]}", kind="iceberg_sql", properties={"warehouse": warehouse.as_uri()}
@@ -65,7 +65,7 @@ def iceberg_catalog(warehouse, db):
 def make_iceberg(iceberg_catalog):
     """``make_iceberg(files=..., rows_per_file=..., partitioned=...)`` -> (console Table, pyiceberg table):
     an Iceberg table of exactly ``files`` data files (one fast append), registered in the console."""
-    from console import services
+    from storage import services
 
     row, catalog = iceberg_catalog
 
@@ -173,7 +173,7 @@ def external_iceberg(iceberg_catalog, external_tables, warehouse):
     import subprocess
     import sys
 
-    from console import services
+    from storage import services
 
     row, catalog = iceberg_catalog
     tool = external_tables.parent / "tools" / "relocate_iceberg.py"
@@ -218,7 +218,7 @@ def make_delta(warehouse, db):
     Delta table written by deltalake, one commit of one file per ``files``."""
     from deltalake import write_deltalake
 
-    from console import services
+    from storage import services
 
     def make(*, files: int = 120, rows_per_file: int = 5, partitioned: bool = False, configuration=None):
         path = warehouse / f"delta_{uuid.uuid4().hex[:8]}"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from console import services as console_services
 from processes.models import Process, ProcessStatus
+from storage import services as console_services
 from tests.console.tables import write_delta_table
 
 pytestmark = pytest.mark.django_db

@@ -105,7 +105,7 @@ def test_a_cancel_just_before_the_commit_leaves_the_delta_table_as_it_was(make_d
 def test_a_file_with_a_deletion_vector_is_left_as_it_is(external_tables, warehouse, run_now):
     # deltalake's RemoveAction cannot name a deletion vector: removing such a file by path alone
     # would leave it live next to its rewritten copy (every row twice).
-    from console import services
+    from storage import services
 
     path = warehouse / "dv"
     shutil.copytree(external_tables / "delta" / "table-with-dv-small", path)
@@ -122,9 +122,9 @@ def test_a_file_with_a_deletion_vector_is_left_as_it_is(external_tables, warehou
 
 
 def test_a_table_with_column_mapping_is_not_offered_and_fails_clearly(external_tables, warehouse, run_now):
-    from console import services
     from processes.factories.delta_rewrite import DeltaRewriteFactory
     from processes.runtime import TableRuntime
+    from storage import services
 
     path = warehouse / "mapped"
     shutil.copytree(external_tables / "delta" / "table_with_column_mapping", path)

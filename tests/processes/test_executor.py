@@ -9,10 +9,10 @@ import time
 import pytest
 from django.utils import timezone
 
-from console import services as console_services
 from processes import services
 from processes.executor import TableLock, TableLockBusy, run_process
 from processes.models import Process, ProcessStatus
+from storage import services as console_services
 from tests.console.tables import write_delta_table
 
 pytestmark = pytest.mark.django_db(transaction=True)

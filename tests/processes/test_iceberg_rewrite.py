@@ -213,7 +213,7 @@ def test_columns_renamed_after_the_files_were_written_keep_their_values(make_ice
 def test_nested_columns_round_trip(iceberg_catalog, run_now):
     import pyarrow as pa
 
-    from console import services
+    from storage import services
 
     row, catalog = iceberg_catalog
     catalog.create_namespace("nested")
@@ -251,8 +251,8 @@ def test_nested_columns_round_trip(iceberg_catalog, run_now):
 
 
 def test_a_table_without_a_catalog_is_not_offered_and_fails_clearly(make_iceberg, run_now):
-    from console import services
     from processes.runtime import TableRuntime
+    from storage import services
 
     _, table = make_iceberg(files=10, register=False)
     # registered by location: opened from its metadata file, with no catalog to commit through

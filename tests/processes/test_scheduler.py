@@ -7,10 +7,10 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from console.models import Table
 from processes.models import PluginConfig, Process, ProcessStatus, ProcessTrigger
 from processes.registry import configured_factories
 from processes.scheduler import schedule_tick
+from storage.models import Table
 
 pytestmark = pytest.mark.django_db
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from console import services as console_services
-from console.errors import Conflict, InvalidInput
 from processes import services
 from processes.models import Process, ProcessStatus, ProcessTrigger
 from processes.registry import PluginConflict, configured_factories, coordinators
+from storage import services as console_services
+from storage.errors import Conflict, InvalidInput
 from tests.console.tables import write_delta_table
 
 pytestmark = pytest.mark.django_db

@@ -15,8 +15,8 @@ from tests.console.tables import write_delta_table
 @dataclass
 class Lake:
     warehouse: Path
-    table: object  # console.models.Table
-    catalog: object  # console.models.Catalog
+    table: object  # storage.models.Table
+    catalog: object  # storage.models.Catalog
     process: object  # processes.models.Process
     unregistered: Path  # a Delta table folder inside the warehouse that nobody registered yet
     storage: object | None = None  # storage.models.StorageBackend
@@ -50,8 +50,8 @@ def users(no_role_user, viewer, operator, admin_user) -> dict:
 
 @pytest.fixture
 def lake(warehouse, test_plugin) -> Lake:
-    from console import services as console_services
     from processes import services as process_services
+    from storage import services as console_services
 
     table = console_services.table_register(location=str(write_delta_table(warehouse / "orders", commits=2)))
     unregistered = write_delta_table(warehouse / "returns", commits=1)
@@ -67,7 +67,8 @@ def lake(warehouse, test_plugin) -> Lake:
 def _add_storage_objects(lake: Lake) -> None:
     """A storage backend, a query and a cached result, when the storage app has them."""
     try:
-        from storage.models import CachedResult, Query, StorageBackend
+        from processes.models import Query
+        from storage.models import CachedResult, StorageBackend
     except ImportError:
         return
     folder = lake.warehouse / "results"

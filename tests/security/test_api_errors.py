@@ -39,7 +39,7 @@ def test_an_unauthenticated_request_has_the_error_body(api_as):
 def test_a_crash_in_the_api_is_a_json_500_that_is_logged(lake, users, monkeypatch, caplog, settings):
     from rest_framework.test import APIClient
 
-    from console import selectors
+    from storage import selectors
 
     settings.DEBUG = False
 

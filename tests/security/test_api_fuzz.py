@@ -44,7 +44,7 @@ FUZZ_SETTINGS = settings(
 def no_waiting_for_workers(monkeypatch):
     """Testing a storage waits for a worker's answer; there is no worker in this test."""
     try:
-        from storage import services
+        from processes import queries as services
     except ImportError:
         return
     monkeypatch.setattr(services, "storage_backend_test_on_worker", lambda backend, **kw: (True, "tested"))

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from console import services
-from console.errors import InvalidInput
-from console.models import Catalog, Table
+from storage import services
+from storage.errors import InvalidInput
+from storage.models import Catalog, Table
 from tests.console.tables import write_delta_table
 
 pytestmark = pytest.mark.django_db

@@ -285,8 +285,8 @@ def _login(user) -> Client:
 
 def _state() -> tuple:
     """What a refused request must not change."""
-    from console.models import Catalog, Table
     from processes.models import Process
+    from storage.models import Catalog, Table
 
     state = (
         sorted(Catalog.objects.values_list("name", "last_synced_at")),
@@ -294,7 +294,8 @@ def _state() -> tuple:
         sorted(Process.objects.values_list("id", "status")),
     )
     try:
-        from storage.models import CachedResult, Query, StorageBackend
+        from processes.models import Query
+        from storage.models import CachedResult, StorageBackend
     except ImportError:
         return state
     return state + (
@@ -352,7 +353,7 @@ def _url(endpoint: Endpoint, rule: Rule, lake, variant: dict) -> str:
 def no_waiting_for_workers(monkeypatch):
     """Testing a storage waits for a worker's answer (up to minutes): answer at once instead."""
     try:
-        from storage import services
+        from processes import queries as services
     except ImportError:
         return
     monkeypatch.setattr(services, "storage_backend_test_on_worker", lambda backend, **kw: (True, "tested"))

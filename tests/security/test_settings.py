@@ -162,8 +162,8 @@ def test_no_template_has_an_inline_script_or_event_handler():
 
 @pytest.fixture
 def pending_process(warehouse, test_plugin):
-    from console import services as console_services
     from processes import services as process_services
+    from storage import services as console_services
     from tests.console.tables import write_delta_table
 
     table = console_services.table_register(location=str(write_delta_table(warehouse / "orders", commits=1)))

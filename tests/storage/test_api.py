@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from console import services as console_services
-from storage import cache
-from storage.models import CachedResult, Query, StorageBackend
+from processes import queries
+from processes.models import Query
+from storage import services as console_services
+from storage.models import CachedResult, StorageBackend
 from tests.console.tables import write_delta_table
 
 pytestmark = pytest.mark.django_db
@@ -106,7 +107,7 @@ def test_bad_sql_answers_400_with_the_reason(api_as, operator, orders):
 
 
 def test_a_query_result_is_paged_in_the_api(api_as, viewer, operator, orders):
-    query = cache.query_submit(sql="select id from orders")
+    query = queries.query_submit(sql="select id from orders")
     Query.objects.filter(pk=query.pk).update(
         status="SUCCESS", columns=["id"], rows=[[i] for i in range(250)], total_rows=250
     )

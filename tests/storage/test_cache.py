@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from console import services as console_services
-from console.errors import InvalidInput
-from storage import cache, services
-from storage.models import CachedResult, CachedResultState, Query, QueryStatus, StorageSource
+from processes import queries
+from processes.models import Query, QueryStatus
+from storage import services
+from storage import services as console_services
+from storage.errors import InvalidInput
+from storage.models import CachedResult, CachedResultState, StorageBackend, StorageSource
 from storage.results.plugin import StorageDescriptor
 from tests.console.tables import write_delta_table
 
@@ -31,8 +33,8 @@ def run(spark):
     """``run(sql, **options)`` submits a query and runs it here, as a worker would."""
 
     def submit_and_run(sql: str, **options) -> Query:
-        query = cache.query_submit(sql=sql, **options)
-        cache.query_run(query_id=query.pk, spark=spark)
+        query = queries.query_submit(sql=sql, **options)
+        queries.query_run(query_id=query.pk, spark=spark)
         query.refresh_from_db()
         return query
 
@@ -172,7 +174,7 @@ def test_a_query_naming_a_catalog_identifier_reads_the_iceberg_table(warehouse, 
 )
 def test_bad_sql_is_refused_before_anything_runs(orders, sql, message):
     with pytest.raises(InvalidInput, match=message):
-        cache.query_submit(sql=sql)
+        queries.query_submit(sql=sql)
     assert Query.objects.count() == 0
 
 
@@ -186,14 +188,14 @@ def test_a_row_limit_beyond_the_display_limit_is_refused(orders, settings):
     settings.LAKEWARDEN_QUERY_ROW_LIMIT = 100
 
     with pytest.raises(InvalidInput, match="at most 100"):
-        cache.query_submit(sql=AGGREGATE, row_limit=5000)
+        queries.query_submit(sql=AGGREGATE, row_limit=5000)
 
 
 def test_cancelling_a_pending_query_stops_it_before_it_runs(orders, spark):
-    query = cache.query_submit(sql=AGGREGATE)
+    query = queries.query_submit(sql=AGGREGATE)
 
-    cache.query_cancel(query=query)
-    cache.query_run(query_id=query.pk, spark=spark)
+    queries.query_cancel(query=query)
+    queries.query_run(query_id=query.pk, spark=spark)
 
     query.refresh_from_db()
     assert query.status == QueryStatus.CANCELED and query.rows == []
@@ -215,7 +217,7 @@ def test_code_yaml_and_console_registration_make_the_same_backend(warehouse, tmp
         "/storages/new/", {"name": "from-console", "type": "filesystem", "config": f'{{"root": "{root}"}}'}
     )
 
-    backends = {b.name: b for b in services.StorageBackend.objects.all()}
+    backends = {b.name: b for b in StorageBackend.objects.all()}
     assert {(b.type, tuple(sorted(b.config.items()))) for b in backends.values()} == {
         ("filesystem", (("root", root),))
     }
@@ -245,7 +247,7 @@ def test_bad_storage_registrations_are_refused_and_nothing_is_stored(
         services.storage_backend_register(
             name="bad", descriptor=StorageDescriptor(type=storage_type, config=config)
         )
-    assert services.StorageBackend.objects.count() == 0
+    assert StorageBackend.objects.count() == 0
 
 
 def test_the_test_button_reports_a_postgres_dsn_that_does_not_connect_without_its_password(spark, warehouse):
@@ -277,4 +279,4 @@ def test_the_test_button_runs_a_round_trip_on_a_filesystem_storage(spark, wareho
 @pytest.mark.parametrize("sql", ['"', "select 'unclosed from orders", "select ` from orders"])
 def test_sql_the_tokenizer_rejects_is_bad_input_not_a_crash(orders, sql):
     with pytest.raises(InvalidInput, match="does not parse"):
-        cache.query_submit(sql=sql)
+        queries.query_submit(sql=sql)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from console.errors import ServiceError
+from storage.errors import ServiceError
 from storage.models import StorageSource
 from storage.results.plugin import StorageDescriptor
 from storage.services import storage_backend_register

@@ -5,9 +5,9 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from console.errors import InvalidInput
 from processes.registry import PluginConflict, configured_factories, coordinators
 from processes.seeding import plugin_configs_seed
+from storage.errors import InvalidInput
 
 
 class Command(BaseCommand):

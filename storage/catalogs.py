@@ -10,7 +10,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
-from console.models import Catalog, CatalogKind
+from storage.models import Catalog, CatalogKind
 
 # Table folders are rarely deeper than this under a root; the bound keeps a sync of a big tree quick.
 MAX_DISCOVERY_DEPTH = 6

@@ -10,11 +10,11 @@ from rest_framework.response import Response
 
 from console.api.schema import CONFLICT
 from console.api.serializers import mask_secrets
-from console.models import Table
 from console.roles import OPERATOR
 from processes import selectors, services
 from processes.models import Process
 from processes.registry import configured_factories
+from storage.models import Table
 
 
 class ProcessSerializer(serializers.ModelSerializer):

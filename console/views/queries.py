@@ -6,17 +6,17 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from console.decorators import role_required
-from console.errors import ServiceError
-from console.htmx import is_fragment, render_page
-from console.models import Table
+from console.forms import QueryForm, StorageBackendForm
+from console.htmx import hx_redirect, is_fragment, render_page
 from console.roles import ADMIN, OPERATOR
-from storage import cache, services
-from storage.forms import QueryForm, StorageBackendForm
-from storage.models import CachedResult, Query, StorageBackend, StorageSource
+from processes import queries
+from processes.models import Query
+from storage import services
+from storage.errors import ServiceError
+from storage.models import CachedResult, StorageBackend, StorageSource, Table
 from storage.results.plugin import StorageDescriptor
 
 
@@ -56,7 +56,7 @@ def query_run(request):
                 status=400,
             )
     try:
-        query = cache.query_submit(
+        query = queries.query_submit(
             sql=form.cleaned_data["sql"], cache=form.cleaned_data["cache"], backend=backend, user=request.user
         )
     except ServiceError as error:
@@ -79,7 +79,7 @@ def query_detail(request, pk: int):
 def query_cancel(request, pk: int):
     query = get_object_or_404(Query, pk=pk)
     try:
-        query = cache.query_cancel(query=query)
+        query = queries.query_cancel(query=query)
     except ServiceError as error:
         return render(
             request, "storage/partials/query_error.html", {"message": error.message}, status=error.status_code
@@ -161,7 +161,7 @@ def storage_create(request):
 @require_POST
 def storage_test(request, pk: int):
     backend = get_object_or_404(StorageBackend, pk=pk)
-    ok, message = services.storage_backend_test_on_worker(backend=backend)
+    ok, message = queries.storage_backend_test_on_worker(backend=backend)
     if is_fragment(request):
         return render(request, "storage/partials/test_result.html", {"ok": ok, "message": message})
     (messages.success if ok else messages.error)(request, f"{backend.name}: {message}")
@@ -174,8 +174,4 @@ def storage_delete(request, pk: int):
     backend = get_object_or_404(StorageBackend, pk=pk)
     services.storage_backend_delete(backend=backend)
     messages.success(request, f"Storage {backend.name} deleted and its cached results cleaned.")
-    if request.htmx:
-        response = HttpResponse(status=204)
-        response["HX-Redirect"] = reverse("console:storage-list")
-        return response
-    return redirect("console:storage-list")
+    return hx_redirect(request, "console:storage-list")

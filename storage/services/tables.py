@@ -10,12 +10,13 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from console.catalogs import iceberg_catalog, iceberg_identifiers, table_folders
-from console.errors import InvalidInput
-from console.metrics import table_metrics
-from console.models import Catalog, CatalogKind, Table
-from console.paths import PathNotAllowed, confine, local_path
 from storage import spec
+from storage.catalogs import iceberg_catalog, iceberg_identifiers, table_folders
+from storage.errors import InvalidInput
+from storage.metrics import table_metrics
+from storage.models import Catalog, CatalogKind, Table
+from storage.paths import PathNotAllowed, confine, local_path
+from storage.services.results import cached_results_invalidate_for_table
 from storage.spec import SpecError, SpecTable
 
 logger = logging.getLogger(__name__)
@@ -107,8 +108,6 @@ def table_refresh(*, table: Table) -> Table:
         _apply_summary(table, table_open(table))
         table.refresh_error = ""
         if table.current_instant != previous_instant:
-            from storage.services import cached_results_invalidate_for_table
-
             cached_results_invalidate_for_table(table_id=table.pk, current_instant=table.current_instant)
     except SpecError as error:
         table.refresh_error = str(error)

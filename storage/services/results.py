@@ -1,5 +1,6 @@
 """Storage backends: register (code, YAML or console: one path), test, update, delete; cached results:
-invalidate, drop, evict. The query flow itself is in storage/cache.py."""
+invalidate, drop, evict. Planning a query and finding its cached result is in storage/cache.py; running
+it on Spark is in processes/queries.py."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from console.errors import Conflict, InvalidInput
-from console.paths import PathNotAllowed, confine
+from storage.errors import Conflict, InvalidInput
 from storage.models import CachedResult, CachedResultState, StorageBackend, StorageSource
+from storage.paths import PathNotAllowed, confine
 from storage.results.plugin import IntermediateResultStorage, StorageDescriptor
 
 logger = logging.getLogger(__name__)
@@ -159,8 +160,9 @@ def storage_backend_masked_config(backend: StorageBackend) -> dict[str, Any]:
     return registry.mask_config(storage_cls, backend.config) if storage_cls else {}
 
 
-def storage_backend_test(*, backend: StorageBackend, spark=None) -> tuple[bool, str]:
-    """create → write → read → clean on a tiny frame; the outcome is recorded on the backend."""
+def storage_backend_test(*, backend: StorageBackend, spark) -> tuple[bool, str]:
+    """create → write → read → clean on a tiny frame with ``spark`` (a worker's session); the
+    outcome is recorded on the backend."""
     import uuid
 
     name = f"lakewarden_test_{uuid.uuid4().hex[:10]}"
@@ -168,10 +170,6 @@ def storage_backend_test(*, backend: StorageBackend, spark=None) -> tuple[bool, 
     storage = None
     try:
         storage = storage_open(backend)
-        if spark is None:
-            from processes.spark.session import spark_session
-
-            spark = spark_session()
         frame = spark.createDataFrame([(1, "one"), (2, "two"), (3, "three")], "id long, word string")
         properties = storage.create(name, {})
         storage.write(frame, properties)
@@ -281,22 +279,3 @@ def cached_results_evict(*, backend: StorageBackend) -> int:
     if victims:
         cached_results_clean(results=victims, reason=f"evicted: storage {backend.name} over its quota")
     return len(victims)
-
-
-def storage_backend_test_on_worker(*, backend: StorageBackend, timeout: float = 120) -> tuple[bool, str]:
-    """Run the round-trip test where Spark lives (a worker) and wait for its answer."""
-    from celery.exceptions import TimeoutError as CeleryTimeout
-
-    from storage.tasks import test_storage_task
-
-    try:
-        outcome = test_storage_task.apply_async((backend.pk,), queue=settings.LAKEWARDEN_HEAVY_QUEUE).get(
-            timeout=timeout
-        )
-    except CeleryTimeout:
-        return (
-            False,
-            f"no worker answered within {timeout:.0f} s: is a Celery worker running on the heavy queue?",
-        )
-    backend.refresh_from_db()
-    return outcome["ok"], outcome["message"]

@@ -1,4 +1,5 @@
-"""Reads of one table through the spec API, shared by the console tabs and the REST API.
+"""Reads shared by pages and the API: lists of tables and catalogs, and reads of one table through
+the spec API, shared by the console tabs and the REST API.
 
 Input is parsed once here (``SpecQuery``): a bad instant, filter, range or size becomes
 ``InvalidInput`` (400) with the parser's message; an unreadable table becomes ``Conflict`` (409)
@@ -15,9 +16,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from console.errors import Conflict, InvalidInput
-from console.models import Table
-from console.services import table_open
+from django.db.models import Count, Q, QuerySet, Sum
+
+from storage.errors import Conflict, InvalidInput
+from storage.metrics import BUCKETS_MIB, bucket_labels, size_bucket
+from storage.models import Catalog, Table
+from storage.services import table_open
 from storage.spec import (
     CorruptTable,
     FilterError,
@@ -233,21 +237,15 @@ def table_changes(*, table: Table, query: SpecQuery):
         return start, end, partitions, files
 
 
-def size_histogram(sizes, buckets: tuple[int, ...] = (1, 4, 16, 64, 128, 256, 512)) -> list[dict[str, Any]]:
-    """File counts per size bucket in MiB (upper bounds), for the files tab's bar chart."""
-    counts = [0] * (len(buckets) + 1)
+def size_histogram(sizes) -> list[dict[str, Any]]:
+    """File counts per size bucket (the buckets of storage/metrics.py), for the files tab's bar chart."""
+    counts = [0] * (len(BUCKETS_MIB) + 1)
     for size in sizes:
-        for i, bound in enumerate(buckets):
-            if size < bound * MIB:
-                counts[i] += 1
-                break
-        else:
-            counts[-1] += 1
-    labels = [f"< {b} MiB" for b in buckets] + [f"≥ {buckets[-1]} MiB"]
+        counts[size_bucket(size)] += 1
     peak = max(counts) or 1
     return [
         {"label": label, "count": count, "percent": round(100 * count / peak)}
-        for label, count in zip(labels, counts, strict=True)
+        for label, count in zip(bucket_labels(), counts, strict=True)
     ]
 
 
@@ -268,4 +266,33 @@ def jsonable(value: Any) -> Any:
         return bytes(value).hex()
     if isinstance(value, float) and value != value:
         return "NaN"
-    return value
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    return str(value)  # anything else (a path, an enum...) as its text
+
+
+# --- lists shared by pages and the API --------------------------------------------------------
+
+
+def table_list(*, search: str = "", format: str = "", catalog_id: int | None = None) -> QuerySet[Table]:
+    tables = Table.objects.select_related("catalog")
+    if search:
+        tables = tables.filter(
+            Q(name__icontains=search) | Q(identifier__icontains=search) | Q(location__icontains=search)
+        )
+    if format:
+        tables = tables.filter(format=format)
+    if catalog_id:
+        tables = tables.filter(catalog_id=catalog_id)
+    return tables
+
+
+def catalog_list() -> QuerySet[Catalog]:
+    return Catalog.objects.annotate(table_count=Count("tables")).order_by("name")
+
+
+def lakehouse_totals() -> dict[str, int]:
+    totals = Table.objects.aggregate(
+        tables=Count("id"), files=Sum("file_count"), bytes=Sum("total_bytes"), records=Sum("record_count")
+    )
+    return {key: value or 0 for key, value in totals.items()}

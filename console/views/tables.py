@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import HttpResponse, JsonResponse
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from console import overview as overview_selectors
-from console import selectors, services, table_selectors
 from console.charts_context import table_charts
 from console.decorators import role_required
-from console.errors import ServiceError
 from console.forms import CatalogCreateForm, TableRegisterForm
 from console.health import health_report
-from console.htmx import render_page
-from console.models import Catalog, Table, TableFormat
+from console.htmx import hx_redirect, render_page
 from console.roles import ADMIN
+from storage import selectors, services
+from storage.errors import ServiceError
+from storage.models import FORMAT_CHOICES, FORMAT_VALUES, Catalog, Table
 from storage.spec import SpecError
 
 
@@ -97,14 +97,14 @@ def table_list(request):
     search = request.GET.get("q", "").strip()
     format_filter = request.GET.get("format", "")
     tables = selectors.table_list(
-        search=search, format=format_filter if format_filter in TableFormat.values else ""
+        search=search, format=format_filter if format_filter in FORMAT_VALUES else ""
     )
     page = Paginator(tables, 50).get_page(request.GET.get("page"))
     context = {
         "page": page,
         "search": search,
         "format_filter": format_filter,
-        "formats": TableFormat.choices,
+        "formats": FORMAT_CHOICES,
         "form": TableRegisterForm(),
     }
     return render_page(request, "console/tables.html", "console/partials/table_rows.html", context)
@@ -120,9 +120,7 @@ def table_register(request):
                 location=form.cleaned_data["location"], format=form.cleaned_data["format"] or None
             )
             messages.success(request, f"Registered {table.name}.")
-            response = HttpResponse(status=204)
-            response["HX-Redirect"] = table.get_absolute_url()
-            return response if request.htmx else redirect(table)
+            return hx_redirect(request, table)
         except ServiceError as error:
             form.add_error(error.field if error.field in form.fields else None, error.message)
     return render(request, "console/partials/table_register_form.html", {"form": form}, status=400)
@@ -160,7 +158,7 @@ def _table_tab(request, pk: int, tab: str, read):
     context = {"table": table, "tab": tab, "params": request.GET}
     status = 200
     try:
-        query = table_selectors.spec_query_parse(request.GET)
+        query = selectors.spec_query_parse(request.GET)
         context["query"] = query
         context.update(read(table, query))
     except ServiceError as error:
@@ -177,7 +175,7 @@ def table_snapshots(request, pk: int):
         request,
         pk,
         "snapshots",
-        lambda table, query: {"snapshots": table_selectors.table_snapshots(table=table)},
+        lambda table, query: {"snapshots": selectors.table_snapshots(table=table)},
     )
 
 
@@ -187,7 +185,7 @@ def table_files(request, pk: int):
         request,
         pk,
         "files",
-        lambda table, query: {"files_page": table_selectors.table_files(table=table, query=query)},
+        lambda table, query: {"files_page": selectors.table_files(table=table, query=query)},
     )
 
 
@@ -197,14 +195,14 @@ def table_splits(request, pk: int):
         request,
         pk,
         "splits",
-        lambda table, query: {"plan": table_selectors.table_splits(table=table, query=query)},
+        lambda table, query: {"plan": selectors.table_splits(table=table, query=query)},
     )
 
 
 @require_GET
 def table_partitions(request, pk: int):
     def read(table, query):
-        instant, partitions, small = table_selectors.table_partitions(table=table, query=query)
+        instant, partitions, small = selectors.table_partitions(table=table, query=query)
         return {"instant": instant, "partitions": partitions, "small_file_bytes": small}
 
     return _table_tab(request, pk, "partitions", read)
@@ -213,7 +211,7 @@ def table_partitions(request, pk: int):
 @require_GET
 def table_changes(request, pk: int):
     def read(table, query):
-        start, end, partitions, files = table_selectors.table_changes(table=table, query=query)
+        start, end, partitions, files = selectors.table_changes(table=table, query=query)
         return {"start": start, "end": end, "partition_changes": partitions, "file_changes": files}
 
     return _table_tab(request, pk, "changes", read)

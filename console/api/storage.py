@@ -9,8 +9,10 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from console.roles import ADMIN, OPERATOR
-from storage import cache, services
-from storage.models import CachedResult, Query, StorageBackend, StorageSource
+from processes import queries
+from processes.models import Query
+from storage import services
+from storage.models import CachedResult, StorageBackend, StorageSource
 from storage.results.plugin import StorageDescriptor
 
 
@@ -90,7 +92,7 @@ class StorageBackendViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vi
     @extend_schema(request=None, responses={200: StorageTestSerializer})
     @action(detail=True, methods=["post"])
     def test(self, request, pk=None):
-        ok, message = services.storage_backend_test_on_worker(backend=self.get_object())
+        ok, message = queries.storage_backend_test_on_worker(backend=self.get_object())
         return Response({"ok": ok, "message": message})
 
 
@@ -152,7 +154,7 @@ class QueryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         data = QueryCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
-        query = cache.query_submit(
+        query = queries.query_submit(
             sql=values["sql"],
             cache=values["cache"],
             backend=values.get("storage"),
@@ -171,7 +173,7 @@ class QueryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         return Response(
-            QuerySerializer(cache.query_cancel(query=self.get_object()), context={"request": request}).data
+            QuerySerializer(queries.query_cancel(query=self.get_object()), context={"request": request}).data
         )
 
 

@@ -10,12 +10,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from console.decorators import role_required
-from console.errors import ServiceError
-from console.htmx import is_fragment, render_page
-from console.models import Table
+from console.htmx import hx_redirect, is_fragment, render_page
 from console.roles import OPERATOR
 from processes import selectors, services
 from processes.models import ACTIVE_STATUSES, Process, ProcessStatus
+from storage.errors import ServiceError
+from storage.models import Table
 
 
 @require_GET
@@ -110,8 +110,4 @@ def _run_error(request, table, message: str, status: int = 400):
 
 
 def _go(request, url: str):
-    if is_fragment(request):
-        response = HttpResponse(status=204)
-        response["HX-Redirect"] = url
-        return response
-    return redirect(url)
+    return hx_redirect(request, url)

@@ -19,7 +19,8 @@ TIMELINE_INSTANTS = 200
 TOP_PARTITIONS = 50
 
 
-def _bucket(size: int) -> int:
+def size_bucket(size: int) -> int:
+    """The index of the bucket a file of ``size`` bytes falls in."""
     for index, bound in enumerate(BUCKETS_MIB):
         if size < bound * MIB:
             return index
@@ -42,7 +43,7 @@ def table_metrics(spec_table: SpecTable) -> dict[str, Any]:
             base = file_slice.base_file
             if base is None:
                 continue
-            bucket = _bucket(base.size_bytes)
+            bucket = size_bucket(base.size_bytes)
             histogram[bucket] += 1
             is_small = base.size_bytes < small
             small_files += is_small

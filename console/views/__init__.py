@@ -1,0 +1,1 @@
+"""Console pages: tables and catalogs, processes, the query workbench and storages."""

@@ -1,0 +1,222 @@
+"""Interactive queries, the compute side of the cache: submit (validated at once), run on a worker's
+Spark session (cached result when valid, else compute and cache), cancel. Planning and the cached
+result's bookkeeping are storage/cache.py."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from celery import current_app
+from celery.exceptions import TimeoutError as CeleryTimeout
+from django.conf import settings
+from django.db import close_old_connections, transaction
+from django.utils import timezone
+
+from processes.models import Query, QueryStatus
+from processes.spark.session import interrupt_jobs, spark_session, tag_jobs, untag_jobs
+from processes.watch import Watch
+from storage.cache import (
+    QueryPlan,
+    cached_result_begin,
+    cached_result_failed,
+    cached_result_find,
+    cached_result_ready,
+    query_plan,
+)
+from storage.errors import Conflict, InvalidInput
+from storage.models import CachedResult, StorageBackend
+from storage.selectors import jsonable
+from storage.services import storage_backend_default
+from storage.spec.spark_source import read_table
+
+logger = logging.getLogger(__name__)
+
+# Sent by name: processes/tasks.py wraps these functions (importing it here would be a cycle).
+RUN_QUERY_TASK = "processes.tasks.run_query_task"
+TEST_STORAGE_TASK = "processes.tasks.test_storage_task"
+CANCEL_POLL_SECONDS = 1.0
+
+
+def query_submit(
+    *,
+    sql: str,
+    cache: bool = True,
+    backend: StorageBackend | None = None,
+    user=None,
+    row_limit: int | None = None,
+) -> Query:
+    """Validate now (bad SQL and unknown tables answer at once), run later on a worker."""
+    limit = row_limit or settings.LAKEWARDEN_QUERY_ROW_LIMIT
+    if limit > settings.LAKEWARDEN_QUERY_ROW_LIMIT:
+        raise InvalidInput(
+            f"row_limit is at most {settings.LAKEWARDEN_QUERY_ROW_LIMIT} rows for display; cache the result and "
+            "read it in pages, or aggregate",
+            field="row_limit",
+        )
+    plan = query_plan(sql)
+    query = Query.objects.create(
+        sql=sql.strip(),
+        cache=cache,
+        backend=backend,
+        fingerprint=plan.fingerprint,
+        row_limit=limit,
+        user=user if getattr(user, "is_authenticated", False) else None,
+    )
+    query_id = query.pk
+
+    def send() -> None:
+        result = current_app.send_task(RUN_QUERY_TASK, (query_id,), queue=settings.LAKEWARDEN_HEAVY_QUEUE)
+        Query.objects.filter(pk=query_id, celery_task_id="").update(celery_task_id=result.id)
+
+    transaction.on_commit(send)
+    return query
+
+
+def query_cancel(*, query: Query) -> Query:
+    if query.status == QueryStatus.PENDING:
+        Query.objects.filter(pk=query.pk, status=QueryStatus.PENDING).update(
+            status=QueryStatus.CANCELED,
+            cancel_requested=True,
+            finished_at=timezone.now(),
+            error="cancelled before it ran",
+        )
+    elif query.status == QueryStatus.RUNNING:
+        Query.objects.filter(pk=query.pk).update(cancel_requested=True)
+    else:
+        raise Conflict(
+            f"query {query.pk} is {query.status}; only PENDING or RUNNING queries can be cancelled"
+        )
+    query.refresh_from_db()
+    return query
+
+
+def query_run(*, query_id: int, spark=None) -> str:
+    """Run one query (on a worker): cached result when valid, else compute (and cache)."""
+    close_old_connections()
+    claimed = Query.objects.filter(pk=query_id, status=QueryStatus.PENDING).update(
+        status=QueryStatus.RUNNING, started_at=timezone.now()
+    )
+    if not claimed:
+        return "not claimed"
+    query = Query.objects.select_related("backend").get(pk=query_id)
+    started = time.perf_counter()
+    spark = spark if spark is not None else spark_session()
+    tag = f"lakewarden-query-{query.pk}"
+    tag_jobs(spark, tag)
+    watch = Watch(
+        name=f"query-cancel-{query.pk}",
+        interval=CANCEL_POLL_SECONDS,
+        cancel_requested=lambda: Query.objects.filter(pk=query_id, cancel_requested=True).exists(),
+        interrupt=lambda: interrupt_jobs(spark, tag),
+    )
+    watch.start()
+    try:
+        return _run(spark, query, started)
+    except Exception as error:
+        return _record_failure(query_id, error, started)
+    finally:
+        watch.stop()
+        try:
+            untag_jobs(spark, tag)
+        except Exception:
+            logger.debug("could not untag the Spark jobs of query %s", query_id, exc_info=True)
+
+
+def _run(spark, query: Query, started: float) -> str:
+    plan = query_plan(query.sql)
+    backend = (query.backend or storage_backend_default()) if query.cache else None
+    frame, served, result = _result_frame(spark, plan, backend)
+    rows, columns, total = _collect(frame, query.row_limit)
+    Query.objects.filter(pk=query.pk).update(
+        status=QueryStatus.SUCCESS,
+        served_from_cache=served,
+        cached_result=result,
+        fingerprint=plan.fingerprint,
+        columns=columns,
+        rows=rows,
+        total_rows=total,
+        truncated=total > query.row_limit,
+        finished_at=timezone.now(),
+        duration_ms=int((time.perf_counter() - started) * 1000),
+    )
+    return QueryStatus.SUCCESS
+
+
+def _record_failure(query_id: int, error: Exception, started: float) -> str:
+    cancelled = Query.objects.filter(pk=query_id, cancel_requested=True).exists()
+    status = QueryStatus.CANCELED if cancelled else QueryStatus.FAILED
+    Query.objects.filter(pk=query_id).update(
+        status=status,
+        error="cancelled" if cancelled else _error_text(error),
+        finished_at=timezone.now(),
+        duration_ms=int((time.perf_counter() - started) * 1000),
+    )
+    return status
+
+
+def _result_frame(spark, plan: QueryPlan, backend: StorageBackend | None):
+    """(frame, served_from_cache, cached result row)."""
+    if backend is not None:
+        found = cached_result_find(plan=plan, backend=backend)
+        if found is not None:
+            result, storage = found
+            return storage.read(spark, result.properties), True, result
+    frame = _compute(spark, plan)
+    if backend is None:
+        return frame, False, None
+    return _populate(spark, plan, backend, frame)
+
+
+def _compute(spark, plan: QueryPlan):
+    for planned in plan.tables:
+        table = planned.table
+        frame = read_table(spark, table.location, format=table.format, instant=planned.instant or None)
+        frame.createOrReplaceTempView(planned.view)
+    return spark.sql(plan.spark_sql)
+
+
+def _populate(
+    spark, plan: QueryPlan, backend: StorageBackend, frame
+) -> tuple[Any, bool, CachedResult | None]:
+    begun = cached_result_begin(plan=plan, backend=backend)
+    if begun is None:
+        return frame, False, None
+    result, storage, properties = begun
+    try:
+        stats = storage.write(frame, properties)
+    except Exception:
+        cached_result_failed(result=result, storage=storage, properties=properties)
+        raise
+    result = cached_result_ready(result=result, stats=stats)
+    return storage.read(spark, properties), False, result
+
+
+def _collect(frame, row_limit: int) -> tuple[list[list[Any]], list[str], int]:
+    columns = list(frame.columns)
+    taken = frame.limit(row_limit + 1).collect()
+    total = len(taken) if len(taken) <= row_limit else frame.count()
+    return [[jsonable(v) for v in row] for row in taken[:row_limit]], columns, total
+
+
+def _error_text(error: Exception) -> str:
+    text = str(error)
+    # Spark's analysis errors carry a JVM stack after the first lines; the first lines say it all.
+    lines = [line for line in text.splitlines() if line.strip()][:6]
+    return f"{type(error).__name__}: " + "\n".join(lines)[:4000]
+
+
+def storage_backend_test_on_worker(*, backend: StorageBackend, timeout: float = 120) -> tuple[bool, str]:
+    """Run the storage's round-trip test where Spark lives (a worker) and wait for its answer."""
+    try:
+        outcome = current_app.send_task(
+            TEST_STORAGE_TASK, (backend.pk,), queue=settings.LAKEWARDEN_HEAVY_QUEUE
+        ).get(timeout=timeout)
+    except CeleryTimeout:
+        return (
+            False,
+            f"no worker answered within {timeout:.0f} s: is a Celery worker running on the heavy queue?",
+        )
+    backend.refresh_from_db()
+    return outcome["ok"], outcome["message"]

@@ -1,0 +1,156 @@
+"""The house rules of ARCHITECTURE.md, checked on every module's AST: domain below, surfaces on top.
+
+- ``storage`` (the lakehouse and its bookkeeping) imports neither ``processes`` nor ``console``;
+- ``processes`` (work on workers) never imports ``console`` (the project and its surfaces);
+- the plain layers (``storage/io``, ``storage/spec``, ``storage/formats``, ``storage/results``)
+  import no Django and nothing of Lakewarden's Django apps;
+- no import hides inside a function to dodge a cycle between Lakewarden's own modules, and no two
+  modules import each other.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("console", "processes", "storage")
+PLAIN_LAYERS = ("storage/io", "storage/spec", "storage/formats", "storage/results", "storage/plugins.py")
+FORBIDDEN = {
+    "storage": ("console", "processes"),
+    "processes": ("console",),
+}
+PLAIN_FORBIDDEN = (
+    "django",
+    "rest_framework",
+    "celery",
+    "console",
+    "processes",
+    "storage.models",
+    "storage.services",
+    "storage.selectors",
+    "storage.cache",
+    "storage.tasks",
+)
+
+
+def _modules(*roots: str):
+    for root in roots:
+        path = ROOT / root
+        files = [path] if path.suffix == ".py" else sorted(path.rglob("*.py"))
+        for file in files:
+            if "migrations" not in file.parts and file.exists():
+                yield file
+
+
+def _imports(tree: ast.AST):
+    """(module name, node, inside a function) for every import statement."""
+    functions: set[int] = set()
+    typing_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.update(id(child) for child in ast.walk(node) if child is not node)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            typing_only.update(id(child) for child in ast.walk(node) if child is not node)
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue  # type annotations only: never imported at run time
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node, id(node) in functions
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module, node, id(node) in functions
+
+
+def _starts(name: str, prefixes) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _offenders(roots, forbidden) -> list[str]:
+    found = []
+    for file in _modules(*roots):
+        tree = ast.parse(file.read_text(), filename=str(file))
+        for name, node, _ in _imports(tree):
+            if _starts(name, forbidden):
+                found.append(f"{file.relative_to(ROOT)}:{node.lineno} imports {name}")
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_domain_never_imports_a_layer_above(package):
+    offenders = _offenders([package], FORBIDDEN[package])
+    assert offenders == [], "imports against the layering:\n" + "\n".join(offenders)
+
+
+def test_plain_layers_import_no_django_and_no_app():
+    offenders = _offenders(PLAIN_LAYERS, PLAIN_FORBIDDEN)
+    assert offenders == [], "plain layers reaching into Django:\n" + "\n".join(offenders)
+
+
+def _module_name(file: Path) -> str:
+    parts = list(file.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _graph() -> tuple[dict[str, set[str]], list[tuple[str, str, int]]]:
+    """Module-level import edges between Lakewarden's modules, and (importer, imported, line) for
+    every import inside a function. ``from a import b`` counts as importing ``a.b`` when that is a
+    module, else ``a``."""
+    files = {_module_name(f): f for f in _modules(*PACKAGES)}
+    top: dict[str, set[str]] = {name: set() for name in files}
+    inner: list[tuple[str, str, int]] = []
+    for name, file in files.items():
+        tree = ast.parse(file.read_text(), filename=str(file))
+        for imported, node, in_function in _imports(tree):
+            targets = {imported} if imported in files else set()
+            if isinstance(node, ast.ImportFrom):
+                targets |= {f"{imported}.{a.name}" for a in node.names if f"{imported}.{a.name}" in files}
+            for target in targets:
+                if in_function:
+                    inner.append((name, target, node.lineno))
+                else:
+                    top[name].add(target)
+    return top, inner
+
+
+def _reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
+    seen, stack = set(), [start]
+    while stack:
+        current = stack.pop()
+        if current == goal:
+            return True
+        if current not in seen:
+            seen.add(current)
+            stack.extend(graph.get(current, ()))
+    return False
+
+
+def test_no_function_level_import_dodges_a_cycle():
+    """A function-level import of module B from module A dodges a cycle when B (through module-level
+    imports) imports A: the layering is upside down somewhere. None is left."""
+    top, inner = _graph()
+    offenders = [
+        f"{importer} imports {imported} inside a function (line {line}), and {imported} imports {importer}"
+        for importer, imported, line in inner
+        if _reaches(top, imported, importer)
+    ]
+    assert offenders == [], "\n".join(offenders)
+
+
+def test_no_module_level_import_cycle():
+    top, _ = _graph()
+    cycles = sorted(
+        f"{a} <-> {b}" for a, targets in top.items() for b in targets if a < b and _reaches(top, b, a)
+    )
+    assert cycles == [], "\n".join(cycles)
+
+
+def test_the_checker_sees_a_violation(tmp_path):
+    """The checks above would fail on a module that imports upward (they are not vacuous)."""
+    tree = ast.parse("import os\nfrom console.models import X\ndef f():\n    from storage import y\n")
+    found = [(name, inside) for name, _, inside in _imports(tree)]
+    assert ("console.models", False) in found
+    assert ("storage", True) in found
+    assert _starts("console.models", ("console",)) and not _starts("consoles", ("console",))
