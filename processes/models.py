@@ -101,6 +101,11 @@ class Process(models.Model):
     celery_task_id = models.CharField(max_length=64, blank=True)
     worker = models.CharField(max_length=255, blank=True)
     not_before = models.DateTimeField(null=True, blank=True, help_text="Retry backoff: not started before")
+    sent_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Last time its task was sent to the broker (the reaper re-sends lost ones)",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)

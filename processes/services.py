@@ -98,6 +98,7 @@ def process_enqueue(process: Process) -> None:
         result = current_app.send_task(
             RUN_PROCESS_TASK, (process_id,), queue=settings.LAKEWARDEN_HEAVY_QUEUE, countdown=countdown
         )
+        Process.objects.filter(pk=process_id).update(sent_at=timezone.now())
         Process.objects.filter(pk=process_id, celery_task_id="").update(celery_task_id=result.id)
 
     transaction.on_commit(send)
@@ -278,7 +279,53 @@ def processes_reap(*, now: dt.datetime | None = None) -> dict[str, int]:
     for process_id in overdue_kills.values_list("pk", flat=True):
         process_enforce_kill(process_id=process_id)
         killed += 1
-    return {"failed": failed, "killed": killed}
+    return {"failed": failed, "killed": killed, "resent": processes_resend_lost(now=now)}
+
+
+def processes_resend_lost(*, now: dt.datetime | None = None) -> int:
+    """Send again the task of every PENDING process overdue by a scheduler tick (its ``not_before``
+    and its last send both that far behind) that no worker holds: a worker killed while it held a
+    delayed retry, or prefetched work, takes those tasks down with it (Redis gives them back only
+    after the visibility timeout). A second delivery is harmless: only a PENDING row is claimed."""
+    now = now or timezone.now()
+    overdue_before = now - dt.timedelta(seconds=settings.LAKEWARDEN_SCHEDULER_SECONDS)
+    overdue = list(
+        Process.objects.filter(status=ProcessStatus.PENDING)
+        .filter(Q(not_before__isnull=True) | Q(not_before__lte=overdue_before))
+        .filter(Q(sent_at__isnull=True, created_at__lte=overdue_before) | Q(sent_at__lte=overdue_before))
+        .values_list("pk", "celery_task_id")[:500]
+    )
+    if not overdue:
+        return 0
+    held = _tasks_held_by_workers()
+    resent = 0
+    for process_id, task_id in overdue:
+        if held is None or task_id in held:
+            continue
+        result = current_app.send_task(RUN_PROCESS_TASK, (process_id,), queue=settings.LAKEWARDEN_HEAVY_QUEUE)
+        Process.objects.filter(pk=process_id, status=ProcessStatus.PENDING).update(
+            sent_at=now, celery_task_id=result.id
+        )
+        logger.warning("process %s: its task was lost (no worker holds it); sent again", process_id)
+        resent += 1
+    return resent
+
+
+def _tasks_held_by_workers() -> set[str] | None:
+    """Ids of the tasks workers run, hold reserved or hold for later (eta); None when the broker
+    cannot be asked (then nothing is re-sent rather than guessed)."""
+    try:
+        inspect = current_app.control.inspect(timeout=1.0)
+        held: set[str] = set()
+        for reply in (inspect.active(), inspect.reserved(), inspect.scheduled()):
+            for tasks in (reply or {}).values():
+                for task in tasks:
+                    request = task.get("request", task)
+                    held.add(request.get("id", ""))
+        return held
+    except Exception:
+        logger.warning("could not ask the workers which tasks they hold", exc_info=True)
+        return None
 
 
 def clean_staging(process: Process) -> None:

@@ -3,8 +3,11 @@ factory from a plugin package, and workers that die mid-run."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from processes import services
 from processes.models import PluginConfig, Process, ProcessStatus, ProcessTrigger
@@ -153,3 +156,42 @@ def test_kill_from_the_api_terminates_a_process_that_ignores_cancel(celery_proce
     assert not Process.objects.filter(retry_of=killed).exists()  # a kill is not retried
     # The worker replaced its killed pool process and still answers.
     assert celery_processes.wait_for_workers()
+
+
+def test_a_delayed_task_held_by_a_killed_worker_runs_within_two_ticks_of_its_due_time(
+    celery_processes, table
+):
+    """kill -9 of a worker that held a process's delayed task (a retry's countdown): Redis would give
+    the message back only after its visibility timeout; the reaper sends it again instead."""
+    tick = 8  # the light worker's scheduler tick, seconds: the promise is "within two ticks"
+    _configure_touch(interval=3600)
+    celery_processes.start_worker(
+        name="light", queues="light", concurrency=1, extra_env={"LAKEWARDEN_SCHEDULER_SECONDS": str(tick)}
+    )
+    doomed = celery_processes.start_worker(name="doomed", queues="heavy", concurrency=1)
+    celery_processes.start_beat()
+    celery_processes.wait_for_workers(count=2)
+    due = timezone.now() + dt.timedelta(seconds=40)
+    process = services.process_create(table=table, action="touch", params={"seconds": 0.2}, not_before=due)
+    task_id = wait_for(lambda: _process(process.pk).celery_task_id, message="the task to be sent")
+    wait_for(
+        lambda: any(
+            task["request"]["id"] == task_id
+            for tasks in (celery_processes.app.control.inspect(timeout=1).scheduled() or {}).values()
+            for task in tasks
+        ),
+        message="the doomed worker to hold the delayed task\n" + celery_processes.logs(),
+    )
+
+    celery_processes.kill_hard(doomed)
+    celery_processes.start_worker(name="rescuer", queues="heavy", concurrency=1)
+    finished = wait_for(
+        lambda: (p := _process(process.pk)).status in ("SUCCESS", "FAILED") and p,
+        timeout=(due - timezone.now()).total_seconds() + 4 * tick + 60,
+        message="the lost delayed task to run\n" + celery_processes.logs(),
+    )
+
+    assert finished.status == ProcessStatus.SUCCESS, finished.failure
+    assert finished.started_at >= due
+    assert (finished.started_at - due).total_seconds() <= 2 * tick, celery_processes.logs()
+    assert "sent again" in celery_processes.full_logs()
