@@ -10,10 +10,33 @@ from processes.models import PluginConfig, Process, TableState
 from processes.registry import conflicts_if_enabled, factory_classes, validate_properties
 from storage.errors import InvalidInput
 from storage.models import Catalog, Table
+from storage.secrets import MASK, mask_mapping, merge_secrets
+
+
+class CatalogAdminForm(forms.ModelForm):
+    """Secrets in a catalog's properties are write-only: shown masked, and a masked (or blank)
+    secret sent back keeps the stored value."""
+
+    class Meta:
+        model = Catalog
+        fields = ["name", "kind", "properties"]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial["properties"] = mask_mapping(self.instance.properties)
+
+    def clean_properties(self):
+        submitted = self.cleaned_data.get("properties") or {}
+        if not isinstance(submitted, dict):
+            raise forms.ValidationError("the properties must be a JSON object")
+        stored = Catalog.objects.filter(pk=self.instance.pk).values_list("properties", flat=True).first()
+        return merge_secrets(stored or {}, submitted)
 
 
 @admin.register(Catalog)
 class CatalogAdmin(RoleModelAdmin):
+    form = CatalogAdminForm
     list_display = ["name", "kind", "last_synced_at"]
     search_fields = ["name"]
 
@@ -57,7 +80,13 @@ except ImportError:  # authtoken not installed
 else:
 
     class RoleTokenAdmin(RoleModelAdmin, TokenAdmin):
-        pass
+        """API tokens are credentials: the list shows only their first characters."""
+
+        list_display = ("masked_key", "user", "created")
+
+        @admin.display(description="key")
+        def masked_key(self, token) -> str:
+            return f"{token.key[:4]}{MASK}"
 
     if admin.site.is_registered(TokenProxy):
         admin.site.unregister(TokenProxy)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+
+from storage.secrets import MASK, is_secret_key, mask_text
 
 # --- Content-Security-Policy ----------------------------------------------------------------------
 
@@ -64,48 +65,6 @@ class ContentSecurityPolicyMiddleware:
 
 # --- secrets in logs ------------------------------------------------------------------------------
 
-MASK = "********"
-
-# Key names whose values are secrets: db_password, AWS_SECRET_ACCESS_KEY, client-secret, api_token...
-SECRET_KEY_WORDS = (
-    r"password|passwd|pwd|secret|token|credential|dsn|api[_-]?key|access[_-]?key|private[_-]?key"
-)
-_SECRET_KEY = re.compile(rf"(?:{SECRET_KEY_WORDS})", re.IGNORECASE)
-
-# key=value, key: value, "key": "value", 'key': 'value' (dict reprs, JSON, DSNs, query strings).
-_KEY_VALUE = re.compile(
-    rf"""
-    (?P<key>[\w.-]*(?:{SECRET_KEY_WORDS})[\w.-]*)   # a key naming a secret,
-    (?<!error)(?<!exception)(?<!warning)            # not an exception class (TokenError: ...)
-    (?P<sep>["']?\s*[:=]\s*)                        # its separator, after an optional closing quote
-    (?:
-        (?P<quote>["'])(?P<quoted>(?:\\.|(?!(?P=quote)).)*)(?P=quote)   # a quoted value
-      | (?P<bare>[^\s,;&)}}\]"']+)                                        # or a bare one
-    )
-    """,
-    re.IGNORECASE | re.VERBOSE,
-)
-# scheme://user:password@host: the password part of any URL with credentials.
-_URL_PASSWORD = re.compile(
-    r"(?P<head>\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<password>[^\s/]+)(?=@)", re.IGNORECASE
-)
-# Authorization headers: "Token abc", "Bearer abc", "Basic abc".
-_AUTH_SCHEME = re.compile(r"\b(?P<scheme>Token|Bearer|Basic)\s+(?P<value>[A-Za-z0-9._~+/=-]{8,})")
-
-
-def _mask_key_value(match: re.Match) -> str:
-    if match.group("quote") is not None:
-        quote = match.group("quote")
-        return f"{match.group('key')}{match.group('sep')}{quote}{MASK}{quote}"
-    return f"{match.group('key')}{match.group('sep')}{MASK}"
-
-
-def mask_secrets_in_text(text: str) -> str:
-    """``text`` with the values of secret-named keys, URL passwords and auth tokens masked."""
-    text = _URL_PASSWORD.sub(lambda m: f"{m.group('head')}{MASK}", text)
-    text = _KEY_VALUE.sub(_mask_key_value, text)
-    return _AUTH_SCHEME.sub(lambda m: f"{m.group('scheme')} {MASK}", text)
-
 
 class SecretMaskingFilter(logging.Filter):
     """Masks secrets in a record before any handler formats it: the message with its arguments
@@ -122,14 +81,14 @@ class SecretMaskingFilter(logging.Filter):
             message = record.getMessage()
         except Exception:  # a broken format string: leave it to the handler to report
             return True
-        masked = mask_secrets_in_text(message)
+        masked = mask_text(message)
         if masked != message or record.args:
             record.msg, record.args = masked, None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = mask_secrets_in_text(record.exc_text)
+            record.exc_text = mask_text(record.exc_text)
         for name, value in list(vars(record).items()):
-            if name not in self._STANDARD and _SECRET_KEY.search(name) and value is not None:
+            if name not in self._STANDARD and is_secret_key(name) and value is not None:
                 setattr(record, name, MASK)
         return True

@@ -1,28 +1,37 @@
-"""Lakewarden settings: everything configurable comes from environment variables (see README)."""
+"""Lakewarden settings: everything configurable comes from environment variables (see README).
+
+The other settings modules never import this one: ``console.settings_scale`` and
+``console.settings_security`` read the environment through ``console.env`` and this module takes
+their values (star imports of their ``__all__``) and calls their helpers with its own values.
+"""
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from console import settings_security
 from console.env import env_bool, env_int, env_path, env_paths, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DEBUG", False)
+#: Local state of this installation: the secret key file, static files, the demo warehouse, beat's
+#: schedule, the admin password.
+LAKEWARDEN_VAR_DIR = env_path("LAKEWARDEN_VAR_DIR", "./var", base=BASE_DIR)
 SECRET_KEY = env_str("SECRET_KEY")
 if SECRET_KEY is None:
     if not DEBUG and env_bool("LAKEWARDEN_REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY must be set in production")
-    # A development key per process is safe: sessions just do not survive a restart.
-    _key_file = BASE_DIR / "var" / "secret_key"
-    if _key_file.exists():
-        SECRET_KEY = _key_file.read_text().strip()
-    else:
-        SECRET_KEY = secrets.token_urlsafe(50)
+        raise ImproperlyConfigured("SECRET_KEY must be set (LAKEWARDEN_REQUIRE_SECRET_KEY is on)")
+    # One key for every process of this installation (each gunicorn worker, the Celery workers,
+    # manage.py), made once and kept in var/secret_key: sessions stay valid across workers and
+    # restarts. Production may rely on it too (one machine, var/ kept); several web hosts need the
+    # same SECRET_KEY set on each.
+    SECRET_KEY = settings_security.persistent_secret_key(
+        LAKEWARDEN_VAR_DIR / settings_security.SECRET_KEY_FILE_NAME
+    )
 
 ALLOWED_HOSTS = [
     h.strip() for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
@@ -103,7 +112,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "var" / "static"
+STATIC_ROOT = LAKEWARDEN_VAR_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns about a missing folder
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -114,7 +123,7 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- Lakewarden ---------------------------------------------------------------------------------
-LAKEWARDEN_WAREHOUSE = env_path("LAKEWARDEN_WAREHOUSE", "./var/warehouse", base=BASE_DIR)
+LAKEWARDEN_WAREHOUSE = env_path("LAKEWARDEN_WAREHOUSE", str(LAKEWARDEN_VAR_DIR / "warehouse"), base=BASE_DIR)
 LAKEWARDEN_ALLOWED_ROOTS = env_paths("LAKEWARDEN_ALLOWED_ROOTS", [LAKEWARDEN_WAREHOUSE], base=BASE_DIR)
 LAKEWARDEN_SPARK_MASTER = env_str("LAKEWARDEN_SPARK_MASTER", "local[*]")
 LAKEWARDEN_SPARK_REMOTE = env_str("LAKEWARDEN_SPARK_REMOTE")
@@ -194,5 +203,10 @@ LOGGING = {
     "loggers": {"py4j": {"level": "WARNING"}},
 }
 
-from console.settings_scale import *  # noqa: E402,F403  (queue routing, worker concurrency)
+from console.settings_scale import *  # noqa: E402,F403  (queue routing, worker concurrency, web workers)
 from console.settings_security import *  # noqa: E402,F403  (security headers, cookies, throttling)
+
+MIDDLEWARE = settings_security.with_security_middleware(MIDDLEWARE)
+CACHES = settings_security.cache_settings(CELERY_BROKER_URL)
+SPECTACULAR_SETTINGS = settings_security.with_role_protected_schema(SPECTACULAR_SETTINGS)
+LOGGING = settings_security.with_masked_secrets(LOGGING)

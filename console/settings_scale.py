@@ -6,6 +6,7 @@ queue) and ``LAKEWARDEN_HEAVY_QUEUE`` are set there.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from console.env import env_int, env_str
@@ -18,6 +19,8 @@ __all__ = [
     "LAKEWARDEN_SPARK_CONF",
     "LAKEWARDEN_SPARK_EXECUTOR_MEMORY",
     "LAKEWARDEN_SPARK_PYTHON",
+    "LAKEWARDEN_WEB_THREADS",
+    "LAKEWARDEN_WEB_WORKERS",
     "LAKEWARDEN_WORKER_CONCURRENCY",
 ]
 
@@ -63,3 +66,28 @@ LAKEWARDEN_SPARK_EXECUTOR_MEMORY = env_str("LAKEWARDEN_SPARK_EXECUTOR_MEMORY", "
 #: The Python interpreter of the executors (it needs Lakewarden, pyarrow and the format libraries
 #: installed); by default the one running the worker, so the same virtualenv path on every node.
 LAKEWARDEN_SPARK_PYTHON = env_str("LAKEWARDEN_SPARK_PYTHON", "")
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity, so a container's cpuset counts)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+#: Most gunicorn worker processes the default gives: each thread of each worker keeps its own
+#: Postgres connection (``conn_max_age``), so 8 workers x 4 threads stay well inside Postgres's
+#: default 100 connections next to the Celery workers.
+MAX_DEFAULT_WEB_WORKERS = 8
+
+
+def default_web_workers(cores: int) -> int:
+    """gunicorn's rule of thumb, 2 x cores + 1, capped at ``MAX_DEFAULT_WEB_WORKERS``."""
+    return min(2 * cores + 1, MAX_DEFAULT_WEB_WORKERS)
+
+
+#: gunicorn worker processes started by ``manage.py lakewarden_serve`` (gthread workers).
+LAKEWARDEN_WEB_WORKERS = env_int("LAKEWARDEN_WEB_WORKERS", default_web_workers(available_cores()), minimum=1)
+#: Threads per gunicorn worker: a slow page (a big table's files) does not hold up the rest.
+LAKEWARDEN_WEB_THREADS = env_int("LAKEWARDEN_WEB_THREADS", 4, minimum=1)

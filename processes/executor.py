@@ -19,7 +19,7 @@ from processes.models import STARTED_STATUSES, Process, ProcessStatus, statuses_
 from processes.plugin import ProcessCancelled, ProcessContext, ProcessRecord
 from processes.registry import configured_factories
 from processes.runtime import TableRuntime
-from processes.services import clean_stale_staging, clean_staging, process_fail, staging_dir, transition
+from processes.services import clean_staging, clean_stale_staging, process_fail, staging_dir, transition
 from processes.spark.session import interrupt_jobs, spark_session, tag_jobs, untag_jobs
 from processes.watch import Watch
 from storage.errors import Conflict

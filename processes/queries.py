@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from processes.models import Query, QueryStatus
 from processes.spark.session import interrupt_jobs, spark_session, tag_jobs, untag_jobs
+from processes.sql_policy import SqlPolicyError, check_query
 from processes.watch import Watch
 from storage.cache import (
     QueryPlan,
@@ -55,6 +56,7 @@ def query_submit(
             "read it in pages, or aggregate",
             field="row_limit",
         )
+    _check_policy(sql)
     plan = query_plan(sql)
     query = Query.objects.create(
         sql=sql.strip(),
@@ -125,6 +127,7 @@ def query_run(*, query_id: int, spark=None) -> str:
 
 
 def _run(spark, query: Query, started: float) -> str:
+    _check_policy(query.sql)  # again on the worker: a row written by other means is checked too
     plan = query_plan(query.sql)
     backend = (query.backend or storage_backend_default()) if query.cache else None
     frame, served, result = _result_frame(spark, plan, backend)
@@ -154,6 +157,14 @@ def _record_failure(query_id: int, error: Exception, started: float) -> str:
         duration_ms=int((time.perf_counter() - started) * 1000),
     )
     return status
+
+
+def _check_policy(sql: str) -> None:
+    """Only functions on the workbench's allow-list may run: no JVM reflection, no file access."""
+    try:
+        check_query(sql)
+    except SqlPolicyError as error:
+        raise InvalidInput(str(error), field="sql") from None
 
 
 def _result_frame(spark, plan: QueryPlan, backend: StorageBackend | None):

@@ -111,6 +111,15 @@ if [ ! -f "$STAMP" ]; then
   touch "$STAMP"
 fi
 
+# --- secret key ----------------------------------------------------------------------------------
+# Without SECRET_KEY in the environment every process (each gunicorn worker, Celery, manage.py)
+# uses the one key in var/secret_key, made once here (mode 0600, never replaced).
+KEY_FILE="${LAKEWARDEN_VAR_DIR:-var}/secret_key"
+if [ -z "${SECRET_KEY:-}" ] && [ ! -s "$KEY_FILE" ]; then
+  say "creating the secret key $KEY_FILE"
+  "$VENV/bin/python" -c 'import sys; from pathlib import Path; from console.settings_security import persistent_secret_key; persistent_secret_key(Path(sys.argv[1]))' "$KEY_FILE"
+fi
+
 # --- schema --------------------------------------------------------------------------------------
 "$VENV/bin/python" manage.py lakewarden_check
 "$VENV/bin/python" manage.py migrate --noinput -v 0

@@ -88,6 +88,8 @@ def query_plan(sql: str) -> QueryPlan:
     lookup = _table_lookup()
     planned: dict[int, PlannedTable] = {}
     for node in list(statement.find_all(exp.Table)):
+        if node.find_ancestor(exp.Hint) is not None:
+            continue  # /*+ BROADCAST(c) */ names an alias, not a table
         parts = [p for p in (node.catalog, node.db, node.name) if p]
         reference = ".".join(parts).lower()
         if not parts or (len(parts) == 1 and reference in cte_names):

@@ -3,21 +3,13 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from storage.models import FORMAT_CHOICES, Catalog, CatalogKind, Table
-
-SECRET_KEYS = ("token", "credential", "password", "secret")
+from storage.secrets import mask_mapping
 
 
 def mask_secrets(properties: dict) -> dict:
-    """Secret-named values masked, and the password inside any URL or DSN value (a SQL catalog's
-    ``uri`` carries one) masked the way storage configurations are."""
-    from storage.results.registry import MASK, mask_url
-
-    return {
-        key: MASK
-        if any(word in key.lower() for word in SECRET_KEYS)
-        else (mask_url(value) if isinstance(value, str) else value)
-        for key, value in (properties or {}).items()
-    }
+    """Properties safe to show: what storage/secrets.py calls secret masked, and the password
+    inside any URL or DSN value (a SQL catalog's ``uri`` carries one)."""
+    return mask_mapping(properties)
 
 
 class CatalogSerializer(serializers.ModelSerializer):

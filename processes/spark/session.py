@@ -21,6 +21,8 @@ import os
 import sys
 import threading
 
+from processes.sql_policy import SPARK_QUERY_CONF, SPARK_STATIC_CONF
+
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
@@ -38,11 +40,16 @@ BASE_CONFIG = {
     "spark.sql.python.filterPushdown.enabled": "true",
     "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    # Workbench queries must not reach the JVM, the environment or files by path (the parser check
+    # in processes/sql_policy.py is the first guard; these settings the second).
+    **SPARK_QUERY_CONF,
+    **SPARK_STATIC_CONF,
 }
 
 # spark.sql.* settings that are static (fixed when the server's driver starts): a Connect client
 # cannot set them, the server's own configuration must.
 STATIC_SQL_PREFIXES = (
+    "spark.sql.reflect.allowList",
     "spark.sql.warehouse.dir",
     "spark.sql.extensions",
     "spark.sql.catalogImplementation",

@@ -8,7 +8,9 @@ import logging
 
 import pytest
 
-from console.security import MASK, SecretMaskingFilter, mask_secrets_in_text
+from console.security import SecretMaskingFilter
+from storage.secrets import MASK
+from storage.secrets import mask_text as mask_secrets_in_text
 
 logger = logging.getLogger("console.tests.secrets")
 

@@ -105,6 +105,109 @@ def test_the_login_cache_is_the_brokers_redis_with_a_prefix_or_locmem_on_request
     assert local["BACKEND"] == "django.core.cache.backends.locmem.LocMemCache"
 
 
+# --- the secret key: one per installation, not one per process ----------------------------------
+
+KEY_RACER = """
+import sys, time
+from pathlib import Path
+from console.settings_security import persistent_secret_key
+go = Path(sys.argv[2])
+while not go.exists():
+    time.sleep(0.005)
+print(persistent_secret_key(Path(sys.argv[1])))
+"""
+
+
+def test_processes_starting_at_once_agree_on_one_key_written_once(tmp_path):
+    """Several processes create the key file at the same moment: one wins, every one reads its key."""
+    key_file, go = tmp_path / "var" / "secret_key", tmp_path / "go"
+    env = {k: v for k, v in os.environ.items() if k != "SECRET_KEY"}
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", KEY_RACER, str(key_file), str(go)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(8)
+    ]
+    try:
+        go.touch()
+        outputs = [racer.communicate(timeout=120) for racer in racers]
+    finally:
+        for racer in racers:
+            racer.kill()
+    assert all(racer.returncode == 0 for racer in racers), [err for _, err in outputs]
+    keys = {out.strip() for out, _ in outputs}
+    assert len(keys) == 1 and len(keys.pop()) >= 50
+    assert key_file.read_text().strip() == outputs[0][0].strip()
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in key_file.parent.iterdir()) == ["secret_key"]  # no temporary left
+
+
+def test_without_secret_key_every_process_uses_the_key_file_of_the_var_folder(tmp_path):
+    env = {"LAKEWARDEN_VAR_DIR": str(tmp_path / "var")}
+
+    first = _settings(env, "SECRET_KEY")["SECRET_KEY"]
+    second = _settings(env, "SECRET_KEY")["SECRET_KEY"]
+
+    assert first == second == (tmp_path / "var" / "secret_key").read_text().strip()
+    assert _settings({**env, "SECRET_KEY": "x" * 60}, "SECRET_KEY")["SECRET_KEY"] == "x" * 60
+
+
+def test_https_without_secret_key_uses_the_key_file_unless_a_key_is_required(tmp_path):
+    """Production (LAKEWARDEN_HTTPS) may rely on the key file on one machine; the README says so.
+    LAKEWARDEN_REQUIRE_SECRET_KEY makes a missing SECRET_KEY stop start-up instead."""
+    env = {**PRODUCTION_ENV, "LAKEWARDEN_VAR_DIR": str(tmp_path / "var")}
+    del env["SECRET_KEY"], env["LAKEWARDEN_REQUIRE_SECRET_KEY"]
+
+    key = _settings(env, "SECRET_KEY")["SECRET_KEY"]
+    refused = _run(
+        ["-c", SETTINGS_PRINTER % (["SECRET_KEY"],)], {**env, "LAKEWARDEN_REQUIRE_SECRET_KEY": "1"}
+    )
+
+    assert key == (tmp_path / "var" / "secret_key").read_text().strip()
+    assert refused.returncode != 0
+    assert "SECRET_KEY must be set" in refused.stderr
+
+
+def test_the_settings_modules_import_each_other_one_way_only():
+    """console.settings imports settings_scale and settings_security; they never import it back
+    (a cycle made each see the other half-built, depending on which was imported first)."""
+    import ast
+
+    for module in ("settings_security", "settings_scale", "env"):
+        tree = ast.parse((REPO_ROOT / "console" / f"{module}.py").read_text())
+        imported = {
+            node.module if isinstance(node, ast.ImportFrom) else alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for alias in node.names
+        }
+        assert not {"console.settings", "console"} & imported, (module, imported)
+    probe = _run(
+        [
+            "-c",
+            "import sys, console.settings_security, console.settings_scale; "
+            "print('console.settings' in sys.modules)",
+        ],
+        {},
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "False"
+
+
+def test_web_workers_and_threads_come_from_the_environment():
+    values = _settings(
+        {"LAKEWARDEN_WEB_WORKERS": "11", "LAKEWARDEN_WEB_THREADS": "6"},
+        "LAKEWARDEN_WEB_WORKERS",
+        "LAKEWARDEN_WEB_THREADS",
+    )
+    assert values == {"LAKEWARDEN_WEB_WORKERS": 11, "LAKEWARDEN_WEB_THREADS": 6}
+
+
 # --- headers on the pages themselves -------------------------------------------------------------
 
 

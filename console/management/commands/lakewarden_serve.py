@@ -4,6 +4,12 @@ Starts the web server (gunicorn), one Celery worker for the light queue (schedul
 kills, metadata refreshes), one for the heavy queue (processes and queries, each holding a Spark
 session) and Celery beat. On several machines, run these pieces separately instead (README,
 "Deployment"): any number of light and heavy workers, exactly one beat.
+
+It supervises them: a child that exits (a crash, an out-of-memory kill) is started again after a
+back-off (1 s, doubling up to 30 s, back to 1 s once a child has run for a minute), and each
+start and exit is logged with the pid and exit code. Only Ctrl-C or SIGTERM stops everything: the
+signal is forwarded to every child, and a child still running after ``--stop-timeout`` seconds is
+killed with everything it started (each child runs in its own process group).
 """
 
 from __future__ import annotations
@@ -14,11 +20,19 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from console.preflight import missing_services
+
+#: Restart back-off: the first restart waits this long, each quick crash doubles it up to the cap.
+FIRST_BACKOFF_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 30.0
+#: A child that ran at least this long before exiting is restarted after the first back-off again.
+STABLE_SECONDS = 60.0
+POLL_SECONDS = 0.2
 
 
 def worker_command(
@@ -43,10 +57,87 @@ def worker_command(
     ]
 
 
+def web_command(
+    python: str, *, host: str, port: int, workers: int, threads: int, control_socket: str | None = None
+) -> list[str]:
+    """gunicorn with ``workers`` gthread worker processes of ``threads`` threads each.
+
+    gunicorn's control socket defaults to one path in the home folder shared by every gunicorn of
+    the user; it goes to ``control_socket`` (the var folder) instead, or is left out when none is
+    given or the path is too long for a Unix socket.
+    """
+    if control_socket and len(os.fsencode(control_socket)) < 100:
+        control = ["--control-socket", control_socket]
+    else:
+        control = ["--no-control-socket"]
+    return [
+        python,
+        "-m",
+        "gunicorn",
+        "console.wsgi",
+        "--bind",
+        f"{host}:{port}",
+        "--workers",
+        str(workers),
+        "--worker-class",
+        "gthread",
+        "--threads",
+        str(threads),
+        "--timeout",
+        "120",
+        "--access-logfile",
+        "-",
+        *control,
+    ]
+
+
+@dataclass
+class Child:
+    """One supervised program: its command, the running process and its restart back-off."""
+
+    name: str
+    command: list[str]
+    process: subprocess.Popen | None = None
+    started_at: float = 0.0
+    backoff: float = FIRST_BACKOFF_SECONDS
+    restart_at: float | None = None
+    restarts: int = 0
+    groups: set[int] = field(default_factory=set)
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+def _parent_death_signal():
+    """On Linux, a ``preexec_fn`` that has the kernel send SIGTERM to the child when this command
+    dies, even by ``kill -9`` (``prctl(PR_SET_PDEATHSIG)``): no orphaned workers. None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded here, not in the forked child
+    except (OSError, AttributeError):
+        return None
+
+    def preexec() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    return preexec
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal a whole process group (a child and what it started: pool processes, Spark's JVM)."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class Command(BaseCommand):
     help = (
         "Run the web server, a light and a heavy Celery worker and Celery beat together in the "
-        "foreground (Ctrl-C stops all)."
+        "foreground, restarting any that exits (Ctrl-C stops all)."
     )
 
     requires_system_checks = []
@@ -66,26 +157,45 @@ class Command(BaseCommand):
             default=settings.LAKEWARDEN_LIGHT_CONCURRENCY,
             help="processes of the light worker (default: LAKEWARDEN_LIGHT_CONCURRENCY)",
         )
+        parser.add_argument(
+            "--web-workers",
+            type=int,
+            default=settings.LAKEWARDEN_WEB_WORKERS,
+            help="gunicorn worker processes (default: LAKEWARDEN_WEB_WORKERS)",
+        )
+        parser.add_argument(
+            "--web-threads",
+            type=int,
+            default=settings.LAKEWARDEN_WEB_THREADS,
+            help="threads per gunicorn worker (default: LAKEWARDEN_WEB_THREADS)",
+        )
+        parser.add_argument(
+            "--stop-timeout",
+            type=float,
+            default=30.0,
+            help="seconds the children get to stop after Ctrl-C/SIGTERM before they are killed",
+        )
 
     def commands(
-        self, *, host: str, port: int, concurrency: int, light_concurrency: int
+        self,
+        *,
+        host: str,
+        port: int,
+        concurrency: int,
+        light_concurrency: int,
+        web_workers: int | None = None,
+        web_threads: int | None = None,
     ) -> dict[str, list[str]]:
         python = sys.executable
         return {
-            "web": [
+            "web": web_command(
                 python,
-                "-m",
-                "gunicorn",
-                "console.wsgi",
-                "--bind",
-                f"{host}:{port}",
-                "--workers",
-                "2",
-                "--timeout",
-                "120",
-                "--access-logfile",
-                "-",
-            ],
+                host=host,
+                port=port,
+                workers=web_workers or settings.LAKEWARDEN_WEB_WORKERS,
+                threads=web_threads or settings.LAKEWARDEN_WEB_THREADS,
+                control_socket=str(settings.LAKEWARDEN_VAR_DIR / "gunicorn.ctl"),
+            ),
             "light worker": worker_command(
                 python, name="light", queue=settings.CELERY_TASK_DEFAULT_QUEUE, concurrency=light_concurrency
             ),
@@ -102,51 +212,133 @@ class Command(BaseCommand):
                 "--loglevel",
                 "INFO",
                 "--schedule",
-                os.path.join("var", "celerybeat-schedule"),
+                str(settings.LAKEWARDEN_VAR_DIR / "celerybeat-schedule"),
             ],
         }
 
-    def handle(self, *args, port: int, host: str, concurrency: int, light_concurrency: int, **options):
+    def log(self, message: str) -> None:
+        self.stderr.write(f"lakewarden_serve: {message}")
+        self.stderr.flush()
+
+    def handle(
+        self,
+        *args,
+        port: int,
+        host: str,
+        concurrency: int,
+        light_concurrency: int,
+        web_workers: int,
+        web_threads: int,
+        stop_timeout: float,
+        **options,
+    ):
         if concurrency < 1 or light_concurrency < 1:
             raise CommandError("worker concurrency must be at least 1")
+        if web_workers < 1 or web_threads < 1:
+            raise CommandError("web workers and threads must be at least 1")
         problems = missing_services()
         if problems:
             raise CommandError("\n".join(problems))
         commands = self.commands(
-            host=host, port=port, concurrency=concurrency, light_concurrency=light_concurrency
+            host=host,
+            port=port,
+            concurrency=concurrency,
+            light_concurrency=light_concurrency,
+            web_workers=web_workers,
+            web_threads=web_threads,
         )
-        os.makedirs("var", exist_ok=True)
-        children = {name: subprocess.Popen(command) for name, command in commands.items()}
-        spark = settings.LAKEWARDEN_SPARK_REMOTE or settings.LAKEWARDEN_SPARK_MASTER
-        self.stdout.write(
-            self.style.SUCCESS(
-                f"Lakewarden is running at http://{host}:{port}/  (Ctrl-C to stop)\n"
-                f"  light worker: queue {settings.CELERY_TASK_DEFAULT_QUEUE}, concurrency {light_concurrency}\n"
-                f"  heavy worker: queue {settings.LAKEWARDEN_HEAVY_QUEUE}, concurrency {concurrency}, "
-                f"Spark {spark}"
-            )
-        )
-        stopping = False
+        os.makedirs(settings.LAKEWARDEN_VAR_DIR, exist_ok=True)
+        children = [Child(name, command) for name, command in commands.items()]
+        self.preexec = _parent_death_signal()
 
-        def stop(*_):
-            nonlocal stopping
-            stopping = True
+        received: list[int] = []
 
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
+        def on_signal(signum, _frame):
+            received.append(signum)
+
+        # Handlers first: a Ctrl-C while the children start still stops all of them.
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            while not stopping:
-                for name, child in children.items():
-                    if child.poll() is not None:
-                        self.stderr.write(f"{name} exited with code {child.returncode}; stopping the others")
-                        stopping = True
-                time.sleep(0.5)
+            for child in children:
+                self.start(child)
+            spark = settings.LAKEWARDEN_SPARK_REMOTE or settings.LAKEWARDEN_SPARK_MASTER
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Lakewarden is running at http://{host}:{port}/  (Ctrl-C to stop)\n"
+                    f"  web: {web_workers} gunicorn workers x {web_threads} threads\n"
+                    f"  light worker: queue {settings.CELERY_TASK_DEFAULT_QUEUE}, concurrency {light_concurrency}\n"
+                    f"  heavy worker: queue {settings.LAKEWARDEN_HEAVY_QUEUE}, concurrency {concurrency}, "
+                    f"Spark {spark}"
+                )
+            )
+            self.stdout.flush()
+            while not received:
+                self.supervise(children)
+                time.sleep(POLL_SECONDS)
+            self.log(f"{signal.Signals(received[0]).name} received; stopping every child")
+            self.stop_all(children, received[0], stop_timeout)
+        except BaseException:
+            self.stop_all(children, signal.SIGTERM, stop_timeout)
+            raise
         finally:
-            for child in children.values():
-                if child.poll() is None:
-                    child.terminate()
-            for child in children.values():
-                try:
-                    child.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    child.kill()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def start(self, child: Child) -> None:
+        # A process group per child: signals from the terminal reach only this command, which
+        # forwards them, and a stuck child is killed with everything it started.
+        child.process = subprocess.Popen(child.command, start_new_session=True, preexec_fn=self.preexec)
+        child.groups.add(child.process.pid)
+        child.started_at = time.monotonic()
+        child.restart_at = None
+        self.log(f"started {child.name} (pid {child.process.pid})")
+
+    def supervise(self, children: list[Child]) -> None:
+        now = time.monotonic()
+        for child in children:
+            if child.restart_at is not None:
+                if now >= child.restart_at:
+                    child.restarts += 1
+                    self.start(child)
+                continue
+            code = child.process.poll()
+            if code is None:
+                continue
+            ran = now - child.started_at
+            if ran >= STABLE_SECONDS:
+                child.backoff = FIRST_BACKOFF_SECONDS
+            # What the dead child started (Celery's pool processes, a Spark JVM) goes with it.
+            kill_group(child.process.pid)
+            child.groups.discard(child.process.pid)
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            self.log(
+                f"{child.name} (pid {child.process.pid}) exited ({how}, exit code {code}) after "
+                f"{ran:.1f} s; restarting in {child.backoff:g} s"
+            )
+            child.restart_at = now + child.backoff
+            child.backoff = min(child.backoff * 2, MAX_BACKOFF_SECONDS)
+
+    def stop_all(self, children: list[Child], sig: int, timeout: float) -> None:
+        running = [child for child in children if child.running()]
+        for child in running:
+            try:
+                child.process.send_signal(sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        for child in running:
+            try:
+                child.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                self.log(
+                    f"{child.name} (pid {child.process.pid}) stopped (exit code {child.process.returncode})"
+                )
+            except subprocess.TimeoutExpired:
+                self.log(
+                    f"{child.name} (pid {child.process.pid}) still running after {timeout:g} s; killing it"
+                )
+                kill_group(child.process.pid)
+                child.process.wait()
+        # Whatever a child left behind in its group (an orphaned pool process) goes too.
+        for child in children:
+            for pgid in child.groups:
+                kill_group(pgid)
