@@ -102,7 +102,7 @@ def tables_by_health(*, limit: int | None = 10) -> list[TableHealth]:
 
 def running_processes():
     return (
-        Process.objects.select_related("table").filter(status__in=ACTIVE_STATUSES).order_by("created_at")[:20]
+        Process.objects.select_related("table").defer("table__metrics").filter(status__in=ACTIVE_STATUSES).order_by("created_at")[:20]
     )
 
 
@@ -110,6 +110,7 @@ def recent_failures(hours: int = 24):
     since = timezone.now() - dt.timedelta(hours=hours)
     return (
         Process.objects.select_related("table")
+        .defer("table__metrics")
         .filter(status=ProcessStatus.FAILED, finished_at__gte=since)
         .order_by("-finished_at")[:20]
     )

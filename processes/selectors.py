@@ -31,7 +31,7 @@ class ProcessFilter(django_filters.FilterSet):
 
 
 def process_list() -> QuerySet[Process]:
-    return Process.objects.select_related("table", "requested_by").order_by("-id")
+    return Process.objects.select_related("table", "requested_by").defer("table__metrics").order_by("-id")
 
 
 @dataclass

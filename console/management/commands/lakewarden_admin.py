@@ -16,7 +16,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         username = os.environ.get("LAKEWARDEN_ADMIN_USER") or "admin"
         password = os.environ.get("LAKEWARDEN_ADMIN_PASSWORD")
-        password_file = Path(settings.BASE_DIR) / "var" / "admin-password"
+        password_file = Path(settings.LAKEWARDEN_VAR_DIR) / "admin-password"
         user_model = get_user_model()
         user = user_model.objects.filter(username=username).first()
         if user is not None:
