@@ -29,6 +29,8 @@ bench: setup
 lint:
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy storage/spec storage/formats storage/results storage/io storage/plugins.py
+	$(VENV)/bin/python scripts/check_sizes.py
 
 format:
 	$(VENV)/bin/ruff format .

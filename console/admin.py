@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 
 from console.admin_site import RoleModelAdmin
 from processes.models import PluginConfig, Process, TableState
-from processes.registry import conflicts_if_enabled, factory_classes, validate_properties
+from processes.registry import broken_factories, conflicts_if_enabled, factory_classes, validate_properties
 from storage.errors import InvalidInput
 from storage.models import Catalog, Table
 from storage.secrets import MASK, mask_mapping, merge_secrets
@@ -131,6 +131,11 @@ class PluginConfigAdmin(RoleModelAdmin):
             f"{fmt}: {', '.join(sorted(actions))}"
             for fmt, actions in sorted(cls().supported_actions().items())
         )
+
+    def changelist_view(self, request, extra_context=None):
+        for name, reason in sorted(broken_factories().items()):
+            messages.error(request, f"Process factory plugin {name!r} is broken and not loaded: {reason}")
+        return super().changelist_view(request, extra_context)
 
     @admin.action(description="Disable the selected plugins")
     def disable_plugins(self, request, queryset):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import entry_points
-from types import MappingProxyType
 from typing import Any
 
 import jsonschema
@@ -14,6 +13,7 @@ import jsonschema
 from processes.models import PluginConfig, PluginKind
 from processes.plugin import ProcessFactory
 from storage.errors import InvalidInput
+from storage.plugins import Plugins, discover_plugins
 
 logger = logging.getLogger(__name__)
 
@@ -25,25 +25,23 @@ class PluginConflict(Exception):
 
 
 @functools.cache
-def factory_classes() -> MappingProxyType:
+def _discovered() -> Plugins[ProcessFactory]:
+    return discover_plugins(ENTRY_POINT_GROUP, ProcessFactory)
+
+
+def factory_classes() -> Mapping[str, type[ProcessFactory]]:
     """Factory classes by name, discovered once; the mapping is read-only afterwards."""
-    classes: dict[str, type[ProcessFactory]] = {}
-    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            cls = entry_point.load()
-        except Exception:
-            logger.exception("process factory plugin %s could not be loaded", entry_point.name)
-            continue
-        if not (isinstance(cls, type) and issubclass(cls, ProcessFactory)):
-            logger.error("entry point %s is not a ProcessFactory subclass; ignored", entry_point.value)
-            continue
-        classes[entry_point.name] = cls
-    return MappingProxyType(classes)
+    return _discovered().found
+
+
+def broken_factories() -> Mapping[str, str]:
+    """Factory entry points that failed to load (or name no ProcessFactory), with the reason."""
+    return _discovered().broken
 
 
 def rediscover_factories() -> None:
     """Forget the discovered classes (tests that install a plugin package call this)."""
-    factory_classes.cache_clear()
+    _discovered.cache_clear()
 
 
 def validate_properties(factory_cls: type[ProcessFactory], properties: Any) -> dict[str, Any]:

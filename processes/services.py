@@ -336,21 +336,25 @@ def clean_staging(process: Process) -> None:
 
 
 def clean_stale_staging(table: Table) -> list[str]:
-    """Remove the staging folders of the table's processes that are no longer active (a worker that
-    died while its JVM still wrote can leave files after the reaper's cleanup). Called with the
-    table's lock held; returns the folders removed."""
+    """Remove the staging folders of the table's finished processes (a worker that died while its
+    JVM still wrote can leave files after the reaper's cleanup). A folder of an active process, or
+    of a process this database does not know (another installation's?), is left alone. Called with
+    the table's lock held; returns the folders removed."""
     root = Path(table.location) / STAGING_FOLDER
     if not root.is_dir():
         return []
-    active = {
-        f"process-{pk}"
-        for pk in Process.objects.filter(table=table, status__in=ACTIVE_STATUSES).values_list("pk", flat=True)
-    }
-    removed = []
+    folders = {}
     for folder in root.iterdir():
-        if folder.name.startswith("process-") and folder.name not in active:
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(str(folder))
+        number = folder.name.removeprefix("process-")
+        if folder.name.startswith("process-") and number.isdigit():
+            folders[int(number)] = folder
+    finished = Process.objects.filter(
+        table=table, pk__in=list(folders), status__in=TERMINAL_STATUSES
+    ).values_list("pk", flat=True)
+    removed = []
+    for pk in finished:
+        shutil.rmtree(folders[pk], ignore_errors=True)
+        removed.append(str(folders[pk]))
     _remove_if_empty(root)
     return removed
 

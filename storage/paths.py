@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from django.conf import settings
 
+from storage.io import PathNotAllowed, local_path
 
-class PathNotAllowed(ValueError):
-    pass
-
-
-def local_path(location: str) -> Path:
-    """A local path from a plain path or a ``file://`` URI; other schemes are refused."""
-    text = location.strip()
-    if "://" in text:
-        parsed = urlparse(text)
-        if parsed.scheme != "file":
-            raise PathNotAllowed(f"only local paths and file:// URIs are supported, not {parsed.scheme}://")
-        text = unquote(parsed.path)
-    if "\x00" in text:
-        raise PathNotAllowed("the path contains a NUL character")
-    return Path(text).expanduser()
+__all__ = ["PathNotAllowed", "confine", "local_path"]
 
 
 def confine(location: str) -> Path:

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
+from storage.io import local_path as io_local_path
 from storage.spec.models import FileSlice, PartitionDescriptor
 
 logger = logging.getLogger(__name__)
@@ -219,13 +219,10 @@ def plan_compaction(
 
 
 def local_path(path: str) -> str:
-    """The filesystem path of a local path or ``file:`` URI (object stores are not supported).
-    Like pyiceberg's file IO, the URI path is taken literally (not percent-decoded)."""
-    if path.startswith("file:"):
-        return urlparse(path).path
-    if "://" in path:
-        raise ValueError(f"{path} is not on a local filesystem; rewrites need local table storage")
-    return path
+    """The filesystem path of a local path or ``file:`` URI (object stores are refused with
+    ``PathNotAllowed``, a ``ValueError``). Like pyiceberg's file IO, the URI path is taken
+    literally (not percent-decoded)."""
+    return str(io_local_path(path, percent_decoded=False))
 
 
 def publish(staged: Path, directory: str) -> str:

@@ -19,7 +19,6 @@ import os
 import posixpath
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlparse
 
 from processes.factories.retention import AGE_SCHEMA, parse_duration, summary_list
 from processes.plugin import (
@@ -30,6 +29,7 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
+from storage.io import is_local, local_path
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +39,11 @@ MIN_AGE_FLOOR = dt.timedelta(hours=1)
 
 
 def normalise(path: str) -> str:
-    """A comparable local path for a plain path or a ``file:`` URI (``file:/x``, ``file:///x``)."""
-    if path.startswith("file:"):
-        path = urlparse(path).path
-    elif "://" in path:
+    """A comparable local path for a plain path or a ``file:`` URI (``file:/x``, ``file:///x``),
+    taken literally as pyiceberg's file IO does (no percent-decoding)."""
+    if not is_local(path):
         raise ValueError(f"{path} is not on a local filesystem; orphan cleanup needs local table storage")
-    return posixpath.normpath(path)
+    return posixpath.normpath(str(local_path(path, percent_decoded=False)))
 
 
 def referenced_paths(table: Any, context: ProcessContext | None = None) -> set[str]:

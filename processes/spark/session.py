@@ -16,6 +16,7 @@ object store URI) by this process and by every executor.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -129,6 +130,24 @@ def session_config(
     return config
 
 
+# PySpark logs every analysis error, with its whole JVM stack, to stderr through loggers of its own
+# (JSON formatted, outside Lakewarden's logging and its secret masking). The error is raised to the
+# caller all the same, and Lakewarden records it (masked) where it belongs: those loggers are
+# silenced. They also restyle any handler attached to them with their JSON formatter (which
+# formats exceptions from exc_info, past the masking filter); a handler someone else attaches
+# (a log shipper, pytest's capture) keeps its own formatter.
+PYSPARK_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+
+def _quiet_query_context_loggers() -> None:
+    from pyspark.logger import PySparkLogger
+
+    for name in PYSPARK_CONTEXT_LOGGERS:
+        context_logger = PySparkLogger.getLogger(name)
+        context_logger.setLevel(logging.CRITICAL)
+        context_logger.addHandler = functools.partial(logging.Logger.addHandler, context_logger)  # type: ignore[method-assign]
+
+
 def spark_session(app_name: str = "lakewarden", extra_config: dict[str, str] | None = None):
     """The process's Spark session, created on first use."""
     global _session
@@ -149,6 +168,7 @@ def spark_session(app_name: str = "lakewarden", extra_config: dict[str, str] | N
         for key, value in session_config(remote, master, extra_config).items():
             builder = builder.config(key, value)
         _session = builder.getOrCreate()
+        _quiet_query_context_loggers()
         return _session
 
 

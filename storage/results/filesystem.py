@@ -162,7 +162,9 @@ class FilesystemStorage(IntermediateResultStorage):
     def exists(self, properties: Mapping[str, Any]) -> bool:
         """Every file the write produced is still there (an empty result has one empty file)."""
         listed = listed_files(self._path(properties))
-        return bool(listed) and all(os.path.isfile(f) for f in listed)
+        if not listed:
+            return False
+        return all(os.path.isfile(f) for f in listed)
 
     def clean(self, table_names: list[str], properties: Mapping[str, Mapping[str, Any]]) -> None:
         for name in table_names:

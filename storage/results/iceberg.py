@@ -22,7 +22,8 @@ import pyarrow as pa
 from pyarrow import fs as pafs
 
 from storage.results.plugin import IntermediateResultStorage, WriteStats
-from storage.results.registry import MASK, StorageUnavailable, mask_url
+from storage.results.registry import StorageUnavailable
+from storage.secrets import mask_text, mask_url
 
 DEFAULT_NAMESPACE = "lakewarden_cache"
 DEFAULT_CATALOG_NAME = "lakewarden_cache"
@@ -51,16 +52,7 @@ def _where(uri: str) -> str:
 
 def _scrub(message: str, config: Mapping[str, Any], secret_keys: frozenset[str]) -> str:
     """``message`` without any secret value or URL password that may have leaked into it."""
-    message = mask_url(message)
-    for key in secret_keys:
-        value = config.get(key)
-        if not isinstance(value, str) or not value:
-            continue
-        password = urlsplit(value).password if "://" in value else None
-        for secret in (value, password):
-            if secret:
-                message = message.replace(secret, MASK)
-    return message
+    return mask_text(message, secrets=[config.get(key) for key in secret_keys])
 
 
 def spark_path(location: str) -> str:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from storage.results.plugin import IntermediateResultStorage, WriteStats
-from storage.results.registry import MASK, StorageConfigError, StorageUnavailable, mask_url
+from storage.results.registry import StorageConfigError, StorageUnavailable
+from storage.secrets import mask_text
 
 DEFAULT_SCHEMA = "lakewarden_cache"
 DEFAULT_MAX_ROWS = 100_000
@@ -161,8 +162,9 @@ def _sql(expr: Any, pg_types: Mapping[str, str]) -> tuple[Any, list[Any]] | None
         return sql.SQL("TRUE" if isinstance(expr, E.AlwaysTrue) else "FALSE"), []
     if isinstance(expr, E.And | E.Or | E.Not):
         children = [expr.child] if isinstance(expr, E.Not) else list(expr.children)
-        translated = [_sql(c, pg_types) for c in children]
-        if any(t is None for t in translated):
+        maybe = [_sql(c, pg_types) for c in children]
+        translated = [t for t in maybe if t is not None]
+        if len(translated) != len(maybe):
             return None  # all or nothing under or/not: half a disjunction would drop rows
         params = [p for t in translated for p in t[1]]
         if isinstance(expr, E.Not):
@@ -173,7 +175,7 @@ def _sql(expr: Any, pg_types: Mapping[str, str]) -> tuple[Any, list[Any]] | None
         return sql.SQL("({})").format(joiner.join(t[0] for t in translated)), params
     column = getattr(expr, "column", None)
     type_ = pg_types.get(column) if column is not None else None
-    if type_ is None:
+    if column is None or type_ is None:
         return None  # a nested field: Spark reads it from the struct
     ident = sql.Identifier(column)
     if isinstance(expr, E.IsNull):
@@ -406,14 +408,5 @@ class PostgresStorage(IntermediateResultStorage):
         return T.StructType.fromJson(json.loads(row[0]))
 
     def _scrub(self, message: str) -> str:
-        from psycopg.conninfo import conninfo_to_dict
-
-        message = mask_url(message)
-        try:
-            password = conninfo_to_dict(self.dsn).get("password")
-        except Exception:
-            password = None
-        for secret in (self.dsn, password):
-            if secret:
-                message = message.replace(str(secret), MASK)
-        return message
+        """``message`` without the DSN or its password (mask_text finds a libpq DSN's password)."""
+        return mask_text(message, secrets=[self.dsn])

@@ -11,19 +11,16 @@ are shown back only through ``mask_config``.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping
-from importlib.metadata import entry_points
-from types import MappingProxyType
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import jsonschema
 
+from storage.plugins import Plugins, discover_plugins
 from storage.results.plugin import IntermediateResultStorage, StorageDescriptor
+from storage.secrets import MASK, mask_mapping, mask_url, merge_secrets
 
 ENTRY_POINT_GROUP = "lakewarden.result_storages"
-MASK = "********"
 
 
 class StorageConfigError(ValueError):
@@ -36,31 +33,18 @@ class StorageUnavailable(ConnectionError):
 
 
 @functools.cache
-def _discover() -> tuple[Mapping[str, type[IntermediateResultStorage]], Mapping[str, str]]:
-    found: dict[str, type[IntermediateResultStorage]] = {}
-    broken: dict[str, str] = {}
-    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
-        # One plugin failing to import must not take the other storages down with it.
-        try:
-            cls = entry_point.load()
-        except Exception as exc:
-            broken[entry_point.name] = f"{entry_point.value} failed to load: {type(exc).__name__}: {exc}"
-            continue
-        if not (isinstance(cls, type) and issubclass(cls, IntermediateResultStorage)):
-            broken[entry_point.name] = f"{entry_point.value} is not an IntermediateResultStorage"
-            continue
-        found[entry_point.name] = cls
-    return MappingProxyType(found), MappingProxyType(broken)
+def _discover() -> Plugins[IntermediateResultStorage]:
+    return discover_plugins(ENTRY_POINT_GROUP, IntermediateResultStorage)
 
 
 def storage_types() -> Mapping[str, type[IntermediateResultStorage]]:
     """Storage classes by type name, loaded once; read-only afterwards."""
-    return _discover()[0]
+    return _discover().found
 
 
 def broken_storage_types() -> Mapping[str, str]:
     """Entry points that could not be loaded, with the reason (for the console and logs)."""
-    return _discover()[1]
+    return _discover().broken
 
 
 def storage_type(type_name: str | None) -> type[IntermediateResultStorage]:
@@ -118,55 +102,19 @@ def build_storage(descriptor: StorageDescriptor | Mapping[str, Any]) -> Intermed
 
 # -- secrets ---------------------------------------------------------------------------------------
 
-_KEYWORD_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-
-
-def mask_url(text: str) -> str:
-    """``text`` with the password of a URL (``scheme://user:secret@host``) or of a libpq
-    keyword DSN (``password=secret``) replaced by the mask; anything else unchanged."""
-    text = _KEYWORD_PASSWORD.sub(lambda m: m.group(1) + MASK, text)
-    if "://" not in text:
-        return text
-    try:
-        parts = urlsplit(text)
-    except ValueError:
-        return text
-    if parts.password is None:
-        return text
-    userinfo, _, host = parts.netloc.rpartition("@")
-    user = userinfo.split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}"))
-
 
 def mask_config(type_cls: type[IntermediateResultStorage], config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` safe to show: secret keys masked (a URL or DSN keeps everything but its
-    password, so an operator still sees where it points), passwords inside any other URL too."""
-    masked: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, str):
-            url_masked = mask_url(value)
-            if key in type_cls.secret_keys and url_masked == value:
-                masked[key] = MASK if value else value
-            else:
-                masked[key] = url_masked
-        elif key in type_cls.secret_keys and value is not None:
-            masked[key] = MASK
-        else:
-            masked[key] = value
-    return masked
+    """``config`` safe to show: the storage's ``secret_keys`` and anything storage/secrets.py calls
+    secret masked; a URL or DSN keeps everything but its password."""
+    return mask_mapping(config, secret_keys=type_cls.secret_keys)
 
 
 def unmask_config(
     type_cls: type[IntermediateResultStorage], submitted: Mapping[str, Any], stored: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The configuration an edit form means: a value still equal to its masked form keeps the
-    stored secret, so re-submitting a masked form never overwrites a password with the mask."""
-    original_masked = mask_config(type_cls, stored)
-    result = dict(submitted)
-    for key, value in submitted.items():
-        if key in stored and value == original_masked.get(key) and value != stored[key]:
-            result[key] = stored[key]
-    return result
+    """The configuration an edit form means: a secret sent back masked (or blank) keeps the stored
+    one, so re-submitting a masked form never overwrites a password with the mask."""
+    return merge_secrets(stored, submitted, secret_keys=type_cls.secret_keys)
 
 
 __all__ = [

@@ -16,22 +16,17 @@ from django.utils import timezone
 from storage.errors import Conflict, InvalidInput
 from storage.models import CachedResult, CachedResultState, StorageBackend, StorageSource
 from storage.paths import PathNotAllowed, confine
+from storage.results import registry
 from storage.results.plugin import IntermediateResultStorage, StorageDescriptor
+from storage.secrets import mask_text
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BACKEND_NAME = "default-filesystem"
 
 
-def _registry():
-    from storage.results import registry
-
-    return registry
-
-
 def _validated(descriptor: StorageDescriptor) -> tuple[str, dict[str, Any]]:
     """Type known, config valid for it, paths confined: (type, config) or InvalidInput."""
-    registry = _registry()
     if not descriptor.type:
         raise InvalidInput("a storage needs a type", field="type")
     config = dict(descriptor.config)
@@ -88,7 +83,6 @@ def storage_backend_update(
 ) -> StorageBackend:
     if config is not None:
         # Masked secrets sent back unchanged keep their stored value.
-        registry = _registry()
         merged = registry.unmask_config(registry.storage_type(backend.type), config, backend.config)
         backend.type, backend.config = _validated(StorageDescriptor(type=backend.type, config=merged))
     if quota_bytes is not None:
@@ -139,7 +133,7 @@ def storage_open(backend: StorageBackend) -> IntermediateResultStorage:
 
     key = json.dumps([backend.type, backend.config], sort_keys=True, default=str)
     if key not in _open_storages:
-        _open_storages[key] = _registry().build_storage(
+        _open_storages[key] = registry.build_storage(
             StorageDescriptor(type=backend.type, config=dict(backend.config))
         )
     return _open_storages[key]
@@ -155,7 +149,6 @@ def storages_close() -> None:
 
 
 def storage_backend_masked_config(backend: StorageBackend) -> dict[str, Any]:
-    registry = _registry()
     storage_cls = registry.storage_types().get(backend.type)
     return registry.mask_config(storage_cls, backend.config) if storage_cls else {}
 
@@ -195,12 +188,9 @@ def storage_backend_test(*, backend: StorageBackend, spark) -> tuple[bool, str]:
 
 
 def _redact(message: str, backend: StorageBackend) -> str:
-    storage_cls = _registry().storage_types().get(backend.type)
-    for key in getattr(storage_cls, "secret_keys", ()):
-        secret = str(backend.config.get(key) or "")
-        if secret:
-            message = message.replace(secret, _registry().MASK)
-    return message
+    storage_cls = registry.storage_types().get(backend.type)
+    secrets = [backend.config.get(key) for key in getattr(storage_cls, "secret_keys", ())]
+    return mask_text(message, secrets=secrets)
 
 
 # --- cached results -----------------------------------------------------------------------------

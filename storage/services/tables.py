@@ -13,6 +13,7 @@ from django.utils import timezone
 from storage import spec
 from storage.catalogs import iceberg_catalog, iceberg_identifiers, table_folders
 from storage.errors import InvalidInput
+from storage.io import is_local
 from storage.metrics import table_metrics
 from storage.models import Catalog, CatalogKind, Table
 from storage.paths import PathNotAllowed, confine, local_path
@@ -193,7 +194,7 @@ def _open_from_catalog(catalog: Catalog | None, identifier: str) -> tuple[SpecTa
         raise InvalidInput(
             f"cannot open {identifier} in catalog {catalog.name}: {error}", field="identifier"
         ) from error
-    if "://" not in spec_table.location or spec_table.location.startswith("file://"):
+    if is_local(spec_table.location):
         try:
             confine(spec_table.location)
         except PathNotAllowed as error:
@@ -214,7 +215,7 @@ def _confined_existing_folder(location: str, *, field_name: str) -> Path:
 
 
 def _normalised_location(location: str) -> str:
-    if "://" in location and not location.startswith("file://"):
+    if not is_local(location):
         return location.rstrip("/")
     return str(local_path(location).resolve())
 

@@ -15,7 +15,7 @@ from storage.spec.errors import (
 )
 from storage.spec.expressions import bind_filter, parse_filter
 from storage.spec.models import ReadingMode, TableFormat
-from storage.spec.registry import detect_format, format_adapters, load_table
+from storage.spec.registry import broken_format_adapters, detect_format, format_adapters, load_table
 from storage.spec.table import FileIndex, SpecTable, TableFormatAdapter, Timeline
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "UnknownFormat",
     "UnsupportedFeature",
     "bind_filter",
+    "broken_format_adapters",
     "detect_format",
     "format_adapters",
     "load_table",

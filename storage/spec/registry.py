@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import functools
-from importlib.metadata import entry_points
+from collections.abc import Mapping
 from typing import Any
 
+from storage.plugins import Plugins, discover_plugins
 from storage.spec.errors import TableNotFound, UnknownFormat
 from storage.spec.table import SpecTable, TableFormatAdapter
 
@@ -13,12 +14,19 @@ ENTRY_POINT_GROUP = "lakewarden.table_formats"
 
 
 @functools.cache
-def format_adapters() -> dict[str, type[TableFormatAdapter]]:
-    """Adapters by format name, loaded once; the mapping is read-only afterwards."""
-    adapters: dict[str, type[TableFormatAdapter]] = {}
-    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
-        adapters[entry_point.name] = entry_point.load()
-    return adapters
+def _discover() -> Plugins[TableFormatAdapter]:
+    return discover_plugins(ENTRY_POINT_GROUP, TableFormatAdapter)
+
+
+def format_adapters() -> Mapping[str, type[TableFormatAdapter]]:
+    """Adapters by format name, loaded once; the mapping is read-only afterwards. An adapter that
+    fails to load is left out (see ``broken_format_adapters``); the others still work."""
+    return _discover().found
+
+
+def broken_format_adapters() -> Mapping[str, str]:
+    """Entry points that could not be loaded as adapters, with the reason."""
+    return _discover().broken
 
 
 def _adapter(format_name: str) -> type[TableFormatAdapter]:
@@ -26,16 +34,29 @@ def _adapter(format_name: str) -> type[TableFormatAdapter]:
     try:
         return adapters[format_name]
     except KeyError:
-        known = ", ".join(sorted(adapters)) or "none"
-        raise UnknownFormat(f"unknown table format {format_name!r} (known: {known})") from None
+        pass
+    broken = broken_format_adapters()
+    if format_name in broken:
+        raise UnknownFormat(f"table format {format_name!r} is installed but {broken[format_name]}")
+    known = ", ".join(sorted(adapters)) or "none"
+    raise UnknownFormat(f"unknown table format {format_name!r} (known: {known}{_broken_note()})")
+
+
+def _broken_note() -> str:
+    broken = broken_format_adapters()
+    if not broken:
+        return ""
+    return "; broken: " + "; ".join(f"{name}: {reason}" for name, reason in sorted(broken.items()))
 
 
 def detect_format(location: str) -> str:
     """The name of the format whose adapter recognises ``location``."""
-    for name, adapter in format_adapters().items():
+    adapters = format_adapters()
+    for name, adapter in adapters.items():
         if adapter.detect(location):
             return name
-    raise TableNotFound(f"no Iceberg metadata, _delta_log or .hoodie folder found at {location}: not a table")
+    looked_for = ", ".join(adapters[name].looks_for or name for name in sorted(adapters)) or "no adapter"
+    raise TableNotFound(f"no table at {location}: found none of {looked_for}{_broken_note()}")
 
 
 def load_table(location_or_identifier: str, format: str | None = None, catalog: Any = None) -> SpecTable:

@@ -1,6 +1,6 @@
 """The format-neutral table interface every format adapter implements.
 
-A format adapter (``storage/formats/<name>.py``) provides a ``TableFormatAdapter`` subclass,
+A format adapter (a package ``storage/formats/<name>/``) provides a ``TableFormatAdapter`` subclass,
 registered under the ``lakewarden.table_formats`` entry-point group, whose ``open`` returns a
 ``SpecTable``. Everything above this layer (console, processes, Spark jobs) reads tables only
 through these classes.
@@ -16,12 +16,12 @@ from __future__ import annotations
 import abc
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from storage.spec.errors import InstantNotFound, NotSupported
+from storage.spec.errors import FilterError, InstantNotFound, NotSupported
 from storage.spec.models import (
     ChangeKind,
     DataFile,
@@ -37,12 +37,22 @@ from storage.spec.models import (
     TableSummary,
 )
 
-if TYPE_CHECKING:
-    pass
-
 MIB = 1024 * 1024
 InstantRef = Instant | int | str | None
-FilterRef = "Expression | str | None"
+
+
+def output_columns(columns: Sequence[str] | None, schema: pa.Schema) -> list[str]:
+    """The top-level columns a read returns: ``columns`` (all of them when None), checked against
+    ``schema``; ``FilterError`` naming the first unknown one."""
+    names = schema.names
+    if columns is None:
+        return list(names)
+    unknown = [c for c in columns if c not in names]
+    if unknown:
+        raise FilterError(
+            f"unknown column {unknown[0]!r}; the table has {', '.join(names)}", token=unknown[0]
+        )
+    return list(columns)
 
 
 class Timeline(abc.ABC):
@@ -235,6 +245,13 @@ class SpecTable(abc.ABC):
         from its footer); None keeps the file whole. Iceberg manifests carry them already."""
         return None
 
+    def plain_parquet_layout(self) -> bool:
+        """Whether the table's data files store its columns as plain parquet, under the table's
+        column names and types, so Spark's parquet reader given the table schema reads the same
+        values as ``read`` (delete files and non-parquet files are checked per slice by the
+        caller). False keeps readers on ``read``; an adapter says True only when sure."""
+        return False
+
     def check_mode(self, mode: ReadingMode) -> None:
         if mode not in self.supported_modes:
             raise NotSupported(self.format.value, f"the {mode.value} reading mode")
@@ -244,6 +261,8 @@ class TableFormatAdapter(abc.ABC):
     """Registered under ``lakewarden.table_formats``: recognises and opens tables of one format."""
 
     name: ClassVar[str]
+    #: What ``detect`` looks for, named when no format recognises a location ("a _delta_log folder").
+    looks_for: ClassVar[str] = ""
 
     @classmethod
     @abc.abstractmethod

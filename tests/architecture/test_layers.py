@@ -154,3 +154,16 @@ def test_the_checker_sees_a_violation(tmp_path):
     assert ("console.models", False) in found
     assert ("storage", True) in found
     assert _starts("console.models", ("console",)) and not _starts("consoles", ("console",))
+
+
+def test_no_module_over_600_lines_and_no_function_over_60_outside_tests():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "check_sizes.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout

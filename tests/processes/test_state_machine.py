@@ -63,17 +63,23 @@ def test_a_terminal_transition_records_when_it_finished(process):
 def test_stale_staging_of_finished_processes_is_swept_and_active_staging_kept(process):
     from processes.services import STAGING_FOLDER, clean_stale_staging, staging_dir
 
-    old = Process.objects.create(table=process.table, action="other", factory="x", status=ProcessStatus.FAILED)
+    old = Process.objects.create(
+        table=process.table, action="other", factory="x", status=ProcessStatus.FAILED
+    )
     for owner in (process, old):
         folder = staging_dir(owner)
         folder.mkdir(parents=True)
         (folder / "part-0.parquet").write_bytes(b"staged")
+    unknown = staging_dir(process).parent / "process-999999"
+    unknown.mkdir()
 
     removed = clean_stale_staging(process.table)
 
     assert removed == [str(staging_dir(old))]
     assert not staging_dir(old).exists()
     assert (staging_dir(process) / "part-0.parquet").read_bytes() == b"staged"
+    assert unknown.exists()  # not this database's process: left alone
+    unknown.rmdir()
 
     Process.objects.filter(pk=process.pk).update(status=ProcessStatus.KILLED)
     clean_stale_staging(process.table)

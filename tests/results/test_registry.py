@@ -6,6 +6,7 @@ import importlib.metadata
 
 import pytest
 
+from storage import plugins
 from storage.results import registry
 from storage.results.filesystem import FilesystemStorage
 from storage.results.iceberg import IcebergStorage
@@ -48,7 +49,7 @@ def test_a_plugin_that_fails_to_import_is_reported_and_the_others_still_load(mon
         importlib.metadata.EntryPoint("filesystem", "storage.results.filesystem:FilesystemStorage", group),
         importlib.metadata.EntryPoint("broken", "no_such_package.store:Store", group),
     ]
-    monkeypatch.setattr(registry, "entry_points", lambda group: points)
+    monkeypatch.setattr(plugins, "entry_points", lambda group: points)
     registry._discover.cache_clear()
     try:
         assert list(storage_types()) == ["filesystem"]

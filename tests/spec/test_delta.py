@@ -24,8 +24,7 @@ from deltalake import DeltaTable, WriterProperties, write_deltalake
 
 from storage.formats.delta import DeltaAdapter, DeltaSpecTable
 from storage.formats.delta._dv import z85_decode
-from storage.formats.delta._read import load_deletion_vector
-from storage.formats.delta.table import CDF_COLUMNS, CDF_FIELDS
+from storage.formats.delta.read import CDF_COLUMNS, CDF_FIELDS, load_deletion_vector
 from storage.spec import load_table
 from storage.spec.errors import (
     CorruptTable,

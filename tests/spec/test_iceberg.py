@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from storage.formats.iceberg import IcebergAdapter, IcebergSpecTable
-from storage.formats.iceberg.avro import iter_records
+from storage.formats.iceberg._avro import iter_records
 from storage.spec.errors import CorruptTable, InstantNotFound, InvalidRange, NotSupported, TableNotFound
 from storage.spec.models import ChangeKind, FileContent, FileSlice, ReadingMode, SplitPart
 

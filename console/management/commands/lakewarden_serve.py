@@ -261,17 +261,7 @@ class Command(BaseCommand):
         try:
             for child in children:
                 self.start(child)
-            spark = settings.LAKEWARDEN_SPARK_REMOTE or settings.LAKEWARDEN_SPARK_MASTER
-            self.stdout.write(
-                self.style.SUCCESS(
-                    f"Lakewarden is running at http://{host}:{port}/  (Ctrl-C to stop)\n"
-                    f"  web: {web_workers} gunicorn workers x {web_threads} threads\n"
-                    f"  light worker: queue {settings.CELERY_TASK_DEFAULT_QUEUE}, concurrency {light_concurrency}\n"
-                    f"  heavy worker: queue {settings.LAKEWARDEN_HEAVY_QUEUE}, concurrency {concurrency}, "
-                    f"Spark {spark}"
-                )
-            )
-            self.stdout.flush()
+            self.announce(host, port, web_workers, web_threads, light_concurrency, concurrency)
             while not received:
                 self.supervise(children)
                 time.sleep(POLL_SECONDS)
@@ -283,6 +273,19 @@ class Command(BaseCommand):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def announce(self, host, port, web_workers, web_threads, light_concurrency, concurrency) -> None:
+        spark = settings.LAKEWARDEN_SPARK_REMOTE or settings.LAKEWARDEN_SPARK_MASTER
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Lakewarden is running at http://{host}:{port}/  (Ctrl-C to stop)\n"
+                f"  web: {web_workers} gunicorn workers x {web_threads} threads\n"
+                f"  light worker: queue {settings.CELERY_TASK_DEFAULT_QUEUE}, concurrency {light_concurrency}\n"
+                f"  heavy worker: queue {settings.LAKEWARDEN_HEAVY_QUEUE}, concurrency {concurrency}, "
+                f"Spark {spark}"
+            )
+        )
+        self.stdout.flush()
 
     def start(self, child: Child) -> None:
         # A process group per child: signals from the terminal reach only this command, which

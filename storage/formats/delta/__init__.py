@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from storage.formats.delta.table import (
-    DeltaAdapter,
-    DeltaFileIndex,
-    DeltaSpecTable,
-    DeltaTimeline,
-    check_protocol,
-)
+from storage.formats.delta.adapter import DeltaAdapter
+from storage.formats.delta.index import DeltaFileIndex
+from storage.formats.delta.table import DeltaSpecTable, DeltaTimeline, check_protocol
 
 __all__ = ["DeltaAdapter", "DeltaFileIndex", "DeltaSpecTable", "DeltaTimeline", "check_protocol"]

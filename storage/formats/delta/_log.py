@@ -17,12 +17,13 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from storage.formats.delta import _dv
+from storage.formats.delta._dv import unique_id
+from storage.io import is_local, local_path
 from storage.spec.errors import CorruptTable, InstantNotFound, TableNotFound
 
 LOG_DIR = "_delta_log"
@@ -37,16 +38,12 @@ class Store:
     """The table's file system: a local folder or an object-store URI, through pyarrow.fs."""
 
     def __init__(self, location: str) -> None:
-        if "://" in location and not location.startswith("file://"):
+        if is_local(location):
+            self.fs, root = pafs.LocalFileSystem(), os.path.abspath(local_path(location))
+            self.scheme = ""
+        else:
             self.fs, root = pafs.FileSystem.from_uri(location)
             self.scheme = location.split("://", 1)[0] + "://"
-        else:
-            path = urlparse(location).path if location.startswith("file://") else location
-            self.fs, root = (
-                pafs.LocalFileSystem(),
-                os.path.abspath(unquote(path) if location.startswith("file://") else path),
-            )
-            self.scheme = ""
         self.root = root.rstrip("/") or "/"
 
     def uri(self, fs_path: str) -> str:
@@ -55,7 +52,7 @@ class Store:
 
     def fs_path(self, uri_or_path: str) -> str:
         if uri_or_path.startswith("file:"):  # file:///x and Spark's file:/x
-            return unquote(urlparse(uri_or_path).path)
+            return str(local_path(uri_or_path))
         if self.scheme and uri_or_path.startswith(self.scheme):
             return uri_or_path[len(self.scheme) :]
         return uri_or_path
@@ -103,7 +100,7 @@ class LogSnapshot:
 
 def file_key(action: Mapping[str, Any]) -> tuple[str, str | None]:
     """Identity of a logical file in the replay: its path and deletion vector."""
-    return action["path"], _dv.unique_id(action.get("deletionVector"))
+    return action["path"], unique_id(action.get("deletionVector"))
 
 
 class DeltaLog:
@@ -182,30 +179,7 @@ class DeltaLog:
 
     def read_commit(self, version: int) -> Iterator[dict[str, Any]]:
         """The actions of one commit, streamed line by line."""
-        path = self.commit_path(version)
-        uri = self.store.uri(path)
-        try:
-            stream = self.store.fs.open_input_stream(path)
-        except (FileNotFoundError, OSError) as exc:
-            raise CorruptTable(f"Delta commit {uri} cannot be read: {exc}") from exc
-        with stream, io.TextIOWrapper(stream, encoding="utf-8") as lines:
-            number = 0
-            try:
-                for line in lines:
-                    number += 1
-                    if not line.strip():
-                        continue
-                    try:
-                        action = json.loads(line)
-                    except ValueError as exc:
-                        raise CorruptTable(
-                            f"Delta commit {uri} is unreadable at line {number}: {exc}"
-                        ) from exc
-                    if not isinstance(action, dict):
-                        raise CorruptTable(f"Delta commit {uri} line {number} is not a JSON object")
-                    yield action
-            except (UnicodeDecodeError, OSError) as exc:
-                raise CorruptTable(f"Delta commit {uri} is unreadable after line {number}: {exc}") from exc
+        return self._json_lines(self.commit_path(version), "commit")
 
     def commit_info(self, version: int) -> Mapping[str, Any] | None:
         for action in self.read_commit(version):
@@ -250,7 +224,7 @@ class DeltaLog:
         """Protocol and metadata actions of a checkpoint."""
         for path in checkpoint.paths:
             if path.endswith(".json"):
-                for action in self._json_lines(path):
+                for action in self._json_lines(path, "checkpoint"):
                     if "protocol" in action or "metaData" in action:
                         yield action
                 continue
@@ -285,7 +259,7 @@ class DeltaLog:
     def checkpoint_adds(self, checkpoint: Checkpoint) -> Iterator[dict[str, Any]]:
         for path in checkpoint.paths:
             if path.endswith(".json"):
-                for action in self._json_lines(path):
+                for action in self._json_lines(path, "checkpoint"):
                     if "add" in action:
                         yield action["add"]
                     elif "sidecar" in action:
@@ -323,19 +297,32 @@ class DeltaLog:
             except (OSError, ValueError) as exc:
                 raise CorruptTable(f"Delta checkpoint {uri} is unreadable: {exc}") from exc
 
-    def _json_lines(self, path: str) -> Iterator[dict[str, Any]]:
+    def _json_lines(self, path: str, what: str) -> Iterator[dict[str, Any]]:
+        """The JSON objects of a commit or JSON checkpoint, one a line; ``CorruptTable`` naming the
+        file and the line that cannot be read."""
         uri = self.store.uri(path)
         try:
             stream = self.store.fs.open_input_stream(path)
         except (FileNotFoundError, OSError) as exc:
-            raise CorruptTable(f"Delta checkpoint {uri} cannot be read: {exc}") from exc
+            raise CorruptTable(f"Delta {what} {uri} cannot be read: {exc}") from exc
         with stream, io.TextIOWrapper(stream, encoding="utf-8") as lines:
+            number = 0
             try:
                 for line in lines:
-                    if line.strip():
-                        yield json.loads(line)
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise CorruptTable(f"Delta checkpoint {uri} is unreadable: {exc}") from exc
+                    number += 1
+                    if not line.strip():
+                        continue
+                    try:
+                        action = json.loads(line)
+                    except ValueError as exc:
+                        raise CorruptTable(
+                            f"Delta {what} {uri} is unreadable at line {number}: {exc}"
+                        ) from exc
+                    if not isinstance(action, dict):
+                        raise CorruptTable(f"Delta {what} {uri} line {number} is not a JSON object")
+                    yield action
+            except (UnicodeDecodeError, OSError) as exc:
+                raise CorruptTable(f"Delta {what} {uri} is unreadable after line {number}: {exc}") from exc
 
 
 def _plain(row: Any) -> Any:

@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import pyarrow as pa
 
@@ -48,8 +48,9 @@ class SchemaError(ValueError):
     """A Delta schema this reader cannot represent in Arrow."""
 
 
-def arrow_type(delta_type: Any) -> pa.DataType:
-    """Arrow type of a Delta type (a name like ``"long"`` or a nested type object)."""
+def arrow_type(delta_type: Any, *, physical: bool = False) -> pa.DataType:
+    """Arrow type of a Delta type (a name like ``"long"`` or a nested type object); ``physical``
+    names nested fields as files do (column mapping)."""
     if isinstance(delta_type, str):
         if delta_type in _PRIMITIVES:
             return _PRIMITIVES[delta_type]
@@ -59,16 +60,18 @@ def arrow_type(delta_type: Any) -> pa.DataType:
         raise SchemaError(f"unsupported Delta type {delta_type!r}")
     kind = delta_type.get("type")
     if kind == "struct":
-        return pa.struct([arrow_field(f) for f in delta_type["fields"]])
+        return pa.struct([arrow_field(f, physical=physical) for f in delta_type["fields"]])
     if kind == "array":
-        element = pa.field(
-            "element", arrow_type(delta_type["elementType"]), delta_type.get("containsNull", True)
-        )
-        return pa.list_(element)
+        element_type = arrow_type(delta_type["elementType"], physical=physical)
+        return pa.list_(pa.field("element", element_type, delta_type.get("containsNull", True)))
     if kind == "map":
         return pa.map_(
-            pa.field("key", arrow_type(delta_type["keyType"]), nullable=False),
-            pa.field("value", arrow_type(delta_type["valueType"]), delta_type.get("valueContainsNull", True)),
+            pa.field("key", arrow_type(delta_type["keyType"], physical=physical), nullable=False),
+            pa.field(
+                "value",
+                arrow_type(delta_type["valueType"], physical=physical),
+                delta_type.get("valueContainsNull", True),
+            ),
         )
     raise SchemaError(f"unsupported Delta type {json.dumps(delta_type)[:200]}")
 
@@ -77,32 +80,11 @@ def arrow_field(delta_field: Mapping[str, Any], *, physical: bool = False) -> pa
     """Arrow field of a Delta field; ``physical`` names it (and its children) as files do."""
     metadata = delta_field.get("metadata") or {}
     name = metadata.get(PHYSICAL_NAME, delta_field["name"]) if physical else delta_field["name"]
-    type_ = _physical_type(delta_field["type"]) if physical else arrow_type(delta_field["type"])
+    type_ = arrow_type(delta_field["type"], physical=physical)
     field_metadata = {k: str(v) for k, v in metadata.items() if k in (PHYSICAL_NAME, COLUMN_ID)}
     if COLUMN_ID in metadata:
         field_metadata[FIELD_ID_KEY.decode()] = str(metadata[COLUMN_ID])
     return pa.field(name, type_, delta_field.get("nullable", True), metadata=field_metadata or None)
-
-
-def _physical_type(delta_type: Any) -> pa.DataType:
-    if isinstance(delta_type, str):
-        return arrow_type(delta_type)
-    kind = delta_type.get("type")
-    if kind == "struct":
-        return pa.struct([arrow_field(f, physical=True) for f in delta_type["fields"]])
-    if kind == "array":
-        element = pa.field(
-            "element", _physical_type(delta_type["elementType"]), delta_type.get("containsNull", True)
-        )
-        return pa.list_(element)
-    if kind == "map":
-        return pa.map_(
-            pa.field("key", _physical_type(delta_type["keyType"]), nullable=False),
-            pa.field(
-                "value", _physical_type(delta_type["valueType"]), delta_type.get("valueContainsNull", True)
-            ),
-        )
-    return arrow_type(delta_type)
 
 
 @dataclass(frozen=True)
@@ -351,6 +333,14 @@ def partition_path(columns: tuple[str, ...], raw: Mapping[str, str | None]) -> s
         value = raw.get(name)
         parts.append(f"{name}={'__HIVE_DEFAULT_PARTITION__' if value is None or value == '' else value}")
     return "/".join(parts)
+
+
+@overload
+def millis_to_datetime(millis: int) -> dt.datetime: ...
+
+
+@overload
+def millis_to_datetime(millis: None) -> None: ...
 
 
 def millis_to_datetime(millis: int | None) -> dt.datetime | None:

@@ -1,52 +1,29 @@
-"""The Delta adapter: ``DeltaAdapter`` opens a folder with a ``_delta_log`` as a ``DeltaSpecTable``.
+"""``DeltaSpecTable``: a Delta table as of one version, its timeline, summary and hooks.
 
-Metadata comes from the log itself (``_log``), so listings stream and prune before building
-objects; data is read with pyarrow (``_read``), deletion vectors and column mapping included. The
-change data feed is read through deltalake's ``load_cdf``.
+Metadata comes from the log itself (``_log``), so listings (``index``) stream and prune before
+building objects; data is read with pyarrow (``read``), deletion vectors and column mapping
+included. The change data feed is read through deltalake's ``load_cdf``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
-from storage.formats.delta import _read
 from storage.formats.delta._log import DeltaLog, LogSnapshot, Store
-from storage.formats.delta._timeline import DeltaTimeline, commit_time
-from storage.formats.delta._types import (
-    DeltaSchema,
-    SchemaError,
-    millis_to_datetime,
-    parse_partition_value,
-    parse_stats,
-    partition_path,
-)
-from storage.spec.errors import (
-    CorruptTable,
-    FilterError,
-    InstantNotFound,
-    InvalidRange,
-    NotSupported,
-    SpecError,
-    UnsupportedFeature,
-)
-from storage.spec.expressions import (
-    Expression,
-    bind_filter,
-    might_match_partition,
-    might_match_stats,
-    to_arrow,
-)
+from storage.formats.delta._types import DeltaSchema, SchemaError, millis_to_datetime, parse_stats
+from storage.formats.delta.index import DeltaFileIndex
+from storage.formats.delta.read import read_cdf, read_slices
+from storage.spec.errors import CorruptTable, InstantNotFound, InvalidRange, UnsupportedFeature
+from storage.spec.expressions import Expression, bind_filter
 from storage.spec.models import (
-    ChangeKind,
     DataFile,
-    FileChange,
-    FileContent,
     FileSlice,
     Instant,
-    PartitionDescriptor,
     PartitionField,
     PartitionSpec,
     ReadingMode,
@@ -56,7 +33,7 @@ from storage.spec.models import (
     TableId,
     TableSummary,
 )
-from storage.spec.table import FileIndex, InstantRef, SpecTable, TableFormatAdapter
+from storage.spec.table import InstantRef, SpecTable, Timeline
 
 # Reader features this reader implements. Anything else (typeWidening, variantType, ...) is
 # refused rather than read wrongly.
@@ -64,12 +41,7 @@ SUPPORTED_READER_FEATURES = frozenset(
     {"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"}
 )
 MAX_READER_VERSION = 3
-CDF_FIELDS = (
-    pa.field("_change_type", pa.string()),
-    pa.field("_commit_version", pa.int64()),
-    pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")),
-)
-CDF_COLUMNS = tuple(f.name for f in CDF_FIELDS)
+_APPEND_MODES = {"append", "errorifexists", "ignore", ""}
 
 
 def check_protocol(protocol: Mapping[str, Any], where: str) -> None:
@@ -90,7 +62,89 @@ def check_protocol(protocol: Mapping[str, Any], where: str) -> None:
             )
 
 
-class _State:
+# --- timeline ------------------------------------------------------------------------------------
+
+
+class DeltaTimeline(Timeline):
+    """Versions from the commits in ``_delta_log``, oldest first; below a checkpoint whose older
+    commits were cleaned up, the timeline starts at the checkpoint."""
+
+    def __init__(self, log: DeltaLog, latest: int) -> None:
+        self._log = log
+        self._latest = latest
+        self._instants: list[Instant] | None = None
+
+    def instants(self) -> list[Instant]:
+        if self._instants is None:
+            self._instants = [
+                self._instant(v, i) for i, v in enumerate(range(self._log.earliest, self._latest + 1))
+            ]
+        return self._instants
+
+    def get(self, instant_id: Instant | int | str) -> Instant:
+        if isinstance(instant_id, Instant):
+            return instant_id
+        try:
+            version = int(instant_id)
+        except (TypeError, ValueError):
+            raise InstantNotFound(
+                f"{instant_id!r} is not a Delta version (versions are whole numbers)"
+            ) from None
+        if not self._log.earliest <= version <= self._latest:
+            raise InstantNotFound(f"no version {version} in this table's timeline")
+        return self.instants()[version - self._log.earliest]
+
+    def _instant(self, version: int, sequence: int) -> Instant:
+        info = self._log.commit_info(version) if version in self._log.commits else None
+        info = info or {}
+        summary: dict[str, Any] = {}
+        for key in ("operationParameters", "operationMetrics"):
+            for name, value in (info.get(key) or {}).items():
+                summary[name] = value if isinstance(value, str | int | float | bool) else json.dumps(value)
+        if info.get("operation"):
+            summary["delta.operation"] = info["operation"]
+        if info.get("engineInfo"):
+            summary["engineInfo"] = info["engineInfo"]
+        return Instant(
+            id=version,
+            timestamp=commit_time(info, self._log, version),
+            operation=_operation(info)
+            if info
+            else ("checkpoint" if version not in self._log.commits else "unknown"),
+            parent_id=version - 1 if version > self._log.earliest else None,
+            summary=summary,
+            sequence=sequence,
+        )
+
+
+def _operation(info: Mapping[str, Any]) -> str:
+    """Delta's operation name in the spec's vocabulary: a WRITE is an append or an overwrite."""
+    operation = str(info.get("operation") or "unknown")
+    mode = str((info.get("operationParameters") or {}).get("mode") or "").lower()
+    if operation.upper() == "WRITE":
+        return "append" if mode in _APPEND_MODES else "overwrite"
+    return operation.lower().replace(" ", "_")
+
+
+def commit_time(info: Mapping[str, Any] | None, log: DeltaLog, version: int) -> dt.datetime:
+    info = info or {}
+    millis = info.get("inCommitTimestamp") or info.get("timestamp")
+    if isinstance(millis, int) and not isinstance(millis, bool):
+        return millis_to_datetime(millis)
+    # Without a commit timestamp Delta uses the commit file's modification time.
+    file_info = log.commits.get(version)
+    if file_info is None and version in log.checkpoints:
+        file_info = log.store.fs.get_file_info(log.checkpoints[version].paths[0])
+    mtime = getattr(file_info, "mtime", None)
+    if mtime is None:
+        return dt.datetime.fromtimestamp(0, dt.UTC)
+    return mtime if mtime.tzinfo else mtime.replace(tzinfo=dt.UTC)
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+
+class VersionState:
     """What reading one version needs: its log snapshot and its schema."""
 
     __slots__ = ("snapshot", "schema", "spec")
@@ -113,11 +167,11 @@ class DeltaSpecTable(SpecTable):
         self._log = log
         self._store = log.store
         self._version = log.latest if version is None else version
-        self._states: dict[int, _State] = {}
-        state = self._state(self._version)
+        self._states: dict[int, VersionState] = {}
+        state = self.state(self._version)
         metadata = state.snapshot.metadata
         self._definition = TableDefinition(
-            id=TableId(TableFormat.DELTA, self._store.uri(self._store.root)),
+            id=TableId(TableFormat.DELTA, self.store.uri(self.store.root)),
             schema=state.schema.arrow,
             partition_spec=state.spec,
             properties={str(k): str(v) for k, v in (metadata.get("configuration") or {}).items()},
@@ -137,16 +191,16 @@ class DeltaSpecTable(SpecTable):
 
     def timeline(self) -> DeltaTimeline:
         if self._timeline is None:
-            self._timeline = DeltaTimeline(self._log, self._version)
+            self._timeline = DeltaTimeline(self.log, self._version)
         return self._timeline
 
     def file_index(self) -> DeltaFileIndex:
         return DeltaFileIndex(self)
 
     def summary(self) -> TableSummary:
-        state = self._state(self._version)
+        state = self.state(self._version)
         files = total_bytes = records = 0
-        for add in self._log.live_adds(state.snapshot):
+        for add in self.log.live_adds(state.snapshot):
             files += 1
             total_bytes += int(add.get("size") or 0)
             stats = parse_stats(add.get("stats") or add.get("stats_parsed"), state.schema)
@@ -156,14 +210,14 @@ class DeltaSpecTable(SpecTable):
             deletion_vector = add.get("deletionVector") or {}
             records += rows - int(deletion_vector.get("cardinality") or 0)
             total_bytes += int(deletion_vector.get("sizeInBytes") or 0)  # counted like delete files
-        info = self._log.commit_info(self._version) if self._version in self._log.commits else None
+        info = self.log.commit_info(self._version) if self._version in self.log.commits else None
         return TableSummary(
             current_instant_id=self._version,
             file_count=files,
             total_bytes=total_bytes,
             record_count=records,
-            instant_count=self._version - self._log.earliest + 1,
-            last_updated=commit_time(info, self._log, self._version),
+            instant_count=self._version - self.log.earliest + 1,
+            last_updated=commit_time(info, self.log, self._version),
         )
 
     def read(
@@ -178,71 +232,91 @@ class DeltaSpecTable(SpecTable):
         mode = ReadingMode(mode)
         self.check_mode(mode)
         if mode is ReadingMode.CDC:
-            return self._read_cdf(source, end_instant, columns, filters)
+            return read_cdf(self, cast(InstantRef, source), end_instant, columns, filters)
+        index = self.file_index()
+        parts: Iterable[tuple[FileSlice, tuple[int, int] | None]]
         if mode is ReadingMode.INCREMENTAL:
-            start, end = self._range(source, end_instant)
-            state = self._state(end)
-            expr = self._bind(filters, state.schema)
-            slices = self._added_rows_slices(start, end, state, expr)
-            return self._read_slices(((s, None) for s in slices), state, columns, expr)
-        if isinstance(source, Split):
-            state = self._state(self._version)
-            expr = self._bind(filters, state.schema)
+            start, end = self.version_range(cast(InstantRef, source), end_instant)
+            state = self.state(end)
+            expr = self.bind(filters, state.schema)
+            parts = ((s, None) for s in index.added_rows_slices(start, end, state, expr))
+        elif isinstance(source, Split):
+            state = self.state(self._version)
+            expr = self.bind(filters, state.schema)
             parts = ((p.file_slice, (p.start, p.length)) for p in source.parts)
-            return self._read_slices(parts, state, columns, expr)
-        if isinstance(source, FileSlice):
-            state = self._state(self._version)
-            expr = self._bind(filters, state.schema)
-            return self._read_slices([(source, None)], state, columns, expr)
-        if source is None or isinstance(source, Instant | int | str):
-            version = self._resolve(source)
-            state = self._state(version)
-            expr = self._bind(filters, state.schema)
-            slices = self._live_slices(state, expr)
-            return self._read_slices(((s, None) for s in slices), state, columns, expr)
-        state = self._state(self._version)
-        expr = self._bind(filters, state.schema)
-        return self._read_slices(((s, None) for s in source), state, columns, expr)
+        elif isinstance(source, FileSlice):
+            state = self.state(self._version)
+            expr = self.bind(filters, state.schema)
+            parts = [(source, None)]
+        elif source is None or isinstance(source, Instant | int | str):
+            state = self.state(self.resolve(source))
+            expr = self.bind(filters, state.schema)
+            parts = ((s, None) for s in index.live_slices(state, expr))
+        else:
+            state = self.state(self._version)
+            expr = self.bind(filters, state.schema)
+            parts = ((s, None) for s in source)
+        return read_slices(self.store, parts, state.schema, columns, expr)
 
-    def row_group_offsets(self, data_file) -> tuple[int, ...]:
+    def row_group_offsets(self, data_file: DataFile) -> tuple[int, ...]:
         """From the footer: the Delta log records no row-group offsets."""
         import pyarrow.parquet as pq
 
         from storage.spec.splits import row_group_offsets
 
-        path = self._store.fs_path(data_file.path)
+        path = self.store.fs_path(data_file.path)
         try:
-            with self._store.fs.open_input_file(path) as handle:
+            with self.store.fs.open_input_file(path) as handle:
                 return tuple(row_group_offsets(pq.ParquetFile(handle).metadata))
         except (OSError, ValueError) as exc:
             raise CorruptTable(f"data file {data_file.path} cannot be read: {exc}") from exc
+
+    def plain_parquet_layout(self) -> bool:
+        """Files store the table's columns under their names unless column mapping or type
+        widening is on; partition columns live in the paths, not the files."""
+        properties = self.definition.properties
+        if str(properties.get("delta.columnMapping.mode", "none")).lower() not in {"", "none"}:
+            return False
+        if str(properties.get("delta.enableTypeWidening", "false")).lower() == "true":
+            return False
+        return not self.partition_spec.is_partitioned
 
     # Spark and Celery ship tables to other processes: reopened there at the same version.
     def __getstate__(self) -> dict[str, Any]:
         return {"location": self.location_uri, "version": self._version}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(DeltaLog(Store(state["location"])), state["version"])
+        DeltaSpecTable.__init__(self, DeltaLog(Store(state["location"])), state["version"])
 
-    # --- internals shared with the file index ----------------------------------------------------
+    # --- shared with the file index and the reader ------------------------------------------------
 
-    def _state(self, version: int) -> _State:
+    def state(self, version: int) -> VersionState:
+        """The log snapshot and schema of ``version`` (protocol checked), kept once read."""
         if version not in self._states:
-            snapshot = self._log.snapshot(version)
+            snapshot = self.log.snapshot(version)
             where = f"Delta table {self.location_uri} at version {version}"
             check_protocol(snapshot.protocol, where)
             try:
                 schema = DeltaSchema.from_metadata(snapshot.metadata)
             except SchemaError as exc:
                 raise UnsupportedFeature(f"{where}: {exc}") from exc
-            self._states[version] = _State(snapshot, schema)
+            self._states[version] = VersionState(snapshot, schema)
         return self._states[version]
 
     @property
-    def location_uri(self) -> str:
-        return self._store.uri(self._store.root)
+    def log(self) -> DeltaLog:
+        return self._log
 
-    def _resolve(self, instant: InstantRef) -> int:
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def location_uri(self) -> str:
+        return self.store.uri(self.store.root)
+
+    def resolve(self, instant: InstantRef) -> int:
+        """The version of an instant reference (this table's version when None)."""
         if instant is None:
             return self._version
         value = instant.id if isinstance(instant, Instant) else instant
@@ -256,307 +330,31 @@ class DeltaSpecTable(SpecTable):
             raise InstantNotFound(
                 f"Delta table {self.location_uri} has no version {version} (latest is {self._version})"
             )
-        self._log.check_version(version)
+        self.log.check_version(version)
         return version
 
-    def _range(self, start: InstantRef, end: InstantRef) -> tuple[int, int]:
+    def version_range(self, start: InstantRef, end: InstantRef) -> tuple[int, int]:
         """(exclusive start, inclusive end); start -1 means from the table's creation."""
-        end_version = self._resolve(end)
-        start_version = -1 if start is None else self._resolve(start)
+        end_version = self.resolve(end)
+        start_version = -1 if start is None else self.resolve(start)
         if start_version > end_version:
             raise InvalidRange(f"the range starts at version {start_version}, after its end {end_version}")
         return start_version, end_version
 
     @staticmethod
-    def _bind(filters: Any, schema: DeltaSchema) -> Expression | None:
-        if filters is None:
-            return None
+    def bind(filters: Any, schema: DeltaSchema) -> Expression | None:
+        """``filters`` bound to the schema of one version; None for no filter."""
         return bind_filter(filters, schema.arrow)
-
-    def _live_slices(self, state: _State, expr: Expression | None) -> Iterator[FileSlice]:
-        for add in self._log.live_adds(state.snapshot):
-            file_slice = self._slice(add, state, expr)
-            if file_slice is not None:
-                yield file_slice
-
-    def _slice(self, action: Mapping[str, Any], state: _State, expr: Expression | None) -> FileSlice | None:
-        """The file slice of an add (or remove) action, or None when ``expr`` rules it out:
-        partition values first (cheap), statistics only for files that pass."""
-        schema = state.schema
-        raw_values = action.get("partitionValues")
-        known = raw_values is not None or not schema.partition_columns
-        # Remove actions of old writers carry no partition values: unknown, so never pruned.
-        raw = {
-            logical: (raw_values or {}).get(physical)
-            for physical, logical in schema.logical_partition_keys().items()
-            if known
-        }
-        try:
-            values = {name: parse_partition_value(raw[name], schema.arrow.field(name).type) for name in raw}
-        except (ValueError, ArithmeticError) as exc:
-            raise CorruptTable(
-                f"file {action.get('path')} of Delta table {self.location_uri} has an unreadable partition value: {exc}"
-            ) from exc
-        if expr is not None and known and state.spec.is_partitioned:
-            if not might_match_partition(expr, state.spec, values):
-                return None
-        stats = parse_stats(action.get("stats") or action.get("stats_parsed"), schema)
-        if expr is not None and not might_match_stats(
-            expr,
-            lower=stats.lower,
-            upper=stats.upper,
-            null_counts=stats.null_counts,
-            record_count=stats.record_count,
-        ):
-            return None
-        path = self._store.uri(self._store.data_path(action["path"]))
-        descriptor = action.get("deletionVector")
-        extra: dict[str, Any] = {
-            "data_change": bool(action.get("dataChange", True)),
-            "record_count_known": stats.record_count is not None,
-        }
-        if action.get("modificationTime") is not None:
-            extra["modification_time"] = millis_to_datetime(action["modificationTime"])
-        delete_files: tuple[DataFile, ...] = ()
-        if descriptor:
-            extra["deletion_vector"] = dict(descriptor)
-            delete_files = (self._deletion_vector_file(descriptor, path),)
-        base = DataFile(
-            path=path,
-            size_bytes=int(action.get("size") or 0),
-            record_count=stats.record_count or 0,
-            partition=values,
-            lower_bounds=stats.lower,
-            upper_bounds=stats.upper,
-            null_counts=stats.null_counts,
-            extra=extra,
-        )
-        partition = PartitionDescriptor(path=partition_path(schema.partition_columns, raw), values=values)
-        return FileSlice(partition=partition, base_file=base, delete_files=delete_files)
-
-    def _deletion_vector_file(self, descriptor: Mapping[str, Any], base_path: str) -> DataFile:
-        from storage.formats.delta import _dv
-
-        relative = _dv.relative_path(descriptor)
-        if relative is None:
-            path = f"{base_path}#inline-deletion-vector"
-        elif descriptor["storageType"] == "p":
-            path = relative
-        else:
-            path = self._store.uri(self._store.table_path(relative))
-        return DataFile(
-            path=path,
-            size_bytes=int(descriptor.get("sizeInBytes") or 0),
-            record_count=int(descriptor.get("cardinality") or 0),
-            content=FileContent.DELETION_VECTOR,
-            file_format="roaring-bitmap-array",
-            extra={"deletion_vector": dict(descriptor)},
-        )
 
     def _footer_rows(self, add: Mapping[str, Any]) -> int:
         import pyarrow.parquet as pq
 
-        path = self._store.data_path(add["path"])
+        path = self.store.data_path(add["path"])
         try:
-            with self._store.fs.open_input_file(path) as handle:
+            with self.store.fs.open_input_file(path) as handle:
                 return pq.ParquetFile(handle).metadata.num_rows
         except (OSError, ValueError) as exc:
-            raise CorruptTable(f"data file {self._store.uri(path)} cannot be read: {exc}") from exc
-
-    def _changes(self, start: int, end: int) -> Iterator[tuple[int, ChangeKind, Mapping[str, Any], bool]]:
-        """(version, kind, action, from_commit) for the adds and removes of commits (start, end].
-
-        From the table's creation (``start`` -1) on a log cleaned up below a checkpoint, the
-        files live at the checkpoint come first, as added at the checkpoint's version.
-        """
-        first = start + 1
-        if first < self._log.earliest:
-            for add in self._log.live_adds(self._log.snapshot(self._log.earliest)):
-                yield self._log.earliest, ChangeKind.ADDED, add, False
-            first = self._log.earliest + 1
-        for version in range(first, end + 1):
-            for action in self._log.read_commit(version):
-                if "add" in action:
-                    yield version, ChangeKind.ADDED, action["add"], True
-                elif "remove" in action:
-                    yield version, ChangeKind.REMOVED, action["remove"], True
-
-    def _added_rows_slices(
-        self, start: int, end: int, state: _State, expr: Expression | None
-    ) -> Iterator[FileSlice]:
-        """Slices of the files that data-changing commits in (start, end] added and that are
-        still live at ``end``, read with their deletion vectors at ``end`` (as the Iceberg
-        adapter does): rows later deleted are not reported, rows an overwrite or copy-on-write
-        delete rewrote into a new file are. An add re-adding a file its own commit removes only
-        attaches a deletion vector: it adds no rows. Memory holds the paths added in the range.
-        """
-        first = start + 1
-        added: set[str] | None = set()
-        if first < self._log.earliest:
-            added = None  # from the creation of a cleaned-up log: everything live was added
-        else:
-            for version in range(first, end + 1):
-                removed: set[str] = set()
-                adds: list[tuple[str, bool]] = []
-                for action in self._log.read_commit(version):
-                    if "add" in action and action["add"].get("dataChange", True):
-                        adds.append((action["add"]["path"], bool(action["add"].get("deletionVector"))))
-                    elif "remove" in action:
-                        removed.add(action["remove"]["path"])
-                added.update(path for path, has_vector in adds if not (has_vector and path in removed))
-        if added is not None and not added:
-            return
-        for action in self._log.live_adds(state.snapshot):
-            if added is None or action["path"] in added:
-                file_slice = self._slice(action, state, expr)
-                if file_slice is not None:
-                    yield file_slice
-
-    def _read_slices(
-        self,
-        slices: Iterable[tuple[FileSlice, tuple[int, int] | None]],
-        state: _State,
-        columns: list[str] | None,
-        expr: Expression | None,
-    ) -> Iterator[pa.RecordBatch]:
-        output = self._columns(columns, state.schema)
-        row_filter = None
-        wanted = list(output)
-        if expr is not None:
-            row_filter = to_arrow(expr)
-            for name in sorted(expr.columns()):
-                top = name if name in state.schema.arrow.names else name.split(".", 1)[0]
-                if top not in wanted:
-                    wanted.append(top)
-        return self._iter_slices(slices, state, wanted, output, row_filter)
-
-    def _iter_slices(self, slices, state, wanted, output, row_filter) -> Iterator[pa.RecordBatch]:
-        for file_slice, byte_range in slices:
-            yield from _read.read_slice(
-                self._store,
-                state.schema,
-                file_slice,
-                wanted,
-                row_filter=row_filter,
-                output=output,
-                byte_range=byte_range,
-            )
-
-    @staticmethod
-    def _columns(columns: list[str] | None, schema: DeltaSchema) -> list[str]:
-        if columns is None:
-            return list(schema.arrow.names)
-        unknown = [c for c in columns if c not in schema.arrow.names]
-        if unknown:
-            raise FilterError(
-                f"unknown column {unknown[0]!r}; the table has {', '.join(schema.arrow.names)}",
-                token=unknown[0],
-            )
-        return list(columns)
-
-    def _read_cdf(self, start: InstantRef, end: InstantRef, columns, filters) -> Iterator[pa.RecordBatch]:
-        start_version, end_version = self._range(start, end)
-        state = self._state(end_version)
-        if (state.snapshot.metadata.get("configuration") or {}).get(
-            "delta.enableChangeDataFeed", ""
-        ).lower() != "true":
-            raise NotSupported(
-                "delta", f"the cdc reading mode on {self.location_uri}: its change data feed is off"
-            )
-        expr = self._bind(filters, state.schema)
-        output = self._columns(columns, state.schema) + list(CDF_COLUMNS)
-        if start_version + 1 > end_version:
-            return iter(())
-        return self._cdf_batches(start_version + 1, end_version, state.schema, output, expr)
-
-    def _cdf_batches(
-        self, first: int, last: int, schema: DeltaSchema, output: list[str], expr
-    ) -> Iterator[pa.RecordBatch]:
-        from deltalake import DeltaTable
-
-        # deltalake answers with string views and a naive millisecond commit time: cast to the
-        # table's types and the spec's aware UTC timestamps, as snapshot reads give them.
-        target = pa.schema([*schema.arrow, *CDF_FIELDS])
-        row_filter = to_arrow(expr) if expr is not None else None
-        try:
-            table = DeltaTable(self.location_uri, version=self._version)
-            reader = pa.RecordBatchReader.from_stream(
-                table.load_cdf(starting_version=first, ending_version=last)
-            )
-            for raw in reader:
-                batch = pa.RecordBatch.from_arrays(
-                    [
-                        raw.column(f.name).cast(f.type)
-                        if f.name in raw.schema.names
-                        else pa.nulls(raw.num_rows, f.type)
-                        for f in target
-                    ],
-                    schema=target,
-                )
-                if row_filter is not None:
-                    batch = batch.filter(row_filter)
-                if batch.num_rows:
-                    yield batch.select(output)
-        except SpecError:
-            raise
-        except Exception as exc:  # deltalake raises its own error types for log and feed problems
-            raise CorruptTable(f"change data feed of {self.location_uri} cannot be read: {exc}") from exc
+            raise CorruptTable(f"data file {self.store.uri(path)} cannot be read: {exc}") from exc
 
 
-class DeltaFileIndex(FileIndex):
-    def __init__(self, table: DeltaSpecTable) -> None:
-        self._table = table
-
-    def list_files_at(self, instant: InstantRef = None, filters: Any = None) -> Iterator[FileSlice]:
-        # Resolve and bind now so a bad instant or filter fails at the call, not at first next().
-        table = self._table
-        state = table._state(table._resolve(instant))
-        return table._live_slices(state, table._bind(filters, state.schema))
-
-    def list_files_between(
-        self, start_exclusive: InstantRef, end_inclusive: InstantRef, filters: Any = None
-    ) -> Iterator[FileChange]:
-        table = self._table
-        start, end = table._range(start_exclusive, end_inclusive)
-        state = table._state(end)
-        expr = table._bind(filters, state.schema)
-        return self._changes(start, end, state, expr)
-
-    def _changes(self, start: int, end: int, state: _State, expr) -> Iterator[FileChange]:
-        for version, kind, action, _ in self._table._changes(start, end):
-            file_slice = self._table._slice(action, state, expr)
-            if file_slice is not None:
-                yield FileChange(kind=kind, file_slice=file_slice, instant_id=version)
-
-
-class DeltaAdapter(TableFormatAdapter):
-    """Registered as ``delta``: a folder (or URI) holding a ``_delta_log``."""
-
-    name = "delta"
-
-    @classmethod
-    def detect(cls, location: str) -> bool:
-        try:
-            store = Store(location)
-            return store.exists(store.table_path("_delta_log"), directory=True)
-        except Exception:  # detection must answer, never raise: any failure means "not Delta"
-            return False
-
-    @classmethod
-    def open(
-        cls, location_or_identifier: str, catalog: Any = None, *, version: int | None = None
-    ) -> DeltaSpecTable:
-        """Open the table as of its latest version, or as of ``version`` (time travel, e.g. to a
-        version older than a protocol upgrade this reader does not support)."""
-        try:
-            log = DeltaLog(Store(location_or_identifier))
-        except SpecError:
-            raise
-        except (OSError, ValueError) as exc:
-            raise CorruptTable(f"Delta table {location_or_identifier} cannot be listed: {exc}") from exc
-        if version is not None:
-            log.check_version(int(version))
-        return DeltaSpecTable(log, version)
-
-
-__all__ = ["DeltaAdapter", "DeltaFileIndex", "DeltaSpecTable", "DeltaTimeline", "check_protocol"]
+__all__ = ["DeltaSpecTable", "DeltaTimeline", "VersionState", "check_protocol", "commit_time"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .adapter import HudiAdapter
-from .table import HudiSpecTable, HudiTimeline
+from storage.formats.hudi.adapter import HudiAdapter
+from storage.formats.hudi.table import HudiSpecTable, HudiTimeline
 
 __all__ = ["HudiAdapter", "HudiSpecTable", "HudiTimeline"]

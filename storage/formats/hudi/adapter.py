@@ -6,11 +6,10 @@ from typing import Any, ClassVar
 
 import pyarrow.fs as pafs
 
+from storage.formats.hudi._layout import HOODIE_FOLDER, file_type, open_filesystem, read_properties
+from storage.formats.hudi.table import HudiSpecTable, hudi_errors
 from storage.spec.errors import NotSupported, SpecError, TableNotFound, UnsupportedFeature
 from storage.spec.table import TableFormatAdapter
-
-from .layout import HOODIE_FOLDER, file_type, open_filesystem, read_properties
-from .table import HudiSpecTable, hudi_errors
 
 SUPPORTED_BASE_FORMATS = ("PARQUET",)
 
@@ -19,6 +18,7 @@ class HudiAdapter(TableFormatAdapter):
     """Hudi tables by location (local path or URI hudi-rs and pyarrow can open); no catalogs."""
 
     name: ClassVar[str] = "hudi"
+    looks_for: ClassVar[str] = "a .hoodie folder"
 
     @classmethod
     def detect(cls, location: str) -> bool:

@@ -11,6 +11,18 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from storage.formats.hudi._layout import PartitionLayout, open_filesystem
+from storage.formats.hudi._metadata import (
+    DATA_ACTIONS,
+    CommitMetadata,
+    base_file_instant,
+    build_instant,
+    column_stats,
+    completion_times,
+    is_log_file,
+    iter_write_stats,
+    read_footer,
+)
 from storage.spec.errors import CorruptTable, SpecError, UnsupportedFeature
 from storage.spec.models import (
     DataFile,
@@ -27,19 +39,6 @@ from storage.spec.models import (
 )
 from storage.spec.splits import row_group_offsets
 from storage.spec.table import InstantRef, SpecTable, Timeline
-
-from .layout import PartitionLayout, open_filesystem
-from .metadata import (
-    DATA_ACTIONS,
-    CommitMetadata,
-    base_file_instant,
-    build_instant,
-    column_stats,
-    completion_times,
-    is_log_file,
-    iter_write_stats,
-    read_footer,
-)
 
 META_COLUMNS = (
     "_hoodie_commit_time",
@@ -108,7 +107,7 @@ class HudiSpecTable(SpecTable):
         self._filesystem, self._root, self._location = open_filesystem(location)
         self._properties = dict(properties)
         self._hudi_table = hudi_table
-        self._log_exclusions: dict[str, frozenset[str]] = {}
+        self._log_exclusions: dict[int | str, frozenset[str]] = {}
         self._readers: dict[tuple[str | None, bool], Any] = {}
 
     # Spark and Celery ship tables to other processes: the hudi-rs handle is reopened there.
@@ -116,7 +115,7 @@ class HudiSpecTable(SpecTable):
         return {"location": self._location, "properties": self._properties}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["location"], state["properties"])
+        HudiSpecTable.__init__(self, state["location"], state["properties"])
 
     # --- hudi-rs handles -----------------------------------------------------------------------
 
@@ -218,7 +217,7 @@ class HudiSpecTable(SpecTable):
         return self._timeline_state[1]
 
     def file_index(self):
-        from .listing import HudiFileIndex
+        from storage.formats.hudi.index import HudiFileIndex
 
         return HudiFileIndex(self)
 
@@ -253,10 +252,11 @@ class HudiSpecTable(SpecTable):
         """Log files first written after ``instant``: hudi-rs lists them in an older slice
         (a log file is named after its base instant, not the delta commit that wrote it)."""
         timeline = self.timeline()
-        if instant.sequence >= len(timeline.instants()) - 1:
+        latest = timeline.latest()
+        if latest is None or instant.sequence >= len(timeline.instants()) - 1:
             return frozenset()
         if instant.id not in self._log_exclusions:
-            later = timeline.after(instant, timeline.latest())
+            later = timeline.after(instant, latest)
             after = self._log_paths(i for i in later if i.summary.get("action") == "deltacommit")
             if after:
                 # A log file appended to by commits on both sides of the instant existed then.
@@ -346,6 +346,13 @@ class HudiSpecTable(SpecTable):
         """From the footer: Hudi metadata has no row-group offsets."""
         return self.with_footer(data_file, ()).split_offsets
 
+    def plain_parquet_layout(self) -> bool:
+        """Base files hold every column under its name, unless the writer dropped the partition
+        columns from them (``hoodie.datasource.write.drop.partition.columns``)."""
+        properties = self.definition.properties
+        drops = str(properties.get("hoodie.datasource.write.drop.partition.columns", "false")).lower()
+        return not (drops == "true" and self.partition_spec.is_partitioned)
+
     # --- reading -------------------------------------------------------------------------------
 
     def file_group_reader(self, as_of: str | None, read_optimized: bool = False) -> Any:
@@ -371,6 +378,6 @@ class HudiSpecTable(SpecTable):
         *,
         end_instant: InstantRef = None,
     ) -> Iterator[pa.RecordBatch]:
-        from .reader import read_table
+        from storage.formats.hudi.read import read_table
 
         return read_table(self, source, columns, filters, mode, end_instant)

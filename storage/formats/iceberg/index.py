@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from storage.formats.iceberg.manifests import (
+from storage.formats.iceberg._manifests import (
     CONTENT_DATA,
     CONTENT_DELETES,
     STATUS_ADDED,
@@ -25,8 +25,8 @@ from storage.formats.iceberg.manifests import (
     make_data_file,
     read_manifest_list,
 )
-from storage.formats.iceberg.prune import partition_check, stats_check
-from storage.formats.iceberg.values import ColumnDecoder
+from storage.formats.iceberg._prune import partition_check, stats_check
+from storage.formats.iceberg._values import ColumnDecoder
 from storage.spec.errors import CorruptTable, InvalidRange
 from storage.spec.models import (
     ChangeKind,
@@ -154,7 +154,7 @@ class IcebergFileIndex(FileIndex):
                 sequence, snapshot_id = inherited_sequence(record, manifest)
                 values = context.partition_values(record["data_file"].get("partition"), avro_names)
                 delete_file = make_data_file(
-                    record, values, self._decoder, sequence, snapshot_id, context.spec_id
+                    record, values, self._decoder, sequence, snapshot_id, context, avro_names
                 )
                 if delete_file.file_format == "puffin":
                     from storage.spec.errors import UnsupportedFeature
@@ -203,7 +203,9 @@ class IcebergFileIndex(FileIndex):
                         and not check_stats(raw.get("lower_bounds"), raw.get("upper_bounds"))
                     ):
                         continue
-                data_file = make_data_file(record, values, decoder, sequence, snapshot_id, context.spec_id)
+                data_file = make_data_file(
+                    record, values, decoder, sequence, snapshot_id, context, avro_names
+                )
                 if expr is not None and not might_match_file(expr, data_file, spec_model):
                     continue
                 delete_files = (
@@ -244,7 +246,7 @@ class IcebergFileIndex(FileIndex):
                         continue
                     values = context.partition_values(record["data_file"].get("partition"), avro_names)
                     data_file = make_data_file(
-                        record, values, decoder, sequence, entry_snapshot, context.spec_id
+                        record, values, decoder, sequence, entry_snapshot, context, avro_names
                     )
                     if expr is not None and not might_match_file(expr, data_file, context.model):
                         continue

@@ -6,6 +6,10 @@ slices are read here with pyarrow directly:
 * columns are matched to the table schema by Iceberg field id (``PARQUET:field_id``), so renamed
   columns keep their data and columns added after a file was written read as nulls; types are
   widened to the table's (int to long, float to double, decimal precision);
+* a column the file lacks that an identity field of the file's own partition spec partitions by
+  reads as the file's partition value (the Iceberg spec's rule for files added from Hive layouts
+  or written without partition columns), converted exactly to the column's Arrow type; a file
+  that holds the column keeps its own values, and no other transform gives a column value;
 * position deletes drop rows by their position in the data file, equality deletes drop rows whose
   equality columns equal a row of the delete file (an anti-join, nulls equal to nulls, as the
   Iceberg spec says); the file index already chose the delete files by sequence number;
@@ -16,18 +20,20 @@ slices are read here with pyarrow directly:
 
 from __future__ import annotations
 
+import uuid
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storage.spec.errors import CorruptTable, FilterError, UnsupportedFeature
+from storage.spec.errors import CorruptTable, UnsupportedFeature
 from storage.spec.models import DataFile, FileContent, FileSlice, Split, SplitPart
 from storage.spec.splits import row_groups_in_range
+from storage.spec.table import output_columns
 
 FIELD_ID_KEY = b"PARQUET:field_id"
 BATCH_SIZE = 64 * 1024
@@ -57,8 +63,81 @@ def iter_parts(
             yield from iter_parts(item)
 
 
-def _conform(array: pa.Array, source: pa.Field, target: pa.Field) -> pa.Array:
-    """``array`` (read as ``source``) in the shape and type of ``target``, matching by field id."""
+def partition_scalar(value: Any, arrow_type: pa.DataType) -> pa.Scalar:
+    """A partition value in the convention of ``DataFile.partition`` (``date``, naive ``datetime``
+    for timestamp, UTC ``datetime`` for timestamptz, ``time``, ``Decimal``, ``UUID``, bytes; an
+    int of nanoseconds for the ``timestamp_ns`` types) as a scalar of ``arrow_type``, exactly:
+    pyarrow refuses rather than rounds a value the type cannot hold."""
+    if isinstance(arrow_type, pa.ExtensionType):  # arrow.uuid over fixed_size_binary(16)
+        if isinstance(value, uuid.UUID):
+            value = value.bytes
+        storage = partition_scalar(value, arrow_type.storage_type)
+        return pa.ExtensionScalar.from_storage(arrow_type, storage)
+    if isinstance(value, uuid.UUID):
+        value = value.bytes
+    return pa.scalar(value, type=arrow_type)
+
+
+class IdentityValues:
+    """The identity partition values of one data file, by the field id of the column they fill,
+    as scalars of the column's Arrow type (converted on first use: a file that holds every
+    column never converts one)."""
+
+    def __init__(self, data_file: DataFile, fields_by_id: Mapping[int, pa.Field]) -> None:
+        self._path = data_file.path
+        columns: Mapping[int, str] = data_file.extra.get("identity_columns") or {}
+        nanos: Mapping[str, int] = data_file.extra.get("identity_nanos") or {}
+        self._values: dict[int, Any] = {}
+        for column_id, name in columns.items():
+            if column_id in fields_by_id:
+                self._values[column_id] = nanos[name] if name in nanos else data_file.partition.get(name)
+        self._scalars: dict[int, pa.Scalar] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._values)
+
+    def column(self, target: pa.Field, count: int) -> pa.Array | None:
+        """``count`` rows of ``target``'s partition value, or None when no identity field fills it."""
+        wanted = field_id(target)
+        if wanted is None or wanted not in self._values:
+            return None
+        scalar = self._scalars.get(wanted)
+        if scalar is None:
+            value = self._values[wanted]
+            try:
+                scalar = partition_scalar(value, target.type)
+            except (TypeError, ValueError, OverflowError, pa.ArrowNotImplementedError) as exc:
+                raise CorruptTable(
+                    f"data file {self._path} lacks column {target.name} and its partition value"
+                    f" {value!r} is not a {target.type}: {exc}"
+                ) from None
+            self._scalars[wanted] = scalar
+        return pa.repeat(scalar, count)
+
+
+def _missing(target: pa.Field, count: int, identity: IdentityValues | None) -> pa.Array:
+    """A column the file lacks: its identity partition value, else nulls."""
+    filled = identity.column(target, count) if identity else None
+    return filled if filled is not None else pa.nulls(count, target.type)
+
+
+def _fields_by_id(fields: Iterable[pa.Field]) -> dict[int, pa.Field]:
+    """Every field of a schema with a field id, struct children included."""
+    found: dict[int, pa.Field] = {}
+    for field in fields:
+        wanted = field_id(field)
+        if wanted is not None:
+            found[wanted] = field
+        if pa.types.is_struct(field.type):
+            found.update(_fields_by_id(field.type))
+    return found
+
+
+def _conform(
+    array: pa.Array, source: pa.Field, target: pa.Field, identity: IdentityValues | None = None
+) -> pa.Array:
+    """``array`` (read as ``source``) in the shape and type of ``target``, matching by field id;
+    struct children the file lacks are filled from ``identity`` or with nulls."""
     if array.type == target.type:
         return array
     if pa.types.is_struct(target.type) and pa.types.is_struct(array.type):
@@ -67,11 +146,12 @@ def _conform(array: pa.Array, source: pa.Field, target: pa.Field) -> pa.Array:
         children = []
         for child in target.type:
             wanted = field_id(child)
-            index = by_id.get(wanted) if wanted is not None else by_name.get(child.name)
+            # by id, or by name in files written without ids (imported parquet), as ``_sources``
+            index = by_id.get(wanted) if by_id and wanted is not None else by_name.get(child.name)
             if index is None:
-                children.append(pa.nulls(len(array), child.type))
+                children.append(_missing(child, len(array), identity))
             else:
-                children.append(_conform(array.field(index), source.type.field(index), child))
+                children.append(_conform(array.field(index), source.type.field(index), child, identity))
         return pa.StructArray.from_arrays(children, fields=list(target.type), mask=array.is_null())
     try:
         return array.cast(target.type)
@@ -117,14 +197,7 @@ class SliceReader:
     def __init__(self, file_io: Any, schema: pa.Schema, columns: list[str] | None, expr: Any) -> None:
         self._io = file_io
         self._schema = schema
-        names = schema.names
-        if columns is not None:
-            unknown = [c for c in columns if c not in names]
-            if unknown:
-                raise FilterError(
-                    f"unknown column {unknown[0]!r}; the table has {', '.join(names)}", token=unknown[0]
-                )
-        self._output = list(columns) if columns is not None else list(names)
+        self._output = output_columns(columns, schema)
         self._expr = expr
         self._arrow_filter = None
         filter_columns: set[str] = set()
@@ -135,6 +208,7 @@ class SliceReader:
             filter_columns = {c.split(".", 1)[0] for c in expr.columns()}
         self._base_needed = set(self._output) | filter_columns
         self._deletes = _DeleteCache(file_io)
+        self._fields_by_id = _fields_by_id(schema)
 
     def read(
         self, file_slice: FileSlice, start: int | None = None, length: int | None = None
@@ -171,18 +245,8 @@ class SliceReader:
         start: int | None,
         length: int | None,
     ) -> Iterator[pa.RecordBatch]:
-        file_schema = parquet.schema_arrow
-        by_id = {field_id(f): f for f in file_schema if field_id(f) is not None}
-        by_name = {f.name: f for f in file_schema}
-        sources: list[pa.Field | None] = []
-        for target in target_fields:
-            wanted = field_id(target)
-            # files written without field ids (imported parquet) are matched by name
-            sources.append(by_id.get(wanted) if by_id and wanted is not None else by_name.get(target.name))
-        read_columns = [s.name for s in sources if s is not None]
-        if not read_columns and file_schema.names:
-            read_columns = [file_schema.names[0]]  # something to carry the row count
-
+        sources, read_columns = _sources(parquet.schema_arrow, target_fields)
+        identity = IdentityValues(base, self._fields_by_id)
         deleted_positions = self._positions(base, positional)
         equality_sets = [self._equality_set(d, target_fields) for d in equality]
         metadata = parquet.metadata
@@ -201,17 +265,7 @@ class SliceReader:
                 batch_size=BATCH_SIZE, row_groups=[group], columns=read_columns
             ):
                 count = batch.num_rows
-                arrays = []
-                for target, source in zip(target_fields, sources, strict=True):
-                    if source is None:
-                        arrays.append(pa.nulls(count, target.type))
-                    else:
-                        arrays.append(_conform(batch.column(source.name), source, target))
-                table_batch = (
-                    pa.RecordBatch.from_arrays(arrays, schema=pa.schema(target_fields))
-                    if target_fields
-                    else batch.select([])
-                )
+                table_batch = _table_batch(batch, target_fields, sources, identity)
                 keep = _position_mask(deleted_positions, offset, count)
                 for columns, values in equality_sets:
                     survives = pc.invert(_equality_hits(table_batch, columns, values))
@@ -254,6 +308,42 @@ class SliceReader:
         if len(arrays) == 1:
             return columns, arrays[0]
         return columns, set(zip(*(a.to_pylist() for a in arrays), strict=True))
+
+
+def _sources(
+    file_schema: pa.Schema, target_fields: list[pa.Field]
+) -> tuple[list[pa.Field | None], list[str]]:
+    """The file field of each table field (None when the file lacks it), and the file columns
+    to read: matched by field id, or by name in files written without ids (imported parquet)."""
+    by_id = {field_id(f): f for f in file_schema if field_id(f) is not None}
+    by_name = {f.name: f for f in file_schema}
+    sources: list[pa.Field | None] = []
+    for target in target_fields:
+        wanted = field_id(target)
+        sources.append(by_id.get(wanted) if by_id and wanted is not None else by_name.get(target.name))
+    read_columns = [s.name for s in sources if s is not None]
+    if not read_columns and file_schema.names:
+        read_columns = [file_schema.names[0]]  # something to carry the row count
+    return sources, read_columns
+
+
+def _table_batch(
+    batch: pa.RecordBatch,
+    target_fields: list[pa.Field],
+    sources: list[pa.Field | None],
+    identity: IdentityValues | None = None,
+) -> pa.RecordBatch:
+    """A file batch as the table's fields: conformed types; a column the file lacks is its
+    identity partition value (``identity``) or nulls."""
+    if not target_fields:
+        return batch.select([])
+    arrays = []
+    for target, source in zip(target_fields, sources, strict=True):
+        if source is None:
+            arrays.append(_missing(target, batch.num_rows, identity))
+        else:
+            arrays.append(_conform(batch.column(source.name), source, target, identity))
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(target_fields))
 
 
 def _position_mask(deleted: list[int] | None, offset: int, count: int) -> pa.Array | None:

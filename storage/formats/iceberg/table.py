@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections.abc import Iterable, Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import pyarrow as pa
 
@@ -141,9 +141,12 @@ class IcebergSpecTable(SpecTable):
             files = size = records = 0
             seen_deletes: set[str] = set()
             for file_slice in self.file_index().list_files_at(snapshot.snapshot_id):
+                base = file_slice.base_file
+                if base is None:  # never for Iceberg: every slice has its data file
+                    continue
                 files += 1
-                size += file_slice.base_file.size_bytes
-                records += file_slice.base_file.record_count
+                size += base.size_bytes
+                records += base.record_count
                 for delete in file_slice.delete_files:
                     if delete.path not in seen_deletes:
                         seen_deletes.add(delete.path)
@@ -178,6 +181,38 @@ class IcebergSpecTable(SpecTable):
         expr = bind_filter(filters, self.schema)
         return None if expr is None or isinstance(expr, AlwaysTrue) else expr
 
+    def plain_parquet_layout(self) -> bool:
+        """Spark reads parquet columns by name, Iceberg by field id: the same rows when every
+        schema in the table's history spells each field id the same way with a type Spark reads
+        as the current one, and never gives a name to two ids. Never for a table with an identity
+        partition field (in any spec): a file may lack the column, which Iceberg reads from the
+        file's partition tuple and Spark's parquet reader would read as nulls."""
+        from pyiceberg.schema import index_by_id, index_by_name
+        from pyiceberg.transforms import IdentityTransform
+
+        metadata = self.pyiceberg_table.metadata
+        current = metadata.schema()
+        columns = index_by_id(current)
+        for spec in metadata.partition_specs:
+            if any(
+                isinstance(f.transform, IdentityTransform) and f.source_id in columns for f in spec.fields
+            ):
+                return False
+        current_ids = index_by_name(current)
+        for schema in metadata.schemas:
+            for name, field_id in index_by_name(schema).items():
+                if name in current_ids and current_ids[name] != field_id:
+                    return False  # the name was dropped and re-added: old files hold other data under it
+                try:
+                    now = current.find_field(field_id)
+                except ValueError:
+                    continue  # dropped column: Spark ignores it, as Iceberg does
+                if current.find_column_name(field_id) != name:
+                    return False
+                if not _spark_reads_as(schema.find_field(field_id).field_type, now.field_type):
+                    return False
+        return True
+
     # -- reads ----------------------------------------------------------------------------
 
     def read(
@@ -202,8 +237,9 @@ class IcebergSpecTable(SpecTable):
         expr = self.bind(filters)
         reader = SliceReader(self.pyiceberg_table.io, self.schema, columns, expr)
         index = self.file_index()
+        parts: Iterable[tuple[FileSlice, int | None, int | None]]
         if mode is ReadingMode.INCREMENTAL:
-            start = None if isinstance(source, (Split, SplitPart, FileSlice)) else source
+            start = None if isinstance(source, (Split, SplitPart, FileSlice)) else cast(InstantRef, source)
             snapshots = index.snapshots_between(start, end_instant)
             parts = ((s, None, None) for s in index.scan_added(snapshots, expr))
         elif source is None or isinstance(source, (Instant, int, str)):
@@ -225,3 +261,20 @@ class IcebergSpecTable(SpecTable):
         """``read`` gathered into one table (notebooks and tests)."""
         schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
         return pa.Table.from_batches(list(self.read(source, columns, filters, **kwargs)), schema=schema)
+
+
+def _spark_reads_as(old: Any, new: Any) -> bool:
+    """Whether Spark's parquet reader reads a file column of Iceberg type ``old`` as ``new``: the
+    same type, or one of Iceberg's promotions that Spark 4 widens while reading (int to long, float
+    to double, a decimal's precision)."""
+    from pyiceberg.types import DecimalType, DoubleType, FloatType, IntegerType, LongType
+
+    if old == new:
+        return True
+    if isinstance(old, IntegerType) and isinstance(new, LongType):
+        return True
+    if isinstance(old, FloatType) and isinstance(new, DoubleType):
+        return True
+    if isinstance(old, DecimalType) and isinstance(new, DecimalType):
+        return old.scale == new.scale and old.precision <= new.precision
+    return False

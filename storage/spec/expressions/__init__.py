@@ -29,7 +29,6 @@ from storage.spec.expressions.translate import (
     to_delta_predicate,
     to_pyiceberg,
     to_spark,
-    to_sql,
 )
 from storage.spec.expressions.tree import (
     AlwaysFalse,
@@ -47,6 +46,7 @@ from storage.spec.expressions.tree import (
     StartsWith,
     and_,
     or_,
+    to_sql,
     transform_leaves,
 )
 
@@ -64,7 +64,9 @@ def bind_expression(expr: Expression, schema: pa.Schema) -> Expression:
             return type(predicate)(column.name, tuple(coerce_literal(column, v) for v in predicate.values))
         if isinstance(predicate, StartsWith):
             return StartsWith(column.name, coerce_prefix(column, predicate.prefix))
-        return type(predicate)(column.name)
+        if isinstance(predicate, IsNull | NotNull):
+            return type(predicate)(column.name)
+        raise TypeError(f"not a predicate: {predicate!r}")
 
     return transform_leaves(expr, bind)
 

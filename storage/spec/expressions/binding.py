@@ -10,12 +10,14 @@ import datetime as dt
 import decimal
 import difflib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from storage.spec.errors import FilterError
+from storage.spec.expressions.text import sql_literal
 
 UTC = dt.UTC
 
@@ -187,8 +189,6 @@ def coerce_literal(
     ISO string for a date/timestamp column. A naive timestamp for a timestamptz column is taken as
     UTC; an aware one for a plain timestamp column is converted to UTC and made naive.
     """
-    from storage.spec.expressions.translate import sql_literal
-
     try:
         return _coerce(column.type, value)
     except _Mismatch as exc:
@@ -201,88 +201,121 @@ def coerce_literal(
         ) from None
 
 
-def _coerce(type_: pa.DataType, value: Any) -> Any:  # noqa: C901 - one branch per type family
+def _coerce(type_: pa.DataType, value: Any) -> Any:
     if value is None:
         raise _Mismatch("compare with null using 'is null' or 'is not null'")
-    if pa.types.is_boolean(type_):
-        if isinstance(value, bool):
-            return value
-        raise _Mismatch()
-    if pa.types.is_integer(type_):
-        if isinstance(value, bool):
-            raise _Mismatch()
-        if isinstance(value, int):
-            return value
-        if isinstance(value, decimal.Decimal | float) and _finite(value) and value == int(value):
-            return int(value)
-        raise _Mismatch()
-    if pa.types.is_floating(type_):
-        if isinstance(value, bool):
-            raise _Mismatch()
-        if isinstance(value, int | float | decimal.Decimal):
-            return float(value)
-        raise _Mismatch()
-    if pa.types.is_decimal(type_):
-        if isinstance(value, bool):
-            raise _Mismatch()
-        if isinstance(value, int | decimal.Decimal) or (isinstance(value, float) and math.isfinite(value)):
-            number = decimal.Decimal(value) if not isinstance(value, float) else decimal.Decimal(repr(value))
-            if not number.is_finite():
-                raise _Mismatch()
-            # The column's scale exactly: Iceberg refuses other scales, and bucket hashes depend on it.
-            scaled = number.quantize(
-                decimal.Decimal(1).scaleb(-type_.scale), context=decimal.Context(prec=80)
-            )
-            if scaled != number:
-                raise _Mismatch(f"more than {type_.scale} decimal places")
-            return scaled
-        raise _Mismatch()
-    if is_string(type_):
-        if isinstance(value, str):
-            return value
-        raise _Mismatch()
-    if is_binary(type_):
-        if isinstance(value, bytes):
-            return value
-        if isinstance(value, str):
-            return value.encode("utf-8")
-        raise _Mismatch()
-    if pa.types.is_date(type_):
-        if isinstance(value, dt.datetime):
-            if value.time() == dt.time(0) and value.tzinfo is None:
-                return value.date()
-            raise _Mismatch("only a date or a timestamp at midnight")
-        if isinstance(value, dt.date):
-            return value
-        if isinstance(value, str):
-            try:
-                return dt.date.fromisoformat(value)
-            except ValueError:
-                raise _Mismatch("not an ISO date (YYYY-MM-DD)") from None
-        raise _Mismatch()
-    if pa.types.is_timestamp(type_):
-        if isinstance(value, str):
-            try:
-                value = parse_timestamp(value)
-            except ValueError:
-                raise _Mismatch("not an ISO timestamp (YYYY-MM-DD HH:MM:SS[.ffffff][+HH:MM])") from None
-        elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
-            value = dt.datetime(value.year, value.month, value.day)
-        if not isinstance(value, dt.datetime):
-            raise _Mismatch()
-        if type_.tz is not None:
-            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-        return value if value.tzinfo is None else value.astimezone(UTC).replace(tzinfo=None)
-    if pa.types.is_time(type_):
-        if isinstance(value, dt.time):
-            return value
-        if isinstance(value, str):
-            try:
-                return dt.time.fromisoformat(value)
-            except ValueError:
-                raise _Mismatch("not an ISO time (HH:MM:SS)") from None
-        raise _Mismatch()
+    for matches, coerce in _COERCIONS:
+        if matches(type_):
+            return coerce(type_, value)
     raise _Mismatch(f"columns of type {type_} cannot be filtered")
+
+
+def _to_bool(type_: pa.DataType, value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    raise _Mismatch()
+
+
+def _to_int(type_: pa.DataType, value: Any) -> Any:
+    if isinstance(value, bool):
+        raise _Mismatch()
+    if isinstance(value, int):
+        return value
+    if isinstance(value, decimal.Decimal | float) and _finite(value) and value == int(value):
+        return int(value)
+    raise _Mismatch()
+
+
+def _to_float(type_: pa.DataType, value: Any) -> Any:
+    if isinstance(value, bool):
+        raise _Mismatch()
+    if isinstance(value, int | float | decimal.Decimal):
+        return float(value)
+    raise _Mismatch()
+
+
+def _to_decimal(type_: pa.DataType, value: Any) -> Any:
+    if isinstance(value, bool):
+        raise _Mismatch()
+    if isinstance(value, int | decimal.Decimal) or (isinstance(value, float) and math.isfinite(value)):
+        number = decimal.Decimal(value) if not isinstance(value, float) else decimal.Decimal(repr(value))
+        if not number.is_finite():
+            raise _Mismatch()
+        # The column's scale exactly: Iceberg refuses other scales, and bucket hashes depend on it.
+        scaled = number.quantize(decimal.Decimal(1).scaleb(-type_.scale), context=decimal.Context(prec=80))
+        if scaled != number:
+            raise _Mismatch(f"more than {type_.scale} decimal places")
+        return scaled
+    raise _Mismatch()
+
+
+def _to_string(type_: pa.DataType, value: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    raise _Mismatch()
+
+
+def _to_binary(type_: pa.DataType, value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise _Mismatch()
+
+
+def _to_date(type_: pa.DataType, value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        if value.time() == dt.time(0) and value.tzinfo is None:
+            return value.date()
+        raise _Mismatch("only a date or a timestamp at midnight")
+    if isinstance(value, dt.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return dt.date.fromisoformat(value)
+        except ValueError:
+            raise _Mismatch("not an ISO date (YYYY-MM-DD)") from None
+    raise _Mismatch()
+
+
+def _to_timestamp(type_: pa.DataType, value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            value = parse_timestamp(value)
+        except ValueError:
+            raise _Mismatch("not an ISO timestamp (YYYY-MM-DD HH:MM:SS[.ffffff][+HH:MM])") from None
+    elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime(value.year, value.month, value.day)
+    if not isinstance(value, dt.datetime):
+        raise _Mismatch()
+    if type_.tz is not None:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return value if value.tzinfo is None else value.astimezone(UTC).replace(tzinfo=None)
+
+
+def _to_time(type_: pa.DataType, value: Any) -> Any:
+    if isinstance(value, dt.time):
+        return value
+    if isinstance(value, str):
+        try:
+            return dt.time.fromisoformat(value)
+        except ValueError:
+            raise _Mismatch("not an ISO time (HH:MM:SS)") from None
+    raise _Mismatch()
+
+
+#: (type family test, coercion of a literal to that family), tried in order.
+_COERCIONS: tuple[tuple[Callable[[pa.DataType], bool], Callable[[pa.DataType, Any], Any]], ...] = (
+    (pa.types.is_boolean, _to_bool),
+    (pa.types.is_integer, _to_int),
+    (pa.types.is_floating, _to_float),
+    (pa.types.is_decimal, _to_decimal),
+    (is_string, _to_string),
+    (is_binary, _to_binary),
+    (pa.types.is_date, _to_date),
+    (pa.types.is_timestamp, _to_timestamp),
+    (pa.types.is_time, _to_time),
+)
 
 
 def _finite(value: float | decimal.Decimal) -> bool:
@@ -303,8 +336,6 @@ def coerce_prefix(
         return value
     if is_binary(column.type) and isinstance(value, str | bytes):
         return value.encode("utf-8") if isinstance(value, str) else value
-    from storage.spec.expressions.translate import sql_literal
-
     raise FilterError(
         f"column {column.name} is {type_name(column.type)}; 'starts with' needs a string column and a string prefix,"
         f" got {sql_literal(value) if value is not None else 'null'}",

@@ -223,15 +223,17 @@ class _Compiler(NegationFold):
 
 def _upper_admits(upper: Any, value: Any, strict: bool, exact: bool) -> bool:
     """Might some value <= ``upper`` (the true maximum) be > (or >=) ``value``?"""
-    if (
-        not exact
-        and isinstance(upper, str | bytes)
-        and type(upper) is type(value)
-        and value.startswith(upper)
-    ):
+    if not exact and _starts_with(value, upper):
         return True  # upper may be a truncated prefix of a larger maximum
     order = _cmp(upper, value)
     return order is None or order > 0 or (order == 0 and not strict)
+
+
+def _starts_with(value: Any, prefix: Any) -> bool:
+    """Whether ``value`` extends ``prefix``, both str or both bytes."""
+    if type(prefix) is not type(value) or not isinstance(prefix, str | bytes):
+        return False
+    return bool(value.startswith(prefix))
 
 
 def _compare(op: str, value: Any, lower: Any, upper: Any, exact: bool) -> bool:

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from storage.spec.errors import FilterError
 from storage.spec.expressions.binding import Column, Columns, coerce_literal, coerce_prefix, parse_timestamp
+from storage.spec.expressions.text import RESERVED, TYPED_LITERALS
 from storage.spec.expressions.tree import (
     COMPARISON_OPS,
     FLIPPED_OP,
@@ -44,12 +45,6 @@ from storage.spec.expressions.tree import (
     Or,
     StartsWith,
 )
-
-# Words that cannot be bare column names (quote them: "in").
-RESERVED = frozenset({"and", "or", "not", "in", "is", "null", "true", "false", "like", "between"})
-# Words that start a typed literal when a string follows; otherwise they may name a column.
-TYPED_LITERALS = frozenset({"date", "timestamp", "time", "double"})
-OPERATOR_WORDS = frozenset({"starts", "with"})
 
 _TOKEN = re.compile(
     r"""
@@ -82,6 +77,7 @@ class Token:
 
 def tokenize(text: str) -> list[Token]:
     tokens: list[Token] = []
+    value: Any
     pos = 0
     while pos < len(text):
         match = _TOKEN.match(text, pos)
@@ -100,7 +96,7 @@ def tokenize(text: str) -> list[Token]:
             raise FilterError(f"unexpected {raw[0]!r} at position {pos}", position=pos, token=raw[0])
         if kind == "hex":
             try:
-                value: Any = bytes.fromhex(raw[2:-1])
+                value = bytes.fromhex(raw[2:-1])
             except ValueError:
                 raise FilterError(
                     f"invalid binary literal {raw} at position {pos}; expected hex digits in x'...'",

@@ -1,6 +1,5 @@
-"""Translations of an expression for the engines that read the tables, and back to filter text.
+"""Translations of an expression for the engines that read the tables (filter text is ``tree.to_sql``).
 
-* ``to_sql``: filter text that ``parse_filter`` reads back to an equal expression;
 * ``to_arrow``: a ``pyarrow.compute.Expression``, the exact row filter applied after reading;
 * ``to_pyiceberg``: a pyiceberg ``BooleanExpression`` for ``scan(row_filter=...)``;
 * ``to_delta_predicate``: a predicate string deltalake accepts (DataFusion SQL: ``delete``,
@@ -19,13 +18,11 @@ import datetime as dt
 import decimal
 import functools
 import math
-import re
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.spec.expressions.parser import OPERATOR_WORDS, RESERVED, TYPED_LITERALS
 from storage.spec.expressions.tree import (
     NEGATED_OP,
     AlwaysFalse,
@@ -43,81 +40,6 @@ from storage.spec.expressions.tree import (
     Predicate,
     StartsWith,
 )
-
-_BARE_NAME = re.compile(r"[^\W\d]\w*")
-_QUOTED_WORDS = RESERVED | TYPED_LITERALS | OPERATOR_WORDS
-
-
-# -- filter text ----------------------------------------------------------------------------------
-def sql_column(name: str) -> str:
-    parts = name.split(".")
-    return ".".join(
-        part
-        if _BARE_NAME.fullmatch(part) and part.lower() not in _QUOTED_WORDS
-        else '"' + part.replace('"', '""') + '"'
-        for part in parts
-    )
-
-
-def sql_literal(value: Any) -> str:
-    """``value`` as filter text (the parser's literal syntax)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "double 'nan'"
-        if math.isinf(value):
-            return "double 'inf'" if value > 0 else "double '-inf'"
-        return repr(value)
-    if isinstance(value, decimal.Decimal):
-        if not value.is_finite():
-            raise ValueError(f"decimal {value} has no filter syntax")
-        return str(value)
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, bytes):
-        return f"x'{value.hex()}'"
-    if isinstance(value, dt.datetime):
-        return f"timestamp '{value.isoformat(sep=' ')}'"
-    if isinstance(value, dt.date):
-        return f"date '{value.isoformat()}'"
-    if isinstance(value, dt.time):
-        return f"time '{value.isoformat()}'"
-    raise TypeError(f"no filter syntax for {type(value).__name__} value {value!r}")
-
-
-def to_sql(expr: Expression) -> str:
-    """Filter text for ``expr``; ``parse_filter(to_sql(e), schema) == e`` for a bound ``e``."""
-    if isinstance(expr, AlwaysTrue):
-        return "true"
-    if isinstance(expr, AlwaysFalse):
-        return "false"
-    if isinstance(expr, And | Or):
-        if not expr.children:
-            return "true" if isinstance(expr, And) else "false"
-        joiner = " and " if isinstance(expr, And) else " or "
-        # Parenthesise And/Or children so the text reads back to the same shape.
-        return joiner.join(f"({to_sql(c)})" if isinstance(c, And | Or) else to_sql(c) for c in expr.children)
-    if isinstance(expr, Not):
-        inner = to_sql(expr.child)
-        return f"not ({inner})" if isinstance(expr.child, And | Or) else f"not {inner}"
-    column = sql_column(expr.column) if isinstance(expr, Predicate) else ""
-    if isinstance(expr, Comparison):
-        return f"{column} {expr.op} {sql_literal(expr.value)}"
-    if isinstance(expr, In | NotIn):
-        keyword = "in" if isinstance(expr, In) else "not in"
-        return f"{column} {keyword} ({', '.join(sql_literal(v) for v in expr.values)})"
-    if isinstance(expr, IsNull):
-        return f"{column} is null"
-    if isinstance(expr, NotNull):
-        return f"{column} is not null"
-    if isinstance(expr, StartsWith):
-        return f"{column} starts with {sql_literal(expr.prefix)}"
-    raise TypeError(f"not an expression: {expr!r}")
 
 
 # -- pyarrow ----------------------------------------------------------------------------------------
@@ -413,5 +335,5 @@ def to_spark(expr: Expression) -> Any:
     if isinstance(expr, NotNull):
         return column.isNotNull()
     if isinstance(expr, StartsWith):
-        return column.startswith(expr.prefix)
+        return column.startswith(expr.prefix)  # type: ignore[arg-type]  # pyspark's stub omits bytes literals
     raise TypeError(f"not an expression: {expr!r}")

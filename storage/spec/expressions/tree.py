@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
+
+from storage.spec.expressions.text import sql_column, sql_literal
 
 COMPARISON_OPS = ("=", "!=", "<", "<=", ">", ">=")
 # The comparison that is true exactly when the original is false (for non-null, non-NaN values).
@@ -41,8 +43,6 @@ class Expression:
         return Not(self)
 
     def __str__(self) -> str:
-        from storage.spec.expressions.translate import to_sql
-
         return to_sql(self)
 
 
@@ -197,8 +197,8 @@ class NegationFold:
     not p", and a null row satisfies neither.
     """
 
-    true: ClassVar[Any] = True
-    false: ClassVar[Any] = False
+    true: Any = True
+    false: Any = False
 
     def fold(self, expr: Expression, negated: bool = False) -> Any:
         if isinstance(expr, Not):
@@ -236,3 +236,34 @@ def transform_leaves(expr: Expression, fn: Callable[[Predicate], Expression]) ->
     if isinstance(expr, Predicate):
         return fn(expr)
     return expr
+
+
+# -- filter text ----------------------------------------------------------------------------------
+def to_sql(expr: Expression) -> str:
+    """Filter text for ``expr``; ``parse_filter(to_sql(e), schema) == e`` for a bound ``e``."""
+    if isinstance(expr, AlwaysTrue):
+        return "true"
+    if isinstance(expr, AlwaysFalse):
+        return "false"
+    if isinstance(expr, And | Or):
+        if not expr.children:
+            return "true" if isinstance(expr, And) else "false"
+        joiner = " and " if isinstance(expr, And) else " or "
+        # Parenthesise And/Or children so the text reads back to the same shape.
+        return joiner.join(f"({to_sql(c)})" if isinstance(c, And | Or) else to_sql(c) for c in expr.children)
+    if isinstance(expr, Not):
+        inner = to_sql(expr.child)
+        return f"not ({inner})" if isinstance(expr.child, And | Or) else f"not {inner}"
+    column = sql_column(expr.column) if isinstance(expr, Predicate) else ""
+    if isinstance(expr, Comparison):
+        return f"{column} {expr.op} {sql_literal(expr.value)}"
+    if isinstance(expr, In | NotIn):
+        keyword = "in" if isinstance(expr, In) else "not in"
+        return f"{column} {keyword} ({', '.join(sql_literal(v) for v in expr.values)})"
+    if isinstance(expr, IsNull):
+        return f"{column} is null"
+    if isinstance(expr, NotNull):
+        return f"{column} is not null"
+    if isinstance(expr, StartsWith):
+        return f"{column} starts with {sql_literal(expr.prefix)}"
+    raise TypeError(f"not an expression: {expr!r}")

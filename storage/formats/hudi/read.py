@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.spec.errors import FilterError, InvalidRange
+from storage.spec.errors import InvalidRange
 from storage.spec.models import FileSlice, Instant, ReadingMode, Split
 from storage.spec.splits import row_groups_in_range
-from storage.spec.table import InstantRef
+from storage.spec.table import InstantRef, output_columns
 
 if TYPE_CHECKING:
-    from .table import HudiSpecTable
+    from storage.formats.hudi.table import HudiSpecTable
 
 Part = tuple[FileSlice, int, int | None]  # slice, byte offset in its base file, length (None: whole)
 
@@ -39,24 +39,13 @@ def read_table(
     table.check_mode(mode)
     expr = table.bind(filters)
     schema = table.read_schema
-    output = _output_columns(columns, schema)
+    output = output_columns(columns, schema)
     wanted = set(output) | {name.split(".", 1)[0] for name in (expr.columns() if expr is not None else ())}
     read_schema = pa.schema([field for field in schema if field.name in wanted])
     if mode is ReadingMode.INCREMENTAL:
         return _incremental(table, source, end_instant, expr, read_schema, output)
     parts = _parts(table, source, expr, mode)
     return _read_parts(table, parts, mode, expr, read_schema, output)
-
-
-def _output_columns(columns: list[str] | None, schema: pa.Schema) -> list[str]:
-    if columns is None:
-        return list(schema.names)
-    for name in columns:
-        if schema.get_field_index(name) < 0:
-            raise FilterError(
-                f"unknown column {name!r}; the table's columns are {', '.join(schema.names)}", token=name
-            )
-    return list(columns)
 
 
 def _parts(table: HudiSpecTable, source: Any, expr: Any, mode: ReadingMode) -> Iterable[Part]:
@@ -98,8 +87,6 @@ def _read_part(
     read_optimized = mode is ReadingMode.READ_OPTIMIZED
     logs = () if read_optimized else file_slice.delete_files
     base = file_slice.base_file
-    if base is None and not logs:
-        return
     as_of = _as_of(file_slice)
     if logs:
         if start > 0:
@@ -111,6 +98,8 @@ def _read_part(
             yield from reader.read_file_slice_from_paths_stream(
                 base_path, log_paths, _options(read_schema, table)
             )
+        return
+    if base is None:
         return
     if length is None or (start <= 0 and start + length >= base.size_bytes):
         reader = table.file_group_reader(as_of, read_optimized)

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from storage.formats.iceberg.values import ColumnDecoder
+from storage.formats.iceberg._values import ColumnDecoder
 
 Check = Callable[[Any, Any], bool]
 _ALWAYS: Check = lambda lower, upper: True  # noqa: E731
@@ -85,7 +85,9 @@ def stats_check(expr: Any, decoder: ColumnDecoder) -> Check | None:
 
     def leaf(column: str, test: Callable[[Any, Any], bool]) -> Check:
         field_id = decoder.ids.get(column)
-        convert = decoder.bound_converters.get(field_id) if field_id is not None else None
+        if field_id is None:
+            return _ALWAYS
+        convert = decoder.bound_converters.get(field_id)
         if convert is None or isinstance(decoder.types.get(field_id), (FloatType, DoubleType)):
             return _ALWAYS  # NaN makes float bounds subtle: leave them to the authority
 

@@ -17,6 +17,17 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from storage.formats.hudi._layout import (
+    HIVE_DEFAULT_PARTITION,
+    LEGACY_DEFAULT_PARTITION,
+    list_partition_paths,
+)
+from storage.formats.hudi._metadata import (
+    is_log_file,
+    is_null_commit,
+    iter_write_stats,
+    log_file_base_instant,
+)
 from storage.spec.errors import CorruptTable, InvalidRange
 from storage.spec.models import (
     ChangeKind,
@@ -30,11 +41,8 @@ from storage.spec.models import (
 )
 from storage.spec.table import FileIndex, InstantRef
 
-from .layout import HIVE_DEFAULT_PARTITION, LEGACY_DEFAULT_PARTITION, list_partition_paths
-from .metadata import is_log_file, is_null_commit, iter_write_stats, log_file_base_instant
-
 if TYPE_CHECKING:
-    from .table import HudiSpecTable
+    from storage.formats.hudi.table import HudiSpecTable
 
 # Up to this many partitions go to hudi-rs as an IN filter; its cost grows with the list's length.
 PARTITION_FILTER_LIMIT = 256
@@ -72,10 +80,9 @@ class HudiFileIndex(FileIndex):
             if base_only and file_slice.delete_files:
                 file_slice = replace(file_slice, delete_files=())
             if stats_columns and not file_slice.delete_files and file_slice.base_file is not None:
-                file_slice = replace(
-                    file_slice, base_file=table.with_footer(file_slice.base_file, stats_columns)
-                )
-                if not self._file_might_match(expr, file_slice.base_file, exact):
+                base = table.with_footer(file_slice.base_file, stats_columns)
+                file_slice = replace(file_slice, base_file=base)
+                if not self._file_might_match(expr, base, exact):
                     continue
             yield file_slice
 
@@ -149,9 +156,10 @@ class HudiFileIndex(FileIndex):
             columns = [paths]
         elif hudi_fields == list(layout.spec.names):
             raw = [layout.raw_values(path) for path in paths]
-            if any(values is None for values in raw):
+            known = [values for values in raw if values is not None]
+            if len(known) < len(raw):
                 return None
-            columns = [sorted({values[i] for values in raw}) for i in range(len(hudi_fields))]
+            columns = [sorted({values[i] for values in known}) for i in range(len(hudi_fields))]
         else:
             return None
         filters = []
@@ -214,7 +222,7 @@ class HudiFileIndex(FileIndex):
         surviving: list[tuple[str, PartitionDescriptor, bool]],
         written: dict[str, list[dict[str, Any]]],
         replaced: dict[str, list[str]],
-    ) -> dict[tuple[str, str], FileSlice]:
+    ) -> dict[tuple[str, str | None], FileSlice]:
         """The slices, at the parent instant, of partitions where file groups get a new base file
         or are replaced; hudi-rs lists them, we keep only the groups the instant touches."""
         touched: dict[str, set[str]] = {}
@@ -233,7 +241,7 @@ class HudiFileIndex(FileIndex):
         parent = table.timeline().get(instant.parent_id)
         excluded = table.logs_written_after(parent)
         descriptors = {path: (descriptor, exact) for path, descriptor, exact in surviving}
-        previous: dict[tuple[str, str], FileSlice] = {}
+        previous: dict[tuple[str, str | None], FileSlice] = {}
         entries = [(path, descriptors[path]) for path in sorted(touched)]
         for hudi_slice in self.hudi_slices_in(str(parent.id), entries, False):
             if hudi_slice.file_id in touched[hudi_slice.partition_path]:
@@ -249,7 +257,7 @@ class HudiFileIndex(FileIndex):
         stat: dict[str, Any],
         descriptor: PartitionDescriptor,
         exact: bool,
-        previous: dict[tuple[str, str], FileSlice],
+        previous: dict[tuple[str, str | None], FileSlice],
         expr: Any,
         stats_columns: tuple[str, ...],
     ) -> Iterator[FileChange]:

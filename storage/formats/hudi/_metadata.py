@@ -89,7 +89,8 @@ class CommitMetadata:
         """The write stat of ``relative_path`` in the commit ``instant_id``, if recorded there."""
         index = self._write_index.get(instant_id)
         if index is None:
-            index = {stat.get("path"): stat for stat in iter_write_stats(self.get(instant_id))}
+            stats = iter_write_stats(self.get(instant_id))
+            index = {stat["path"]: stat for stat in stats if stat.get("path") is not None}
             self._write_index[instant_id] = index
             if len(self._write_index) > self._capacity:
                 self._write_index.popitem(last=False)

@@ -3,7 +3,7 @@
 pyiceberg's planner (``ManifestFile.fetch_manifest_entry``) materialises every entry of every
 manifest as full ``DataFile`` records, with all column statistics decoded, before the first file
 is returned; planning a large table therefore holds the whole file list in memory. Here a
-manifest's blocks are read by fastavro and its entries decoded by ``avro.ManifestDecoder``, which
+manifest's blocks are read by fastavro and its entries decoded by ``_avro.ManifestDecoder``, which
 keeps only the fields listing needs (the per-column sizes, value counts and NaN counts are
 skipped while decoding, without building objects), entries are
 turned into spec ``DataFile`` objects one at a time, and column bounds are decoded lazily
@@ -20,13 +20,13 @@ import datetime as dt
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote_plus
 
 import fastavro
 
-from storage.formats.iceberg.avro import iter_blocks
-from storage.formats.iceberg.values import ColumnDecoder, LazyStats, avro_to_python, bytes_to_python
+from storage.formats.iceberg._avro import iter_blocks
+from storage.formats.iceberg._values import ColumnDecoder, LazyStats, avro_to_python, bytes_to_python
 from storage.spec.errors import CorruptTable
 from storage.spec.models import DataFile, FileContent, PartitionDescriptor, PartitionField, PartitionSpec
 
@@ -106,7 +106,8 @@ def read_bytes(file_io: Any, path: str, what: str) -> bytes:
 def read_manifest_list(file_io: Any, path: str) -> list[ManifestInfo]:
     data = read_bytes(file_io, path, "manifest list")
     try:
-        rows = list(fastavro.reader(io.BytesIO(data)))
+        # A manifest list's records read as dicts (fastavro types them as any Avro value).
+        rows = cast(list[dict[str, Any]], list(fastavro.reader(io.BytesIO(data))))
     except Exception as exc:  # fastavro raises ValueError, EOFError, SchemaResolutionError...
         raise CorruptTable(f"manifest list {path} is not a valid Avro file: {exc}") from exc
     manifests = []
@@ -182,13 +183,25 @@ def _human(transform: str, value: Any) -> str:
 
 
 class SpecContext:
-    """What decoding entries of one partition spec needs: converters and names, built once."""
+    """What decoding entries of one partition spec needs: converters and names, built once.
+
+    ``identity`` maps the field id of each column an identity field of this spec partitions by to
+    that field's name: a data file that lacks the column reads it from its partition tuple (the
+    reader fills it; every ``DataFile`` of the spec shares this one mapping in its ``extra``).
+    ``timestamp_ns`` identity values are kept as their raw nanoseconds too (``exact_values``),
+    because the spec models' ``datetime`` holds microseconds only.
+    """
 
     def __init__(self, iceberg_spec: Any, schema: Any) -> None:
+        from pyiceberg.transforms import IdentityTransform
+        from pyiceberg.types import TimestampNanoType, TimestamptzNanoType
+
         self.spec_id: int = iceberg_spec.spec_id
         fields = []
         self.converters = []
         self.bound_converters = []
+        self.identity: dict[int, str] = {}
+        self.exact: tuple[tuple[str, int], ...] = ()
         for field in iceberg_spec.fields:
             try:
                 source = schema.find_column_name(field.source_id) or str(field.source_id)
@@ -201,9 +214,24 @@ class SpecContext:
             )
             self.converters.append((field.field_id, avro_to_python(result_type) if result_type else None))
             self.bound_converters.append(bytes_to_python(result_type) if result_type else None)
+            if result_type is not None and isinstance(field.transform, IdentityTransform):
+                self.identity[field.source_id] = field.name
+                if isinstance(result_type, (TimestampNanoType, TimestamptzNanoType)):
+                    self.exact += ((field.name, field.field_id),)
         self.model = PartitionSpec(tuple(fields))
         self.names = self.model.names
         self._descriptors: dict[tuple[Any, ...], PartitionDescriptor] = {}
+
+    def exact_values(self, raw: dict[str, Any] | None, avro_names: dict[int, str]) -> dict[str, int] | None:
+        """The raw nanoseconds of the ``timestamp_ns`` identity fields of one entry, or None."""
+        if not self.exact or raw is None:
+            return None
+        found = {}
+        for name, field_id in self.exact:
+            value = raw.get(avro_names.get(field_id, name))
+            if isinstance(value, int):
+                found[name] = value
+        return found
 
     def partition_values(self, raw: dict[str, Any] | None, avro_names: dict[int, str]) -> dict[str, Any]:
         if not self.names or raw is None:
@@ -261,15 +289,27 @@ def make_data_file(
     decoder: ColumnDecoder,
     sequence: int,
     snapshot_id: int | None,
-    spec_id: int,
+    context: SpecContext,
+    avro_names: dict[int, str],
 ) -> DataFile:
+    """The spec model of one manifest entry. Its ``extra`` holds the sequence number, snapshot and
+    spec ids, and for a spec with identity fields ``identity_columns`` (``SpecContext.identity``)
+    and, for ``timestamp_ns`` ones, ``identity_nanos`` (``SpecContext.exact_values``)."""
     data = record["data_file"]
     lower = data.get("lower_bounds")
     upper = data.get("upper_bounds")
     nulls = data.get("null_value_counts")
     equality_ids = data.get("equality_ids") or ()
     offsets = data.get("split_offsets")
-    extra: dict[str, Any] = {"sequence_number": sequence, "snapshot_id": snapshot_id, "spec_id": spec_id}
+    extra: dict[str, Any] = {
+        "sequence_number": sequence,
+        "snapshot_id": snapshot_id,
+        "spec_id": context.spec_id,
+    }
+    if context.identity:
+        extra["identity_columns"] = context.identity
+        if context.exact:
+            extra["identity_nanos"] = context.exact_values(data.get("partition"), avro_names)
     if equality_ids:
         extra["equality_ids"] = tuple(equality_ids)
     if data.get("referenced_data_file"):

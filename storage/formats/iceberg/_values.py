@@ -17,7 +17,7 @@ import struct
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from pyiceberg.conversions import from_bytes
 from pyiceberg.types import (
@@ -31,6 +31,7 @@ from pyiceberg.types import (
     IcebergType,
     IntegerType,
     LongType,
+    PrimitiveType,
     StringType,
     TimestampNanoType,
     TimestampType,
@@ -106,7 +107,9 @@ def avro_to_python(iceberg_type: IcebergType) -> Converter:
         def decimal(value: Any) -> Decimal | None:
             if value is None or isinstance(value, Decimal):
                 return value
-            return Decimal(int.from_bytes(value, "big", signed=True)).scaleb(-scale)
+            # exact at any precision (``scaleb`` would round to the context's 28 digits)
+            sign, digits, _ = Decimal(int.from_bytes(value, "big", signed=True)).as_tuple()
+            return Decimal((sign, digits, -scale))
 
         return decimal
     if isinstance(iceberg_type, UUIDType):
@@ -159,7 +162,8 @@ def bytes_to_python(iceberg_type: IcebergType) -> Converter:
     if isinstance(iceberg_type, UUIDType):
         return lambda b: uuid.UUID(bytes=bytes(b))
     convert = internal_to_python(iceberg_type)
-    return lambda b: convert(from_bytes(iceberg_type, b))
+    primitive = cast(PrimitiveType, iceberg_type)  # only primitive columns have bounds
+    return lambda b: convert(from_bytes(primitive, b))
 
 
 class ColumnDecoder:

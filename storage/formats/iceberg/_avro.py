@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,13 +34,22 @@ except ImportError:  # pragma: no cover - pyiceberg without its compiled extensi
 Read = Callable[[Any], Any]
 
 _read_int = Decoder.read_int
+_DOUBLE = struct.Struct("<d")
+
+
+def _read_double(dec: Any) -> float:
+    # pyiceberg 0.12's Cython decoder returns doubles rounded to single precision
+    # (apache/iceberg-python#3808): a double partition value 0.1 would read as 0.10000000149
+    return float(_DOUBLE.unpack(dec.read(8))[0])
+
+
 _PRIMITIVE_READ: dict[str, Read] = {
     "null": lambda dec: None,
     "boolean": Decoder.read_boolean,
     "int": Decoder.read_int,
     "long": Decoder.read_int,
     "float": Decoder.read_float,
-    "double": Decoder.read_double,
+    "double": _read_double,
     "bytes": Decoder.read_bytes,
     "string": Decoder.read_utf8,
 }
@@ -263,7 +273,7 @@ def iter_records(data: bytes, keep: dict[str, Any]) -> Iterator[tuple[dict[str, 
     decoder = decoder_for(blocks.metadata["avro.schema"], keep)
     read = decoder.read
     for block in blocks:
-        dec = Decoder(block.bytes_.getvalue())
+        dec = Decoder(block.bytes_.getvalue())  # type: ignore[attr-defined]  # fastavro's stub omits Block.bytes_
         for _ in range(block.num_records):
             yield read(dec), decoder
 
@@ -272,4 +282,5 @@ def iter_blocks(data: bytes, keep: dict[str, Any]) -> tuple[ManifestDecoder, Ite
     """The decoder for ``data`` and its blocks as (binary decoder, record count)."""
     blocks = fastavro.block_reader(io.BytesIO(data))
     decoder = decoder_for(blocks.metadata["avro.schema"], keep)
-    return decoder, ((Decoder(block.bytes_.getvalue()), block.num_records) for block in blocks)
+    # fastavro's stub omits Block.bytes_ (a BytesIO of the block's decompressed records)
+    return decoder, ((Decoder(block.bytes_.getvalue()), block.num_records) for block in blocks)  # type: ignore[attr-defined]
