@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render, resolve_url
 from django.utils.cache import patch_vary_headers
+from django.utils.html import format_html
 
 
 def is_fragment(request) -> bool:
@@ -13,9 +15,23 @@ def is_fragment(request) -> bool:
     return bool(htmx) and not htmx.boosted
 
 
-def render_page(request, page_template: str, fragment_template: str, context: dict, *, status: int = 200):
-    template = fragment_template if is_fragment(request) else page_template
-    response = render(request, template, context, status=status)
+def render_page(
+    request,
+    page_template: str,
+    fragment_template: str,
+    context: dict,
+    *,
+    status: int = 200,
+    error: str | None = None,
+):
+    """``error`` (bad input, e.g. a search the database cannot take) is shown above the page's
+    content: with the page's messages, or as the first element of the fragment."""
+    fragment = is_fragment(request)
+    if error and not fragment:
+        messages.error(request, error)
+    response = render(request, fragment_template if fragment else page_template, context, status=status)
+    if error and fragment:
+        response.content = format_html('<p class="error">{}</p>\n', error).encode() + response.content
     patch_vary_headers(response, ("HX-Request",))
     return response
 

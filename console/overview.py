@@ -102,7 +102,10 @@ def tables_by_health(*, limit: int | None = 10) -> list[TableHealth]:
 
 def running_processes():
     return (
-        Process.objects.select_related("table").defer("table__metrics").filter(status__in=ACTIVE_STATUSES).order_by("created_at")[:20]
+        Process.objects.select_related("table")
+        .defer("table__metrics")
+        .filter(status__in=ACTIVE_STATUSES)
+        .order_by("created_at")[:20]
     )
 
 

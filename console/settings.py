@@ -170,9 +170,16 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- REST API -----------------------------------------------------------------------------------
 REST_FRAMEWORK = {
+    # Token first: an anonymous call answers 401 with ``WWW-Authenticate: Token``.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    # JSON bodies: NUL characters and deep nesting are a 400, not a 500.
+    "DEFAULT_PARSER_CLASSES": [
+        "console.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["console.permissions.RolePermission"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",

@@ -5,6 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from console.api.base import AUTHENTICATION_CLASSES
 from console.auth import ThrottledLoginView
 from console.views import processes as process_views
 from console.views import queries as storage_views
@@ -50,9 +51,15 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("console.api.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path(
+        "api/schema/",
+        SpectacularAPIView.as_view(authentication_classes=AUTHENTICATION_CLASSES),
+        name="api-schema",
+    ),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
 
+handler400 = "console.errorpages.bad_request"
+handler403 = "console.errorpages.permission_denied"
 handler404 = "console.errorpages.not_found"
 handler500 = "console.errorpages.server_error"

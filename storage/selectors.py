@@ -20,7 +20,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 
 from storage.errors import Conflict, InvalidInput
 from storage.metrics import BUCKETS_MIB, bucket_labels, size_bucket
-from storage.models import Catalog, Table
+from storage.models import FORMAT_VALUES, Catalog, Table
 from storage.services import table_open
 from storage.spec import (
     CorruptTable,
@@ -34,6 +34,7 @@ from storage.spec import (
     UnsupportedFeature,
 )
 from storage.spec.expressions import bind_filter
+from storage.spec.expressions.parser import Token, tokenize
 from storage.spec.models import FileSlice, Instant, Split
 from storage.spec.splits import summarise_splits
 
@@ -54,45 +55,80 @@ class SpecQuery:
     end: str | None = None
 
 
-def _positive_int(params: Mapping[str, str], name: str, default: int, *, maximum: int | None = None) -> int:
+MAX_PAGE = 1_000_000
+MAX_BYTES = 2**63 - 1  # a long: what every format and Spark keep sizes in
+#: Number literals in a filter with more digits than this, or an exponent beyond it, fit no column
+#: type (long, decimal(38), double up to 1.8e308): refused before binding, which would otherwise
+#: build a billion-digit integer for ``id = 1e999999999`` (issue 10).
+MAX_NUMBER_DIGITS = 400
+
+
+def shown(value: str, limit: int = 40) -> str:
+    """``value`` quoted for an error message, control characters escaped, long values cut."""
+    return repr(value if len(value) <= limit else value[:limit] + "…")
+
+
+def text_param(value: str, name: str) -> str:
+    """``value`` unless it holds a NUL character, which no Postgres text column can store."""
+    if "\x00" in value:
+        raise InvalidInput(f"{name} must not contain a NUL character (\\x00)", field=name)
+    return value
+
+
+def _whole_number(params: Mapping[str, str], name: str, default: int, *, minimum: int, maximum: int) -> int:
     raw = (params.get(name) or "").strip()
     if not raw:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidInput(f"{name} must be a whole number, not {raw!r}", field=name) from None
-    if value <= 0:
-        raise InvalidInput(f"{name} must be positive, not {value}", field=name)
-    if maximum is not None and value > maximum:
-        raise InvalidInput(f"{name} must be at most {maximum}", field=name)
+    value = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= len(str(maximum)) else None
+    if value is None or not minimum <= value <= maximum:
+        kind = "a positive whole number" if minimum == 1 else "a whole number"
+        raise InvalidInput(f"{name} must be {kind} from {minimum} to {maximum}, not {shown(raw)}", field=name)
     return value
 
 
 def spec_query_parse(params: Mapping[str, str]) -> SpecQuery:
     """The query parameters every table read shares, validated."""
-    open_cost_raw = (params.get("open_file_cost") or "").strip()
-    if open_cost_raw:
-        try:
-            open_file_cost = int(open_cost_raw)
-        except ValueError:
-            raise InvalidInput(
-                f"open_file_cost must be a whole number, not {open_cost_raw!r}", field="open_file_cost"
-            ) from None
-        if open_file_cost < 0:
-            raise InvalidInput("open_file_cost must be zero or more", field="open_file_cost")
-    else:
-        open_file_cost = 4 * MIB
     return SpecQuery(
         at=(params.get("at") or "").strip() or None,
         filter=(params.get("filter") or "").strip(),
-        page=_positive_int(params, "page", 1),
-        page_size=_positive_int(params, "page_size", 50, maximum=MAX_PAGE_SIZE),
-        target_size=_positive_int(params, "target_size", 128 * MIB),
-        open_file_cost=open_file_cost,
+        page=_whole_number(params, "page", 1, minimum=1, maximum=MAX_PAGE),
+        page_size=_whole_number(params, "page_size", 50, minimum=1, maximum=MAX_PAGE_SIZE),
+        target_size=_whole_number(params, "target_size", 128 * MIB, minimum=1, maximum=MAX_BYTES),
+        open_file_cost=_whole_number(params, "open_file_cost", 4 * MIB, minimum=0, maximum=MAX_BYTES),
         start=(params.get("from") or "").strip() or None,
         end=(params.get("to") or "").strip() or None,
     )
+
+
+def _number_literals(text: str) -> list[tuple[Token, decimal.Decimal]]:
+    try:
+        tokens = tokenize(text)
+    except FilterError:
+        return []  # the parser reports it, with its position
+    return [(token, decimal.Decimal(token.text)) for token in tokens if token.kind == "number"]
+
+
+def _bind(text: str, schema):
+    """The filter text bound to ``schema``; a number no column can hold is InvalidInput naming it."""
+    if not text:
+        return None
+    numbers = _number_literals(text)
+    for token, number in numbers:
+        digits = len(number.as_tuple().digits)
+        if number and (abs(number.adjusted()) > MAX_NUMBER_DIGITS or digits > MAX_NUMBER_DIGITS):
+            raise InvalidInput(
+                f"the number {shown(token.text)} at position {token.position} is out of range for every"
+                f" column type (at most {MAX_NUMBER_DIGITS} digits and exponents up to {MAX_NUMBER_DIGITS})",
+                field="filter",
+            )
+    try:
+        return bind_filter(text, schema)
+    except decimal.DecimalException as error:
+        # Coercing to a decimal column can overflow the arithmetic context (binding.py, issue 10):
+        # the largest number of the filter is the one that did not fit.
+        token, _ = max(numbers, key=lambda pair: pair[1].adjusted(), default=(None, None))
+        what = f"the number {shown(token.text)} at position {token.position}" if token else "a number"
+        raise InvalidInput(f"{what} is too large for its column", field="filter") from error
 
 
 class _Reading:
@@ -108,7 +144,8 @@ class _Reading:
         if error is None:
             return False
         if isinstance(error, FilterError):
-            where = f" (at position {error.position})" if error.position is not None else ""
+            at = f"at position {error.position}"
+            where = f" ({at})" if error.position is not None and at not in str(error) else ""
             raise InvalidInput(f"{error}{where}", field="filter") from error
         if isinstance(error, InstantNotFound):
             raise InvalidInput(str(error), field="at") from error
@@ -155,7 +192,7 @@ def table_files(*, table: Table, query: SpecQuery) -> FilesPage:
     with _Reading(table):
         spec_table = _open(table)
         instant = _instant(spec_table, query.at)
-        expression = bind_filter(query.filter or None, spec_table.schema)
+        expression = _bind(query.filter, spec_table.schema)
         if instant is None:
             return FilesPage(None, [], 1, query.page_size, False, [])
         listing = spec_table.file_index().list_files_at(instant, expression)
@@ -185,7 +222,7 @@ def table_splits(*, table: Table, query: SpecQuery) -> SplitPlan:
     with _Reading(table):
         spec_table = _open(table)
         instant = _instant(spec_table, query.at)
-        expression = bind_filter(query.filter or None, spec_table.schema)
+        expression = _bind(query.filter, spec_table.schema)
         if instant is None:
             return SplitPlan(None, [], summarise_splits([]), False)
         shown: list[Split] = []
@@ -212,7 +249,7 @@ def table_partitions(*, table: Table, query: SpecQuery):
         index = spec_table.file_index()
         return (
             instant,
-            index.partitions_at(instant, bind_filter(query.filter or None, spec_table.schema)),
+            index.partitions_at(instant, _bind(query.filter, spec_table.schema)),
             index.small_file_bytes(),
         )
 
@@ -275,6 +312,11 @@ def jsonable(value: Any) -> Any:
 
 
 def table_list(*, search: str = "", format: str = "", catalog_id: int | None = None) -> QuerySet[Table]:
+    text_param(search, "search")
+    if format and format not in FORMAT_VALUES:
+        raise InvalidInput(
+            f"format must be one of {', '.join(FORMAT_VALUES)}, not {shown(format)}", field="format"
+        )
     tables = Table.objects.select_related("catalog")
     if search:
         tables = tables.filter(

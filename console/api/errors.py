@@ -5,16 +5,32 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from storage.errors import ServiceError
+from storage.errors import InvalidInput, ServiceError
 from storage.spec import SpecError
 
 logger = logging.getLogger(__name__)
+
+INTERNAL_ERROR = "internal error: it was logged; try again, or tell an admin"
+
+
+class ContentTooLarge(InvalidInput):
+    """A body or a field larger than the API accepts: 413 Content Too Large."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+
+
+def body_too_large() -> ContentTooLarge:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return ContentTooLarge(
+        f"the request body is larger than the {limit / 2**20:g} MiB ({limit:,} bytes) the server accepts"
+    )
 
 
 def _first_message(detail) -> tuple[str | None, str]:
@@ -28,6 +44,10 @@ def _first_message(detail) -> tuple[str | None, str]:
 
 
 def exception_handler(exc, context):
+    if isinstance(exc, RequestDataTooBig):  # Django's DATA_UPLOAD_MAX_MEMORY_SIZE, read in request.data
+        exc = body_too_large()
+    elif isinstance(exc, SuspiciousOperation):  # too many form fields or files, a bad multipart body
+        exc = InvalidInput(f"the request was refused: {exc}")
     if isinstance(exc, ServiceError):
         return Response({"error": exc.message, "field": exc.field}, status=exc.status_code)
     if isinstance(exc, SpecError):
@@ -41,7 +61,7 @@ def exception_handler(exc, context):
         logger.error("unhandled error in %s", type(view).__name__ if view else "the API", exc_info=exc)
         set_rollback()
         return Response(
-            {"error": "internal error: it was logged; try again, or tell an admin", "field": None},
+            {"error": INTERNAL_ERROR, "field": None},
             status=status.HTTP_500_INTERNAL_SERVER_ERROR,
         )
     if isinstance(exc, ValidationError):

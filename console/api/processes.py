@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import django_filters
+from django import forms
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from console.api.base import ApiDefaults
 from console.api.schema import CONFLICT
 from console.api.serializers import mask_secrets
 from console.roles import OPERATOR
 from processes import selectors, services
-from processes.models import Process
+from processes.models import Process, ProcessStatus
+from processes.plugin import known_actions
 from processes.registry import configured_factories
 from storage.models import Table
 
@@ -68,11 +72,49 @@ class KillSerializer(serializers.Serializer):
     grace_seconds = serializers.IntegerField(required=False, min_value=0, max_value=3600)
 
 
-class ProcessViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+def _actions() -> set[str]:
+    """Actions registered, or served by an installed factory (enabled or not)."""
+    served = {action for c in configured_factories(include_disabled=True) for _, action in c.factory.pairs()}
+    return set(known_actions()) | served
+
+
+class ProcessFilterForm(forms.Form):
+    """The list's filters, strict: an unknown value is a 400 naming the allowed ones, never ignored."""
+
+    def clean_active(self):
+        value = self.cleaned_data.get("active")
+        raw = (self.data.get("active") or "").strip()
+        if value is None and raw:
+            raise forms.ValidationError(f"{raw!r} is not true or false")
+        return value
+
+    def clean_action(self):
+        action = self.cleaned_data.get("action")
+        # An action of an uninstalled plugin that is still in the history is a fine filter too.
+        if action and action not in _actions() and not Process.objects.filter(action=action).exists():
+            raise forms.ValidationError(
+                f"{action!r} is not an action; actions are {', '.join(sorted(_actions()))}"
+            )
+        return action
+
+
+class ProcessFilter(selectors.ProcessFilter):
+    status = django_filters.MultipleChoiceFilter(
+        choices=ProcessStatus.choices,
+        error_messages={
+            "invalid_choice": f"%(value)r is not a status; statuses are {', '.join(ProcessStatus.values)}"
+        },
+    )
+
+    class Meta(selectors.ProcessFilter.Meta):
+        form = ProcessFilterForm
+
+
+class ProcessViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = ProcessSerializer
     queryset = Process.objects.none()
     filter_backends = [DjangoFilterBackend]
-    filterset_class = selectors.ProcessFilter
+    filterset_class = ProcessFilter
     write_role = OPERATOR
     action_roles = {"cancel": OPERATOR, "kill": OPERATOR, "retry": OPERATOR, "create": OPERATOR}
 
@@ -125,7 +167,7 @@ class PluginSerializer(serializers.Serializer):
     strategies = TriggerStrategySerializer(many=True)
 
 
-class PluginViewSet(viewsets.ViewSet):
+class PluginViewSet(ApiDefaults, viewsets.ViewSet):
     @extend_schema(responses={200: PluginSerializer(many=True)})
     def list(self, request):
         plugins = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import serializers
 
@@ -31,10 +32,21 @@ ERROR_REF = {"$ref": f"#/components/schemas/{ERROR_SCHEMA_NAME}"}
 
 DESCRIPTIONS = {
     "400": "Invalid input: a parameter or body field is wrong (``field`` names it).",
-    "401": "The credentials given are not valid.",
-    "403": "Not authenticated, or the user's role does not allow this operation.",
+    "401": "Not authenticated: no credentials, or credentials that are not valid.",
+    "403": "The user's role does not allow this operation.",
     "404": "No such object, or a page past the last one.",
     "409": "The object's current state does not allow this (``error`` says which state it is in).",
+    "413": (
+        "Too large: the request body is over the server's limit of {body_limit} bytes, or a field is"
+        " longer than its limit (``field`` names it, e.g. ``sql``)."
+    ),
+}
+# DRF sends it with every 401: the scheme of the first authentication class (console/api/base.py).
+WWW_AUTHENTICATE = {
+    "WWW-Authenticate": {
+        "description": "``Token``: send ``Authorization: Token <key>`` (or log in for a session).",
+        "schema": {"type": "string", "example": "Token"},
+    }
 }
 
 # For views that declare a 409 with ``extend_schema(responses={409: CONFLICT})``.
@@ -50,7 +62,11 @@ CONFLICT = OpenApiResponse(ErrorSerializer, description=DESCRIPTIONS["409"])
 
 
 def _error_response(status: str) -> dict[str, Any]:
-    return {"description": DESCRIPTIONS[status], "content": {"application/json": {"schema": ERROR_REF}}}
+    description = DESCRIPTIONS[status].format(body_limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    response = {"description": description, "content": {"application/json": {"schema": ERROR_REF}}}
+    if status == "401":
+        response["headers"] = WWW_AUTHENTICATE
+    return response
 
 
 def error_statuses(operation: dict[str, Any]) -> list[str]:
@@ -65,6 +81,8 @@ def error_statuses(operation: dict[str, Any]) -> list[str]:
     statuses += ["401", "403"]
     if in_path or paged:
         statuses.append("404")
+    if "requestBody" in operation:
+        statuses.append("413")
     return statuses
 
 

@@ -8,6 +8,9 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from console.api.base import ApiDefaults
+from console.api.errors import ContentTooLarge
+from console.api.limits import MAX_SQL_CHARACTERS
 from console.roles import ADMIN, OPERATOR
 from processes import queries
 from processes.models import Query
@@ -58,7 +61,9 @@ class StorageTestSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
-class StorageBackendViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class StorageBackendViewSet(
+    ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     serializer_class = StorageBackendSerializer
     queryset = StorageBackend.objects.all()
     write_role = ADMIN
@@ -134,16 +139,41 @@ class QuerySerializer(serializers.ModelSerializer):
         }
 
 
+class SqlField(serializers.CharField):
+    """SQL up to MAX_SQL_CHARACTERS; longer is 413 (documented as ``maxLength``)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(max_length=MAX_SQL_CHARACTERS, **kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and len(data) > MAX_SQL_CHARACTERS:
+            raise ContentTooLarge(
+                f"sql is {len(data):,} characters long; the limit is {MAX_SQL_CHARACTERS:,}", field="sql"
+            )
+        return super().to_internal_value(data)
+
+
+class NameField(serializers.SlugRelatedField):
+    """An object by its name: a string without NUL characters (the lookup used to be a 500)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            raise serializers.ValidationError(f"must be a {self.slug_field} (a string)")
+        if "\x00" in data:
+            raise serializers.ValidationError("must not contain a NUL character (\\x00)")
+        return super().to_internal_value(data)
+
+
 class QueryCreateSerializer(serializers.Serializer):
-    sql = serializers.CharField()
+    sql = SqlField()
     cache = serializers.BooleanField(required=False, default=True)
-    storage = serializers.SlugRelatedField(
+    storage = NameField(
         slug_field="name", queryset=StorageBackend.objects.all(), required=False, allow_null=True
     )
     row_limit = serializers.IntegerField(required=False, min_value=1)
 
 
-class QueryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class QueryViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = QuerySerializer
     queryset = Query.objects.select_related("backend")
     write_role = OPERATOR
@@ -199,7 +229,9 @@ class CachedResultSerializer(serializers.ModelSerializer):
         ]
 
 
-class CachedResultViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class CachedResultViewSet(
+    ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     serializer_class = CachedResultSerializer
     queryset = CachedResult.objects.select_related("backend")
     write_role = OPERATOR

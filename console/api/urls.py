@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-from rest_framework.routers import DefaultRouter
-
+from console.api.base import ApiRouter
 from console.api.processes import PluginViewSet, ProcessViewSet
 from console.api.storage import CachedResultViewSet, QueryViewSet, StorageBackendViewSet
 from console.api.views import CatalogViewSet, TableViewSet
 
-router = DefaultRouter()
+router = ApiRouter()
 router.register("catalogs", CatalogViewSet, basename="catalog")
 router.register("tables", TableViewSet, basename="table")
 router.register("processes", ProcessViewSet, basename="process")

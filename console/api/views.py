@@ -7,6 +7,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from console.api.base import ApiDefaults
 from console.api.serializers import (
     CatalogCreateSerializer,
     CatalogSerializer,
@@ -31,17 +32,35 @@ AT = OpenApiParameter(
 FILTER = OpenApiParameter(
     "filter", str, description="filter text, e.g. region = 'eu' and ts >= timestamp '2024-01-01 00:00:00'"
 )
-PAGE = OpenApiParameter("page", int, description="page number, from 1")
-PAGE_SIZE = OpenApiParameter("page_size", int, description="files per page (at most 500)")
-TARGET_SIZE = OpenApiParameter("target_size", int, description="split target size in bytes (default 128 MiB)")
+
+
+def _whole_number(minimum: int, maximum: int) -> dict:
+    return {"type": "integer", "minimum": minimum, "maximum": maximum}
+
+
+PAGE = OpenApiParameter(
+    "page",
+    _whole_number(1, selectors.MAX_PAGE),
+    description="page number, from 1 (a page past the last is empty)",
+)
+PAGE_SIZE = OpenApiParameter(
+    "page_size", _whole_number(1, selectors.MAX_PAGE_SIZE), description="files per page (at most 500)"
+)
+TARGET_SIZE = OpenApiParameter(
+    "target_size",
+    _whole_number(1, selectors.MAX_BYTES),
+    description="split target size in bytes (default 128 MiB)",
+)
 OPEN_FILE_COST = OpenApiParameter(
-    "open_file_cost", int, description="bytes counted per opened file (default 4 MiB)"
+    "open_file_cost",
+    _whole_number(0, selectors.MAX_BYTES),
+    description="bytes counted per opened file (default 4 MiB)",
 )
 FROM = OpenApiParameter("from", str, description="exclusive start instant (default: the parent of `to`)")
 TO = OpenApiParameter("to", str, description="inclusive end instant (default: the latest)")
 
 
-class CatalogViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class CatalogViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = CatalogSerializer
     queryset = Catalog.objects.none()
 
@@ -64,11 +83,13 @@ class CatalogViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         return Response(asdict(report))
 
 
-class TableViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class TableViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = TableSerializer
     queryset = Table.objects.none()
 
     def get_queryset(self):
+        if self.action != "list":  # the list's filters never hide the table a detail URL names
+            return selectors.table_list()
         params = self.request.query_params
         return selectors.table_list(search=params.get("search", ""), format=params.get("format", ""))
 

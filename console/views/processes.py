@@ -68,6 +68,8 @@ def table_process_run(request, pk: int):
         )
     except json.JSONDecodeError as error:
         return _run_error(request, table, f"parameters are not valid JSON: {error}")
+    except RecursionError:
+        return _run_error(request, table, "parameters are not valid JSON: nested too deeply")
     except ServiceError as error:
         return _run_error(request, table, error.message, status=error.status_code)
     messages.success(request, f"Process #{process.pk} ({process.action}) queued.")

@@ -8,6 +8,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from console.api.limits import MAX_SQL_CHARACTERS
 from console.decorators import role_required
 from console.forms import QueryForm, StorageBackendForm
 from console.htmx import hx_redirect, is_fragment, render_page
@@ -16,8 +17,9 @@ from processes import queries
 from processes.models import Query
 from storage import services
 from storage.errors import ServiceError
-from storage.models import CachedResult, StorageBackend, StorageSource, Table
+from storage.models import CachedResult, CachedResultState, StorageBackend, StorageSource, Table
 from storage.results.plugin import StorageDescriptor
+from storage.selectors import shown
 
 
 def _storage_types() -> list[str]:
@@ -40,6 +42,12 @@ def workbench(request):
 @role_required(OPERATOR)
 @require_POST
 def query_run(request):
+    if len(request.POST.get("sql", "")) > MAX_SQL_CHARACTERS:
+        message = (
+            f"the query is {len(request.POST['sql']):,} characters long; the limit is {MAX_SQL_CHARACTERS:,}"
+        )
+        # 400, not the API's 413: htmx swaps a 400's fragment in (static/console/lakewarden.js).
+        return render(request, "storage/partials/query_error.html", {"message": message}, status=400)
     form = QueryForm(request.POST)
     if not form.is_valid():
         return render(
@@ -96,8 +104,12 @@ def _query_context(request, query: Query) -> dict:
 def cached_result_list(request):
     results = CachedResult.objects.select_related("backend").order_by("-last_used_at")
     state = request.GET.get("state", "")
-    if state:
+    error = None
+    if state in CachedResultState.values:
         results = results.filter(state=state)
+    elif state:
+        results = results.none()
+        error = f"state must be one of {', '.join(CachedResultState.values)}, not {shown(state)}"
     page = Paginator(results, 50).get_page(request.GET.get("page"))
     tables = {str(t.pk): t.name for t in Table.objects.only("id", "name")}
     return render_page(
@@ -105,6 +117,8 @@ def cached_result_list(request):
         "storage/cached_results.html",
         "storage/partials/cached_rows.html",
         {"page": page, "tables": tables, "state": state},
+        status=400 if error else 200,
+        error=error,
     )
 
 

@@ -17,7 +17,7 @@ from console.htmx import hx_redirect, render_page
 from console.roles import ADMIN
 from storage import selectors, services
 from storage.errors import ServiceError
-from storage.models import FORMAT_CHOICES, FORMAT_VALUES, Catalog, Table
+from storage.models import FORMAT_CHOICES, Catalog, Table
 from storage.spec import SpecError
 
 
@@ -96,9 +96,11 @@ def catalog_sync(request, pk: int):
 def table_list(request):
     search = request.GET.get("q", "").strip()
     format_filter = request.GET.get("format", "")
-    tables = selectors.table_list(
-        search=search, format=format_filter if format_filter in FORMAT_VALUES else ""
-    )
+    error = None
+    try:
+        tables = selectors.table_list(search=search, format=format_filter)
+    except ServiceError as problem:
+        tables, error = Table.objects.none(), problem.message
     page = Paginator(tables, 50).get_page(request.GET.get("page"))
     context = {
         "page": page,
@@ -107,7 +109,14 @@ def table_list(request):
         "formats": FORMAT_CHOICES,
         "form": TableRegisterForm(),
     }
-    return render_page(request, "console/tables.html", "console/partials/table_rows.html", context)
+    return render_page(
+        request,
+        "console/tables.html",
+        "console/partials/table_rows.html",
+        context,
+        status=400 if error else 200,
+        error=error,
+    )
 
 
 @role_required(ADMIN)

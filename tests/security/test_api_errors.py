@@ -15,12 +15,15 @@ def test_every_kind_of_refusal_has_the_same_body(lake, api_as, users):
     from processes.models import Process, ProcessStatus
 
     Process.objects.filter(pk=lake.process.pk).update(status=ProcessStatus.SUCCESS)
+    too_large = '{"sql": "' + "x" * 3_000_000 + '"}'
     answers = {
         400: api_as(users["admin"]).post("/api/v1/tables/", {"location": "relative/path"}, format="json"),
+        401: api_as(None).get("/api/v1/tables/"),
         403: api_as(users["viewer"]).post(f"/api/v1/tables/{lake.table.pk}/refresh/"),
         404: api_as(users["viewer"]).get("/api/v1/tables/999999/"),
         405: api_as(users["admin"]).delete(f"/api/v1/tables/{lake.table.pk}/"),
         409: api_as(users["operator"]).post(f"/api/v1/processes/{lake.process.pk}/cancel/"),
+        413: api_as(users["operator"]).post("/api/v1/queries/", too_large, content_type="application/json"),
     }
 
     for status, response in answers.items():
@@ -29,10 +32,19 @@ def test_every_kind_of_refusal_has_the_same_body(lake, api_as, users):
     assert answers[400].json()["field"] == "location"
 
 
-def test_an_unauthenticated_request_has_the_error_body(api_as):
+def test_an_unauthenticated_request_is_a_401_with_the_error_body_asking_for_a_token(api_as):
     response = api_as(None).get("/api/v1/tables/")
 
-    assert response.status_code in (401, 403)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"
+    assert _is_error_body(response.json())
+
+
+def test_an_unknown_api_path_is_a_json_404_not_the_consoles_page(api_as, users):
+    response = api_as(users["viewer"]).get("/api/v1/no-such-collection/1.5/")
+
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
     assert _is_error_body(response.json())
 
 

@@ -192,7 +192,12 @@ def coerce_literal(
     try:
         return _coerce(column.type, value)
     except _Mismatch as exc:
-        shown = sql_literal(value) if not isinstance(value, float) or math.isfinite(value) else repr(value)
+        if token and isinstance(value, int | float | decimal.Decimal) and not isinstance(value, bool):
+            shown = token  # as the user wrote it: 1e100, not 1E+100
+        else:
+            shown = (
+                sql_literal(value) if not isinstance(value, float) or math.isfinite(value) else repr(value)
+            )
         detail = f": {exc}" if str(exc) else ""
         raise FilterError(
             f"column {column.name} is {type_name(column.type)}; {shown} is {literal_kind(value)}{detail}",
@@ -221,6 +226,8 @@ def _to_int(type_: pa.DataType, value: Any) -> Any:
         raise _Mismatch()
     if isinstance(value, int):
         return value
+    if isinstance(value, decimal.Decimal) and value.is_finite() and value.adjusted() > 40:
+        raise _Mismatch("out of range")  # 1e999999999 would build a billion-digit integer
     if isinstance(value, decimal.Decimal | float) and _finite(value) and value == int(value):
         return int(value)
     raise _Mismatch()
@@ -242,7 +249,12 @@ def _to_decimal(type_: pa.DataType, value: Any) -> Any:
         if not number.is_finite():
             raise _Mismatch()
         # The column's scale exactly: Iceberg refuses other scales, and bucket hashes depend on it.
-        scaled = number.quantize(decimal.Decimal(1).scaleb(-type_.scale), context=decimal.Context(prec=80))
+        try:
+            scaled = number.quantize(
+                decimal.Decimal(1).scaleb(-type_.scale), context=decimal.Context(prec=80)
+            )
+        except decimal.InvalidOperation:
+            raise _Mismatch(f"out of range for {type_}") from None
         if scaled != number:
             raise _Mismatch(f"more than {type_.scale} decimal places")
         return scaled

@@ -394,7 +394,14 @@ class Parser:
 def _number(token: Token) -> int | decimal.Decimal:
     text = token.text
     if re.fullmatch(r"[-+]?\d+", text):
-        return int(text)
+        try:
+            return int(text)
+        except ValueError:  # over Python's int-digits limit
+            raise FilterError(
+                f"the number at position {token.position} has too many digits",
+                position=token.position,
+                token=text[:20],
+            ) from None
     return decimal.Decimal(text)
 
 
