@@ -39,6 +39,14 @@ BENCH_DIR = ROOT / "var" / "bench"
 FAKE_PREFIX = "/bench-web/"
 USERNAME, PASSWORD = "bench-web-admin", "bench-web-password-not-secret"
 TARGET_MS = 150
+#: The same in-process measurement before the pages were made cheap (issue 10 item 8), kept for
+#: comparison: mean CPU ms per request (a spread of runs on the shared machine) and SQL queries.
+CPU_BEFORE = (
+    "Before (2026-11-24, same measurement, means over 100 requests in 3 runs): table list "
+    "10.9–12.5 ms and 5 queries, table page 11.4–14.5 ms and 5 queries (one of them the "
+    "process-durations query, about 38 ms of Postgres time on this table's 20,000 processes), "
+    "processes list 14.2–17.5 ms and 4 queries."
+)
 
 
 def _free_port() -> int:
@@ -172,9 +180,23 @@ def log_in(url: str):
     return session
 
 
+def _get(session, url: str):
+    """GET ``url``; once more on a fresh connection when the server closed the kept-alive one just
+    as the request went out (gunicorn drops connections idle for 2 s), as a browser does. The
+    latency measured includes the failed attempt."""
+    import requests
+
+    try:
+        return session.get(url, allow_redirects=False, timeout=60)
+    except requests.ConnectionError:
+        return session.get(url, allow_redirects=False, timeout=60)
+
+
 def load(sessions, url: str, requests_per_client: int) -> tuple[list[float], float]:
     """Every client requests ``url`` ``requests_per_client`` times, all clients at once; returns
     the latencies (ms) and the wall time (s)."""
+    import requests
+
     samples: list[float] = []
     errors: list[str] = []
     lock = threading.Lock()
@@ -185,7 +207,11 @@ def load(sessions, url: str, requests_per_client: int) -> tuple[list[float], flo
         start.wait()
         for _ in range(requests_per_client):
             began = time.perf_counter()
-            response = session.get(url, allow_redirects=False, timeout=60)
+            try:
+                response = _get(session, url)
+            except requests.RequestException as error:
+                errors.append(f"{url}: {error}")
+                continue
             mine.append((time.perf_counter() - began) * 1000)
             if response.status_code != 200:
                 errors.append(f"{url}: {response.status_code}")
@@ -226,6 +252,45 @@ def measure(server: Server, workers: int, pages: dict[str, str], clients: int, r
     return results
 
 
+def _queries_of(client, path: str) -> int:
+    from django.db import connection
+
+    queries: list[str] = []
+
+    def count(execute, sql, params, many, context):
+        queries.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(count):
+        client.get(path)
+    return len(queries)
+
+
+def in_process(pages: dict[str, str], requests_per_page: int) -> dict[str, tuple[float, float, int]]:
+    """``(median, mean)`` CPU ms per request and SQL queries per request of each page, through
+    Django's test client in this process (no network, no concurrency): what a request costs the
+    server, which bounds what 2 cores can serve."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    client = Client()
+    client.force_login(get_user_model().objects.get(username=USERNAME))
+    found = {}
+    for label, path in pages.items():
+        for _ in range(5):  # warm caches (templates, charts), as a page visited before
+            client.get(path)
+        queries = _queries_of(client, path)
+        samples = []
+        for _ in range(requests_per_page):
+            began = time.process_time()
+            response = client.get(path)
+            samples.append((time.process_time() - began) * 1000)
+            if response.status_code != 200:
+                raise SystemExit(f"{path}: {response.status_code}")
+        found[label] = (statistics.median(samples), statistics.fmean(samples), queries)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=20)
@@ -239,6 +304,7 @@ def main() -> None:
         "--no-baseline", action="store_true", help="skip the former set-up (2 sync workers) for comparison"
     )
     parser.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
+    parser.add_argument("--cpu-requests", type=int, default=200, help="in-process requests per page")
     args = parser.parse_args()
 
     table = build_data(args.files, args.tables, args.processes)
@@ -257,6 +323,16 @@ def main() -> None:
     if not args.no_baseline:
         setups.append(("2 sync workers (before `LAKEWARDEN_WEB_WORKERS`)", 2, 1, True))
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    costs = in_process(pages, args.cpu_requests)
+    cpu_lines = [
+        "| page | CPU ms/request, median | mean | SQL queries/request |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| {label} | {median:.1f} | {mean:.1f} | {queries} |"
+            for label, (median, mean, queries) in costs.items()
+        ),
+    ]
+    print("\n".join(cpu_lines), flush=True)
     load_before = os.getloadavg()[0]
     lines = [
         f"| gunicorn | page | p50 | p95 | max | requests/s | target p95 < {TARGET_MS} ms |",
@@ -278,15 +354,20 @@ def main() -> None:
                 f"{len(samples) / wall:.0f} | {verdict} |"
             )
             print(lines[-1], flush=True)
+    load_after = os.getloadavg()[0]
     body = (
         f"gunicorn as `manage.py lakewarden_serve` runs it (`LAKEWARDEN_WEB_WORKERS` gthread workers x "
         f"`LAKEWARDEN_WEB_THREADS` threads, defaults on this machine), DEBUG off, no access log; the former "
         f"fixed set-up (2 sync workers) for comparison. {args.clients} concurrent clients (Python threads "
         f"with `requests`, keep-alive, logged in through the login form as an admin) each request a page "
         f"{args.requests} times after a warm-up, one page at a time. Clients, server and Postgres share the "
-        f"machine (1-minute load average {load_before:.1f} when the run started). Bench database "
+        f"machine, which other jobs share too: 1-minute load average {load_before:.1f} when the load "
+        f"started, {load_after:.1f} when it ended. Bench database "
         f"`{BENCH_DATABASE.rsplit('/', 1)[1]}`.\n\n" + "\n".join(lines) + "\n\n"
-        f"Target p95 < {TARGET_MS} ms on every page with the default set-up: {'met' if met else 'NOT met'}."
+        f"Target p95 < {TARGET_MS} ms on every page with the default set-up: {'met' if met else 'NOT met'}.\n\n"
+        f"What one request costs the server: CPU time (`time.process_time`) per request through Django's "
+        f"test client in one process, {args.cpu_requests} requests per page after a warm-up, same data "
+        f"and user:\n\n" + "\n".join(cpu_lines) + "\n\n" + CPU_BEFORE
     )
     if not args.no_write:
         write_section("Served console under load (bench/web.py)", body)

@@ -152,6 +152,18 @@ LAKEWARDEN_SCHEDULER_SECONDS = env_int("LAKEWARDEN_SCHEDULER_SECONDS", 30, minim
 LAKEWARDEN_KILL_GRACE_SECONDS = env_int("LAKEWARDEN_KILL_GRACE_SECONDS", 30, minimum=0)
 LAKEWARDEN_RETRY_BACKOFF_SECONDS = env_int("LAKEWARDEN_RETRY_BACKOFF_SECONDS", 30, minimum=0)
 LAKEWARDEN_MAX_RETRIES = env_int("LAKEWARDEN_MAX_RETRIES", 3, minimum=0)
+# Redis hands a message a dead worker had taken (reserved, or held for a countdown) to another
+# worker after this long. It must outlast the longest countdown (a retry's backoff, a kill's grace)
+# or held messages are delivered twice; the reaper re-sends lost process tasks long before it.
+_LONGEST_COUNTDOWN = max(
+    LAKEWARDEN_RETRY_BACKOFF_SECONDS * 2 ** max(LAKEWARDEN_MAX_RETRIES - 1, 0),
+    LAKEWARDEN_KILL_GRACE_SECONDS,
+    10,
+)
+LAKEWARDEN_BROKER_VISIBILITY_SECONDS = env_int(
+    "LAKEWARDEN_BROKER_VISIBILITY_SECONDS", max(900, 2 * _LONGEST_COUNTDOWN), minimum=2 * _LONGEST_COUNTDOWN
+)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": LAKEWARDEN_BROKER_VISIBILITY_SECONDS}
 CELERY_BEAT_SCHEDULE = {
     "refresh-tables": {
         "task": "storage.tasks.refresh_tables_task",

@@ -83,11 +83,13 @@ MAX_DEFAULT_WEB_WORKERS = 8
 
 
 def default_web_workers(cores: int) -> int:
-    """gunicorn's rule of thumb, 2 x cores + 1, capped at ``MAX_DEFAULT_WEB_WORKERS``."""
-    return min(2 * cores + 1, MAX_DEFAULT_WEB_WORKERS)
+    """One worker per core (at least two), capped at ``MAX_DEFAULT_WEB_WORKERS``: a page costs a
+    few milliseconds of CPU, so more processes than cores only lengthen the tail under load
+    (bench/RESULTS.md, "Served console under load")."""
+    return min(max(2, cores), MAX_DEFAULT_WEB_WORKERS)
 
 
 #: gunicorn worker processes started by ``manage.py lakewarden_serve`` (gthread workers).
 LAKEWARDEN_WEB_WORKERS = env_int("LAKEWARDEN_WEB_WORKERS", default_web_workers(available_cores()), minimum=1)
 #: Threads per gunicorn worker: a slow page (a big table's files) does not hold up the rest.
-LAKEWARDEN_WEB_THREADS = env_int("LAKEWARDEN_WEB_THREADS", 4, minimum=1)
+LAKEWARDEN_WEB_THREADS = env_int("LAKEWARDEN_WEB_THREADS", 2, minimum=1)

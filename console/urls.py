@@ -9,6 +9,7 @@ from console.api.base import AUTHENTICATION_CLASSES
 from console.auth import ThrottledLoginView
 from console.views import processes as process_views
 from console.views import queries as storage_views
+from console.views import records as record_views
 from console.views import tables as views
 
 console_patterns = [
@@ -27,6 +28,7 @@ console_patterns = [
     path("tables/<int:pk>/splits/", views.table_splits, name="table-splits"),
     path("tables/<int:pk>/partitions/", views.table_partitions, name="table-partitions"),
     path("tables/<int:pk>/changes/", views.table_changes, name="table-changes"),
+    path("tables/<int:pk>/records/", record_views.table_records, name="table-records"),
     path("tables/<int:pk>/processes/", process_views.table_processes, name="table-processes"),
     path("tables/<int:pk>/processes/run/", process_views.table_process_run, name="table-process-run"),
     path("processes/", process_views.process_list, name="process-list"),

@@ -4,6 +4,7 @@ update; a transition the current status does not allow raises ``Conflict`` sayin
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 from celery import current_app
 from django.conf import settings
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -81,6 +83,10 @@ def process_create(
     process_enqueue(process)
     return process
 
+
+#: A PENDING process is re-sent once it is overdue by a scheduler tick, and never sooner than this.
+RESEND_GRACE_SECONDS = 10.0
+RESEND_PASS_KEY = "lakewarden:processes:resend-pass"
 
 # Tasks are sent by name: processes/tasks.py wraps these services, so importing it here would
 # make the two modules import each other.
@@ -283,24 +289,34 @@ def processes_reap(*, now: dt.datetime | None = None) -> dict[str, int]:
 
 
 def processes_resend_lost(*, now: dt.datetime | None = None) -> int:
-    """Send again the task of every PENDING process overdue by a scheduler tick (its ``not_before``
-    and its last send both that far behind) that no worker holds: a worker killed while it held a
-    delayed retry, or prefetched work, takes those tasks down with it (Redis gives them back only
-    after the visibility timeout). A second delivery is harmless: only a PENDING row is claimed."""
+    """Send again the task of every PENDING process overdue by a scheduler tick (at least
+    ``RESEND_GRACE_SECONDS``: its ``not_before`` and its last send both that far behind) whose task
+    is neither waiting in the broker's queue nor held by a live worker: a worker killed while it
+    held a delayed retry, or prefetched work, takes those tasks down with it, and Redis gives them
+    back only after its visibility timeout. A second delivery is harmless (only a PENDING row is
+    claimed). One pass per tick, whatever the number of reapers. RabbitMQ requeues a dead
+    consumer's messages itself: nothing is re-sent there."""
     now = now or timezone.now()
-    overdue_before = now - dt.timedelta(seconds=settings.LAKEWARDEN_SCHEDULER_SECONDS)
+    grace = max(float(settings.LAKEWARDEN_SCHEDULER_SECONDS), RESEND_GRACE_SECONDS)
+    overdue_before = now - dt.timedelta(seconds=grace)
     overdue = list(
         Process.objects.filter(status=ProcessStatus.PENDING)
         .filter(Q(not_before__isnull=True) | Q(not_before__lte=overdue_before))
         .filter(Q(sent_at__isnull=True, created_at__lte=overdue_before) | Q(sent_at__lte=overdue_before))
         .values_list("pk", "celery_task_id")[:500]
     )
-    if not overdue:
+    if not overdue or not cache.add(RESEND_PASS_KEY, now.isoformat(), timeout=grace):
         return 0
-    held = _tasks_held_by_workers()
+    held = _tasks_held(settings.LAKEWARDEN_HEAVY_QUEUE)
+    if held is None:
+        return 0
+    # Asking the workers takes a moment: a task that ran meanwhile has left the PENDING rows.
+    still_pending = Process.objects.filter(
+        pk__in=[pk for pk, _ in overdue], status=ProcessStatus.PENDING
+    ).values_list("pk", "celery_task_id")
     resent = 0
-    for process_id, task_id in overdue:
-        if held is None or task_id in held:
+    for process_id, task_id in still_pending:
+        if task_id in held:
             continue
         result = current_app.send_task(RUN_PROCESS_TASK, (process_id,), queue=settings.LAKEWARDEN_HEAVY_QUEUE)
         Process.objects.filter(pk=process_id, status=ProcessStatus.PENDING).update(
@@ -311,21 +327,38 @@ def processes_resend_lost(*, now: dt.datetime | None = None) -> int:
     return resent
 
 
-def _tasks_held_by_workers() -> set[str] | None:
-    """Ids of the tasks workers run, hold reserved or hold for later (eta); None when the broker
-    cannot be asked (then nothing is re-sent rather than guessed)."""
+def _tasks_held(queue: str) -> set[str] | None:
+    """Ids of the tasks waiting in ``queue`` on a Redis broker or run, reserved or held for later
+    (eta) by a live worker; None when that cannot be known (another broker, no answer): then
+    nothing is re-sent rather than guessed."""
     try:
-        inspect = current_app.control.inspect(timeout=1.0)
         held: set[str] = set()
+        # The queue first, the workers after: a task moves from the queue to a worker, never back,
+        # so one of the two looks sees it; one that finished meanwhile is no longer PENDING.
+        with current_app.connection_for_read() as connection:
+            if connection.transport.driver_type != "redis":
+                return None
+            client = connection.default_channel.client
+            # kombu keeps one list per priority step: the queue's name, then name + "\x06\x16" + step
+            for key in [queue, *(f"{queue}\x06\x16{step}" for step in range(1, 10))]:
+                for raw in client.lrange(key, 0, 10_000):
+                    held.add(_message_id(raw))
+        inspect = current_app.control.inspect(timeout=2.0)
         for reply in (inspect.active(), inspect.reserved(), inspect.scheduled()):
             for tasks in (reply or {}).values():
                 for task in tasks:
-                    request = task.get("request", task)
-                    held.add(request.get("id", ""))
+                    held.add(task.get("request", task).get("id", ""))
         return held
     except Exception:
-        logger.warning("could not ask the workers which tasks they hold", exc_info=True)
+        logger.warning("could not tell which tasks the broker and the workers hold", exc_info=True)
         return None
+
+
+def _message_id(raw: bytes | str) -> str:
+    try:
+        return str(json.loads(raw)["headers"]["id"])
+    except (ValueError, KeyError, TypeError):
+        return ""
 
 
 def clean_staging(process: Process) -> None:

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 from console.api.base import ApiRouter
 from console.api.processes import PluginViewSet, ProcessViewSet
+from console.api.records import TableRecordViewSet
 from console.api.storage import CachedResultViewSet, QueryViewSet, StorageBackendViewSet
 from console.api.views import CatalogViewSet, TableViewSet
 
 router = ApiRouter()
 router.register("catalogs", CatalogViewSet, basename="catalog")
 router.register("tables", TableViewSet, basename="table")
+router.register(r"tables/(?P<table_pk>[0-9]+)/records", TableRecordViewSet, basename="table-record")
 router.register("processes", ProcessViewSet, basename="process")
 router.register("plugins", PluginViewSet, basename="plugin")
 router.register("storages", StorageBackendViewSet, basename="storage")

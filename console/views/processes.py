@@ -20,11 +20,10 @@ from storage.models import Table
 
 @require_GET
 def process_list(request):
-    filtered = selectors.ProcessFilter(request.GET, queryset=selectors.process_list())
-    page = selectors.process_page(filtered.qs, request.GET.get("before"))
+    processes = selectors.process_filter(request.GET, selectors.process_list_rows())
+    page = selectors.process_page(processes, request.GET.get("before"))
     context = {
         "page": page,
-        "filter": filtered,
         "statuses": ProcessStatus.values,
         "any_active": any(p.status in ACTIVE_STATUSES for p in page.items),
         "params": request.GET,
@@ -44,7 +43,7 @@ def process_detail(request, pk: int):
 def table_processes(request, pk: int):
     table = get_object_or_404(Table, pk=pk)
     page = selectors.process_page(
-        selectors.process_list().filter(table=table), request.GET.get("before"), size=25
+        selectors.process_list_rows().filter(table=table), request.GET.get("before"), size=25
     )
     context = {
         "table": table,

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
+
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import JsonResponse
@@ -9,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from console import overview as overview_selectors
-from console.charts_context import table_charts
+from console.charts_context import cached, remember, table_charts, with_chart_facts
 from console.decorators import role_required
 from console.forms import CatalogCreateForm, TableRegisterForm
 from console.health import health_report
@@ -17,6 +21,7 @@ from console.htmx import hx_redirect, render_page
 from console.roles import ADMIN
 from storage import selectors, services
 from storage.errors import ServiceError
+from storage.io import is_local, local_path
 from storage.models import FORMAT_CHOICES, Catalog, Table
 from storage.spec import SpecError
 
@@ -92,6 +97,21 @@ def catalog_sync(request, pk: int):
     return redirect("console:catalog-detail", pk=catalog.pk)
 
 
+#: What a row of the table list shows (templatetags ``table_rows``), read as plain values: not the
+#: metrics JSON.
+TABLE_ROW_FIELDS = (
+    "id",
+    "name",
+    "format",
+    "location",
+    "current_instant",
+    "file_count",
+    "total_bytes",
+    "record_count",
+    "refresh_error",
+)
+
+
 @require_GET
 def table_list(request):
     search = request.GET.get("q", "").strip()
@@ -101,13 +121,15 @@ def table_list(request):
         tables = selectors.table_list(search=search, format=format_filter)
     except ServiceError as problem:
         tables, error = Table.objects.none(), problem.message
-    page = Paginator(tables, 50).get_page(request.GET.get("page"))
+    rows = tables.select_related(None).values(*TABLE_ROW_FIELDS)  # plain dicts: no model per row
+    page = Paginator(rows, 50).get_page(request.GET.get("page"))
     context = {
         "page": page,
         "search": search,
         "format_filter": format_filter,
         "formats": FORMAT_CHOICES,
         "form": TableRegisterForm(),
+        "form_html": _blank_register_form_html(),
     }
     return render_page(
         request,
@@ -117,6 +139,13 @@ def table_list(request):
         status=400 if error else 200,
         error=error,
     )
+
+
+@functools.cache
+def _blank_register_form_html() -> str:
+    """The fields of the empty register form: the same markup for every request, rendered once
+    (a form renders each widget through its own template)."""
+    return TableRegisterForm().as_div()
 
 
 @role_required(ADMIN)
@@ -137,17 +166,56 @@ def table_register(request):
 
 @require_GET
 def table_detail(request, pk: int):
-    table = get_object_or_404(Table.objects.select_related("catalog"), pk=pk)
+    table = get_object_or_404(with_chart_facts(Table.objects.select_related("catalog")), pk=pk)
     context = {"table": table, "tab": "overview", "charts": table_charts(table)}
     try:
-        spec_table = services.table_open(table)
-        context["definition"] = spec_table.definition
-        context["schema_fields"] = list(spec_table.schema)
+        context.update(_table_shape(table))
     except SpecError as error:
         context["open_error"] = str(error)
     except OSError as error:
         context["open_error"] = f"cannot read the table: {error}"
     return render_page(request, "console/table_detail.html", "console/partials/table_overview.html", context)
+
+
+#: The shape of a table (partitioning, sort order, properties, schema) is kept this long at most;
+#: a refresh or a new snapshot changes its key sooner.
+SHAPE_SECONDS = 24 * 3600
+
+
+def _table_shape(table: Table) -> dict:
+    """``definition`` and ``schema_fields`` of the overview tab as plain data, read through the
+    spec API once per table state (its row's snapshot and refresh) instead of on every view. A
+    local table whose folder is gone is opened anyway, so the page says it cannot be read."""
+    facts = (table.pk, table.location, table.current_instant, str(table.refreshed_at))
+    key = "lakewarden:table-shape:v1:" + hashlib.sha256(repr(facts).encode()).hexdigest()
+    shape = cached(key) if _folder_present(table.location) else None
+    if shape is None:
+        spec_table = services.table_open(table)
+        definition = spec_table.definition
+        shape = {
+            "definition": {
+                "partition_spec": {
+                    "fields": [
+                        {"transform": f.transform, "source_column": f.source_column}
+                        for f in definition.partition_spec.fields
+                    ]
+                },
+                "sort_columns": list(definition.sort_columns),
+                "properties": dict(definition.properties),
+            },
+            "schema_fields": [
+                {"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in spec_table.schema
+            ],
+        }
+        remember(key, shape, SHAPE_SECONDS)
+    return shape
+
+
+def _folder_present(location: str) -> bool:
+    try:
+        return not is_local(location) or os.path.isdir(local_path(location))
+    except (ValueError, OSError):
+        return False
 
 
 @role_required(ADMIN)

@@ -9,6 +9,11 @@ if not, the run re-plans once from the new head, and fails cleanly if that confl
 are moved out of staging into the table's data folder only just before the commit, and deleted
 again if the commit does not land, so no failure leaves the table referencing a missing file or
 staging holding a referenced one.
+
+Data files with an Iceberg v3 deletion vector are left out of the plan: the rewrite would have to
+remove the vector in the same commit, and pyiceberg 0.12 cannot (it matches files to remove by
+path, and the vectors of several data files share one Puffin file path, so it would drop them
+all). The run's summary counts them (``skipped_deletion_vector_files``) with a ``note``.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
+from storage.spec.models import FileContent
 
 logger = logging.getLogger(__name__)
 
@@ -77,9 +83,12 @@ class IcebergRewriteProcess(TableProcess):
         for attempt in (1, 2):
             table.refresh()
             spec = spec_view(table)
-            plan = plan_rewrite(spec, self.settings)
+            skipped: list[str] = []
+            plan = plan_rewrite(spec, self.settings, skipped)
             if plan.empty:
-                return compaction.rewrite_summary(plan, [], snapshot_id=plan.instant, attempts=attempt)
+                return compaction.rewrite_summary(
+                    plan, [], snapshot_id=plan.instant, attempts=attempt, **skip_summary(skipped)
+                )
             staging = context.staging_dir / f"attempt-{attempt}"
             writer = GroupWriter(
                 context,
@@ -106,7 +115,9 @@ class IcebergRewriteProcess(TableProcess):
                 continue
             shutil.rmtree(staging, ignore_errors=True)
             context.report_progress(len(plan.groups) + 1, len(plan.groups) + 1, "committed")
-            return compaction.rewrite_summary(plan, written, snapshot_id=snapshot_id, attempts=attempt)
+            return compaction.rewrite_summary(
+                plan, written, snapshot_id=snapshot_id, attempts=attempt, **skip_summary(skipped)
+            )
         raise AssertionError("unreachable")
 
 
@@ -135,20 +146,40 @@ def _codec(settings: CompactionSettings, properties: dict[str, str]) -> str:
     return "none" if codec == "uncompressed" else codec
 
 
-def plan_rewrite(spec: Any, settings: CompactionSettings) -> CompactionPlan:
+def plan_rewrite(spec: Any, settings: CompactionSettings, skipped: list[str] | None = None) -> CompactionPlan:
     """The compaction plan at the table's current snapshot (files of the current spec only: a
-    file of an older partition spec may hold rows of several current partitions)."""
+    file of an older partition spec may hold rows of several current partitions). Data files
+    with a deletion vector are left out, their paths appended to ``skipped`` (module docstring)."""
     metadata = spec.pyiceberg_table.metadata
     snapshot = metadata.current_snapshot()
     if snapshot is None:
         return CompactionPlan(instant=None)
     spec_id = metadata.default_spec_id
+
+    def eligible(file_slice: Any) -> bool:
+        if any(f.content is FileContent.DELETION_VECTOR for f in file_slice.delete_files):
+            if skipped is not None:
+                skipped.append(file_slice.base_file.path)
+            return False
+        return bool(file_slice.base_file.extra.get("spec_id", spec_id) == spec_id)
+
     return compaction.plan_compaction(
         spec.file_index().list_files_at(snapshot.snapshot_id),
         settings,
         instant=snapshot.snapshot_id,
-        eligible=lambda s: s.base_file.extra.get("spec_id", spec_id) == spec_id,
+        eligible=eligible,
     )
+
+
+def skip_summary(skipped: list[str]) -> dict[str, Any]:
+    """The summary lines of the data files left out because of their deletion vectors."""
+    if not skipped:
+        return {}
+    return {
+        "skipped_deletion_vector_files": len(skipped),
+        "note": f"{len(skipped)} data file(s) with a deletion vector (Iceberg v3) were not rewritten:"
+        " pyiceberg cannot commit the removal of a deletion vector",
+    }
 
 
 def validate_rewrite(table: Any, plan: CompactionPlan) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import abc
 import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
@@ -36,6 +36,9 @@ from storage.spec.models import (
     TableFormat,
     TableSummary,
 )
+
+if TYPE_CHECKING:
+    from storage.spec.record_index import RecordIndex
 
 MIB = 1024 * 1024
 InstantRef = Instant | int | str | None
@@ -171,6 +174,11 @@ class SpecTable(abc.ABC):
     def schema(self) -> pa.Schema:
         return self.definition.schema
 
+    def schema_at(self, instant: InstantRef = None) -> pa.Schema:
+        """The columns of the table as they were at ``instant`` (time travel reads an old snapshot
+        with its own schema); today's without an instant. Formats with schema history override it."""
+        return self.schema
+
     @property
     def partition_spec(self):
         return self.definition.partition_spec
@@ -205,6 +213,13 @@ class SpecTable(abc.ABC):
         For INCREMENTAL and CDC, ``source`` is the exclusive start instant and ``end_instant``
         the inclusive end. ``filters`` both prunes files and filters rows exactly.
         """
+
+    def record_index(self, key_columns: str | Sequence[str] | None = None) -> RecordIndex:
+        """Which file holds each record key (``storage.spec.record_index``); ``key_columns``
+        default to the table's declared record key. Formats with a native index override this."""
+        from storage.spec.record_index import RecordIndex
+
+        return RecordIndex(self, key_columns)
 
     def plan_splits(
         self,

@@ -41,9 +41,11 @@ from tests.processes.conftest import (  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.e2e
 
-# Each row sleeps this long in the JVM (Spark SQL's ``reflect``): a query that would hold both
-# cores of the test cluster for a minute, unless it is interrupted.
-SLOW_ROW_MS = 1000
+# A CPU-bound predicate (a fraction of a second a row here): Spark checks for a cancel between
+# rows, so a query built on it stops within a row's time of an interrupt and otherwise holds both
+# cores of the test cluster for a minute or more. (``reflect``/``java_method``, which could sleep in
+# the JVM, are refused by the workbench's SQL policy and by every session's reflect allow-list.)
+BUSY_ROW = "aggregate(sequence(1, 200000), 0L, (acc, x) -> acc + x + k) > 0"
 
 
 def _spark_home() -> Path:
@@ -149,6 +151,8 @@ def connect_server(tmp_path_factory):
         "spark.ui.enabled=false",
         "--conf",
         "spark.driver.extraJavaOptions=-Duser.timezone=UTC",
+        "--conf",
+        "spark.sql.reflect.allowList=(?!)",  # as the README tells deployments to start it
     ]
     server = Daemon("Spark Connect server", command, folder / "server.log", _spark_env(folder))
     started = time.monotonic()
@@ -255,8 +259,7 @@ def _aggregate_sql(name: str) -> str:
 
 def _slow_sql(name: str) -> str:
     return (
-        f"select count(*) as n from {name} "
-        f"where reflect('java.lang.Thread', 'sleep', cast({SLOW_ROW_MS} as bigint)) is not null"
+        f"select count(*) as n from {name} lateral view explode(sequence(1, 200)) busy as k where {BUSY_ROW}"
     )
 
 
@@ -531,8 +534,8 @@ def test_a_process_context_interrupts_its_spark_jobs_from_the_heartbeat_thread_o
         started = time.monotonic()
         with pytest.raises(Exception, match="cancel"):
             session.sql(
-                "select count(*) from range(0, 60, 1, 2) "
-                f"where reflect('java.lang.Thread', 'sleep', cast({SLOW_ROW_MS} as bigint)) is not null"
+                "select count(*) from range(0, 600, 1, 2) lateral view explode(sequence(1, 1)) busy as k "
+                f"where {BUSY_ROW}"
             ).collect()
         return time.monotonic() - started
 
@@ -558,7 +561,7 @@ def test_a_process_context_interrupts_its_spark_jobs_from_the_heartbeat_thread_o
 
 
 def test_each_spark_mode_gets_the_settings_it_needs(settings):
-    from processes.spark.session import BASE_CONFIG, session_config
+    from processes.spark.session import BASE_CONFIG, STATIC_SQL_PREFIXES, session_config
 
     settings.LAKEWARDEN_SPARK_CONF = (
         "spark.cores.max=4,spark.sql.shuffle.partitions=16 spark.driver.memory=2g"
@@ -577,9 +580,16 @@ def test_each_spark_mode_gets_the_settings_it_needs(settings):
     assert standalone["spark.cores.max"] == "4" and standalone["spark.driver.memory"] == "2g"
     # A Connect client may only send session-level SQL settings: the server owns the rest.
     assert set(connect) == {
-        k for k in {**BASE_CONFIG, "spark.sql.shuffle.partitions": ""} if k.startswith("spark.sql.")
+        k
+        for k in {**BASE_CONFIG, "spark.sql.shuffle.partitions": ""}
+        if k.startswith("spark.sql.") and not k.startswith(STATIC_SQL_PREFIXES)
     }
     assert connect["spark.sql.session.timeZone"] == "UTC"
+    # The reflect allow-list is static: the Connect server must be started with it (README).
+    assert local["spark.sql.reflect.allowList"] == "(?!)" and "spark.sql.reflect.allowList" not in connect
+    assert (
+        connect["spark.sql.variable.substitute"] == "false" and connect["spark.sql.runSQLOnFiles"] == "false"
+    )
 
 
 def test_heavy_tasks_are_routed_to_the_heavy_queue_and_the_rest_stay_on_the_default_one(settings):

@@ -102,9 +102,11 @@ def test_a_worker_killed_mid_run_is_noticed_within_two_heartbeats_and_the_retry_
     # The reaper runs on the light queue, as in a deployment: its worker outlives the heavy one.
     celery_processes.start_worker(name="light", queues="light", concurrency=1)
     worker = celery_processes.start_worker(name="doomed", queues="heavy", concurrency=1)
-    celery_processes.start_beat()
     celery_processes.wait_for_workers(count=2)
     process = services.process_create(table=table, action="touch", params={"seconds": 60})
+    # Beat after the process exists: its scheduler would otherwise trigger a touch of its own on
+    # this never-maintained table first. Beat runs the reaper.
+    celery_processes.start_beat()
     wait_for(lambda: _process(process.pk).progress_done > 2, message="the process to make progress")
     staging = services.staging_dir(process)
     assert staging.exists()
@@ -163,16 +165,16 @@ def test_a_delayed_task_held_by_a_killed_worker_runs_within_two_ticks_of_its_due
 ):
     """kill -9 of a worker that held a process's delayed task (a retry's countdown): Redis would give
     the message back only after its visibility timeout; the reaper sends it again instead."""
-    tick = 8  # the light worker's scheduler tick, seconds: the promise is "within two ticks"
+    tick = 10  # the light worker's scheduler tick, seconds: the promise is "within two ticks"
     _configure_touch(interval=3600)
     celery_processes.start_worker(
         name="light", queues="light", concurrency=1, extra_env={"LAKEWARDEN_SCHEDULER_SECONDS": str(tick)}
     )
     doomed = celery_processes.start_worker(name="doomed", queues="heavy", concurrency=1)
-    celery_processes.start_beat()
     celery_processes.wait_for_workers(count=2)
     due = timezone.now() + dt.timedelta(seconds=40)
     process = services.process_create(table=table, action="touch", params={"seconds": 0.2}, not_before=due)
+    celery_processes.start_beat()  # after the process: the scheduler would trigger one of its own
     task_id = wait_for(lambda: _process(process.pk).celery_task_id, message="the task to be sent")
     wait_for(
         lambda: any(

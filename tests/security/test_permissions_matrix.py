@@ -46,6 +46,7 @@ class Rule:
     obj: str | None = None
     variants: tuple[dict, ...] = ({},)
     body: Callable | None = None
+    query: str = ""  # a query string a valid GET needs (``key=1&column=id``)
 
 
 def _read(kind: str = CONSOLE, obj: str | None = None) -> Rule:
@@ -76,6 +77,7 @@ RULES: dict[str, Rule] = {
     "console:table-partitions": _read(obj="table"),
     "console:table-changes": _read(obj="table"),
     "console:table-processes": _read(obj="table"),
+    "console:table-records": _read(obj="table"),
     "console:table-process-run": Rule(
         CONSOLE, {"POST": OPERATOR}, obj="table", body=lambda lake: {"action": "touch", "params": "{}"}
     ),
@@ -142,6 +144,7 @@ RULES: dict[str, Rule] = {
     "table-splits": _read(API, "table"),
     "table-partitions": _read(API, "table"),
     "table-changes": _read(API, "table"),
+    "table-record-list": Rule(API, {"GET": VIEWER}, obj="table", query="key=1&column=id"),
     "process-list": Rule(
         API,
         {"GET": VIEWER, "POST": OPERATOR},
@@ -346,7 +349,8 @@ def _url(endpoint: Endpoint, rule: Rule, lake, variant: dict) -> str:
             obj = getattr(lake, rule.obj or "", None)
             assert obj is not None, f"{endpoint.name}: no fixture object for <{param}>; set obj= in its rule"
             kwargs[param] = obj.pk
-    return reverse(endpoint.name, kwargs=kwargs)
+    url = reverse(endpoint.name, kwargs=kwargs)
+    return f"{url}?{rule.query}" if rule.query else url
 
 
 @pytest.fixture

@@ -333,3 +333,17 @@ def test_the_api_with_a_session_needs_the_csrf_token_but_not_with_an_api_token(p
     robot = Client(enforce_csrf_checks=True)
     key = Token.objects.create(user=operator).key
     assert robot.post(url, HTTP_AUTHORIZATION=f"Token {key}").status_code == 200
+
+
+def test_the_brokers_visibility_timeout_outlasts_every_countdown_and_refuses_less():
+    """A killed worker's reserved messages come back after the visibility timeout; it must outlast
+    the longest countdown a held message can have, or Redis delivers held messages twice."""
+    default = _settings({}, "CELERY_BROKER_TRANSPORT_OPTIONS")
+    assert default["CELERY_BROKER_TRANSPORT_OPTIONS"] == {"visibility_timeout": 900}
+    long_backoff = _settings(
+        {"LAKEWARDEN_RETRY_BACKOFF_SECONDS": "600", "LAKEWARDEN_MAX_RETRIES": "3"},
+        "CELERY_BROKER_TRANSPORT_OPTIONS",
+    )
+    assert long_backoff["CELERY_BROKER_TRANSPORT_OPTIONS"] == {"visibility_timeout": 2 * 600 * 4}
+    refused = _run(["manage.py", "check"], {"LAKEWARDEN_BROKER_VISIBILITY_SECONDS": "60"})
+    assert refused.returncode != 0 and "LAKEWARDEN_BROKER_VISIBILITY_SECONDS" in refused.stderr

@@ -69,9 +69,10 @@ def _spark_rows(frame) -> list[dict]:
 
 def _spec_rows(location, columns=None, filters=None, instant=None) -> list[dict]:
     table = load_table(str(location))
-    columns = columns or table.schema.names
+    at = table.schema_at(table.timeline().get(instant)) if instant is not None else table.schema
+    columns = columns or at.names
     read = table.read(instant, columns=columns, filters=filters)
-    schema = pa.schema([table.schema.field(c) for c in columns])
+    schema = pa.schema([at.field(c) for c in columns])
     return _rows(pa.Table.from_batches(list(read), schema=schema))
 
 

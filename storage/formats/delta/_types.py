@@ -18,6 +18,13 @@ from typing import Any, overload
 
 import pyarrow as pa
 
+from storage.formats.delta._evolve import (
+    VARIANT_ARROW,
+    float_widened_columns,
+    has_type_changes,
+    loosen_float_bounds,
+)
+
 PHYSICAL_NAME = "delta.columnMapping.physicalName"
 COLUMN_ID = "delta.columnMapping.id"
 FIELD_ID_KEY = b"PARQUET:field_id"
@@ -54,6 +61,8 @@ def arrow_type(delta_type: Any, *, physical: bool = False) -> pa.DataType:
     if isinstance(delta_type, str):
         if delta_type in _PRIMITIVES:
             return _PRIMITIVES[delta_type]
+        if delta_type == "variant":
+            return VARIANT_ARROW
         match = _DECIMAL.fullmatch(delta_type)
         if match:
             return pa.decimal128(int(match.group(1)), int(match.group(2)))
@@ -95,6 +104,8 @@ class DeltaSchema:
     arrow: pa.Schema  # logical names
     partition_columns: tuple[str, ...]  # logical names
     mapping_mode: str  # none, name or id
+    type_widened: bool = False  # some field records a type change (files may hold older types)
+    float_widened: frozenset[str] = frozenset()  # dotted names of double columns that were floats
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any]) -> DeltaSchema:
@@ -104,7 +115,14 @@ class DeltaSchema:
             raise SchemaError(f"the schemaString of the table metadata is not a Delta schema: {exc}") from exc
         arrow = pa.schema([arrow_field(f) for f in fields])
         mode = (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") or "none"
-        return cls(fields, arrow, tuple(metadata.get("partitionColumns") or ()), mode.lower())
+        return cls(
+            fields,
+            arrow,
+            tuple(metadata.get("partitionColumns") or ()),
+            mode.lower(),
+            type_widened=has_type_changes(fields),
+            float_widened=frozenset(float_widened_columns(fields)),
+        )
 
     @property
     def mapped(self) -> bool:
@@ -115,6 +133,13 @@ class DeltaSchema:
         for field in self.fields:
             if field["name"] == name:
                 return arrow_field(field, physical=self.mapped)
+        raise KeyError(name)
+
+    def delta_type(self, name: str) -> Any:
+        """The Delta type (JSON form) of a top-level column."""
+        for field in self.fields:
+            if field["name"] == name:
+                return field["type"]
         raise KeyError(name)
 
     def physical_name(self, name: str) -> str:
@@ -153,7 +178,7 @@ def _leaves(fields, path, prefix, *, mapped):
         type_ = field["type"]
         if isinstance(type_, dict) and type_.get("type") == "struct":
             yield from _leaves(type_["fields"], (*path, key), f"{name}.", mapped=mapped)
-        elif isinstance(type_, str):
+        elif isinstance(type_, str) and type_ != "variant":  # variants carry no min/max
             yield (*path, key), name, arrow_type(type_)
 
 
@@ -307,6 +332,8 @@ def parse_stats(stats: str | Mapping[str, Any] | None, schema: DeltaSchema) -> F
                 count = nulls.get(key)
                 if isinstance(count, int | decimal.Decimal) and not isinstance(count, bool):
                     null_counts[field["name"]] = int(count)
+    if schema.float_widened:
+        loosen_float_bounds(lower, upper, set(schema.float_widened))
     return FileStats(
         records,
         lower if mins is not None else None,

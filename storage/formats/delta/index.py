@@ -104,14 +104,18 @@ class DeltaFileIndex(FileIndex):
         ):
             return None
         partition = PartitionDescriptor(path=partition_path(schema.partition_columns, raw), values=values)
-        return self._slice(action, stats, partition)
+        return self._slice(action, stats, partition, state.snapshot.version)
 
-    def _slice(self, action: Mapping[str, Any], stats: Any, partition: PartitionDescriptor) -> FileSlice:
+    def _slice(
+        self, action: Mapping[str, Any], stats: Any, partition: PartitionDescriptor, version: int
+    ) -> FileSlice:
         path = self._store.uri(self._store.data_path(action["path"]))
         descriptor = action.get("deletionVector")
         extra: dict[str, Any] = {
             "data_change": bool(action.get("dataChange", True)),
             "record_count_known": stats.record_count is not None,
+            # The version listed at: its schema reads the slice (time travel, splits).
+            "delta_version": version,
         }
         if action.get("modificationTime") is not None:
             extra["modification_time"] = millis_to_datetime(action["modificationTime"])

@@ -4,8 +4,9 @@ and the change data feed.
 A file is read row group by row group so a split part touches only its own byte range, and the
 deletion vector is applied by absolute row index (rows before the row group are counted from the
 footer). Columns are found by physical name (or field id), cast to the table's type (schema
-evolution and old INT96 timestamps), renamed to logical names, and columns a file lacks are
-nulls. Partition columns are filled from the log's partition values, never from the file. The
+evolution, type widening done exactly, and old INT96 timestamps), renamed to logical names, and
+columns a file lacks are nulls. A variant column reads as ``struct<value: binary, metadata:
+binary>`` (its stored bytes); a shredded one is refused when read, naming it (``_evolve``). Partition columns are filled from the log's partition values, never from the file. The
 change data feed is read through deltalake's ``load_cdf``.
 """
 
@@ -21,9 +22,10 @@ from pyroaring import BitMap64
 
 from storage.formats.delta._dv import load as load_vector
 from storage.formats.delta._dv import relative_path
+from storage.formats.delta._evolve import TYPE_WIDENING_FEATURES, check_variant_file_type, has_variant, widen
 from storage.formats.delta._log import Store
 from storage.formats.delta._types import FIELD_ID_KEY, DeltaSchema
-from storage.spec.errors import CorruptTable, NotSupported, SpecError
+from storage.spec.errors import CorruptTable, NotSupported, SpecError, UnsupportedFeature
 from storage.spec.expressions import Expression, to_arrow
 from storage.spec.models import FileSlice
 from storage.spec.splits import row_groups_in_range
@@ -86,6 +88,13 @@ def read_cdf(
     ).lower() != "true":
         raise NotSupported(
             "delta", f"the cdc reading mode on {table.location_uri}: its change data feed is off"
+        )
+    widening = sorted(set(state.snapshot.protocol.get("readerFeatures") or ()) & TYPE_WIDENING_FEATURES)
+    if widening or state.schema.type_widened:
+        # deltalake, which reads the feed, refuses type-widened tables (and would not widen).
+        raise UnsupportedFeature(
+            f"the change data feed of Delta table {table.location_uri} cannot be read: the table uses "
+            f"type widening ({', '.join(widening) or 'delta.typeChanges'}), which deltalake's feed reader lacks"
         )
     expr = table.bind(filters, state.schema)
     output = output_columns(columns, state.schema.arrow) + list(CDF_COLUMNS)
@@ -178,7 +187,8 @@ def read_slice(
         first_rows = [0]
         for index in range(metadata.num_row_groups):
             first_rows.append(first_rows[-1] + metadata.row_group(index).num_rows)
-        plan = _ColumnPlan(schema, parquet.schema_arrow, columns, file_slice.partition.values)
+        where = f"data file {base.path}"
+        plan = _ColumnPlan(schema, parquet.schema_arrow, columns, file_slice.partition.values, where)
         for group in groups:
             position = first_rows[group]
             try:
@@ -210,7 +220,9 @@ class _ColumnPlan:
         file_schema: pa.Schema,
         columns: Sequence[str],
         partition: Mapping[str, Any],
+        where: str,
     ) -> None:
+        self.where = where
         self.fields = [schema.arrow.field(name) for name in columns]
         self.output_schema = pa.schema(self.fields)
         self.sources: list[tuple[str, Any]] = []  # ("partition", value) | ("file", name) | ("missing", None)
@@ -233,6 +245,9 @@ class _ColumnPlan:
             if physical not in file_schema.names and schema.mapping_mode == "id" and field_id is not None:
                 physical = by_id.get(field_id, physical)
             if physical in file_schema.names:
+                delta_type = schema.delta_type(name)
+                if has_variant(delta_type):
+                    check_variant_file_type(file_schema.field(physical).type, delta_type, name, where)
                 self.sources.append(("file", physical))
                 self.file_columns.append(physical)
                 self.targets.append(schema.physical_field(name) if schema.mapped else field)
@@ -246,7 +261,7 @@ class _ColumnPlan:
         arrays = []
         for field, (kind, value), target in zip(self.fields, self.sources, self.targets, strict=True):
             if kind == "file":
-                arrays.append(_conform(raw.column(value), target, field))
+                arrays.append(_conform(raw.column(value), target, field, self.where))
             elif kind == "partition" and value is not None:
                 arrays.append(pa.repeat(pa.scalar(value, field.type), count))
             else:
@@ -254,16 +269,11 @@ class _ColumnPlan:
         return pa.RecordBatch.from_arrays(arrays, schema=self.output_schema)
 
 
-def _conform(array: pa.Array, physical: pa.Field, logical: pa.Field) -> pa.Array:
-    """Cast to the table's type (physical names), then view under the logical names: the same
+def _conform(array: pa.Array, physical: pa.Field, logical: pa.Field, where: str) -> pa.Array:
+    """Cast to the table's type (physical names): schema evolution, type widening (exact, see
+    ``_evolve.widen``) and INT96 timestamps; then view under the logical names: the same
     layout, so the rename copies nothing."""
-    if not array.type.equals(physical.type):
-        try:
-            array = array.cast(physical.type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            # INT96 nanosecond timestamps to microseconds: the only lossy cast a Delta reader
-            # accepts (the writer's precision is microseconds anyway).
-            array = array.cast(physical.type, safe=False)
+    array = widen(array, physical.type, logical.name, where)
     if not physical.type.equals(logical.type):
         array = array.view(logical.type)
     return array

@@ -8,12 +8,19 @@ included. The change data feed is read through deltalake's ``load_cdf``.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import pyarrow as pa
 
+from storage.formats.delta._evolve import (
+    READ_TIME_FEATURES,
+    TYPE_WIDENING_FEATURES,
+    VARIANT_FEATURES,
+    has_variant,
+)
 from storage.formats.delta._log import DeltaLog, LogSnapshot, Store
 from storage.formats.delta._types import DeltaSchema, SchemaError, millis_to_datetime, parse_stats
 from storage.formats.delta.index import DeltaFileIndex
@@ -35,10 +42,14 @@ from storage.spec.models import (
 )
 from storage.spec.table import InstantRef, SpecTable, Timeline
 
-# Reader features this reader implements. Anything else (typeWidening, variantType, ...) is
-# refused rather than read wrongly.
-SUPPORTED_READER_FEATURES = frozenset(
-    {"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"}
+# Reader features this reader implements. Anything else is refused rather than read wrongly;
+# READ_TIME_FEATURES open (timeline, listings, splits) and are refused when an affected column is
+# read, naming it.
+SUPPORTED_READER_FEATURES = (
+    frozenset({"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"})
+    | TYPE_WIDENING_FEATURES
+    | VARIANT_FEATURES
+    | READ_TIME_FEATURES
 )
 MAX_READER_VERSION = 3
 _APPEND_MODES = {"append", "errorifexists", "ignore", ""}
@@ -241,11 +252,11 @@ class DeltaSpecTable(SpecTable):
             expr = self.bind(filters, state.schema)
             parts = ((s, None) for s in index.added_rows_slices(start, end, state, expr))
         elif isinstance(source, Split):
-            state = self.state(self._version)
+            state = self.state(self.slice_version(p.file_slice for p in source.parts))
             expr = self.bind(filters, state.schema)
             parts = ((p.file_slice, (p.start, p.length)) for p in source.parts)
         elif isinstance(source, FileSlice):
-            state = self.state(self._version)
+            state = self.state(self.slice_version([source]))
             expr = self.bind(filters, state.schema)
             parts = [(source, None)]
         elif source is None or isinstance(source, Instant | int | str):
@@ -253,9 +264,12 @@ class DeltaSpecTable(SpecTable):
             expr = self.bind(filters, state.schema)
             parts = ((s, None) for s in index.live_slices(state, expr))
         else:
-            state = self.state(self._version)
+            slices = iter(source)
+            first = next(slices, None)
+            state = self.state(self.slice_version([] if first is None else [first]))
             expr = self.bind(filters, state.schema)
-            parts = ((s, None) for s in source)
+            rest = slices if first is None else itertools.chain([first], slices)
+            parts = ((s, None) for s in rest)
         return read_slices(self.store, parts, state.schema, columns, expr)
 
     def row_group_offsets(self, data_file: DataFile) -> tuple[int, ...]:
@@ -272,14 +286,33 @@ class DeltaSpecTable(SpecTable):
             raise CorruptTable(f"data file {data_file.path} cannot be read: {exc}") from exc
 
     def plain_parquet_layout(self) -> bool:
-        """Files store the table's columns under their names unless column mapping or type
-        widening is on; partition columns live in the paths, not the files."""
+        """Files store the table's columns under their names and types unless column mapping or
+        type widening is on (or was: a field records a type change), or a column is a variant;
+        partition columns live in the paths, not the files."""
         properties = self.definition.properties
         if str(properties.get("delta.columnMapping.mode", "none")).lower() not in {"", "none"}:
             return False
         if str(properties.get("delta.enableTypeWidening", "false")).lower() == "true":
             return False
+        schema = self.state(self._version).schema
+        if schema.type_widened or any(has_variant(f["type"]) for f in schema.fields):
+            return False
         return not self.partition_spec.is_partitioned
+
+    def schema_at(self, instant: InstantRef = None) -> pa.Schema:
+        """The schema of the metadata at ``instant`` (this table's version when None): what
+        ``read(instant)`` returns, with the columns of that version under their names then."""
+        return self.state(self.resolve(instant)).schema.arrow
+
+    def slice_version(self, slices: Iterable[FileSlice]) -> int:
+        """The version file slices were listed at (``DataFile.extra["delta_version"]``), whose
+        schema reads them; this table's version for slices made elsewhere."""
+        for file_slice in slices:
+            base = file_slice.base_file
+            version = None if base is None else base.extra.get("delta_version")
+            if isinstance(version, int) and not isinstance(version, bool):
+                return version
+        return self._version
 
     # Spark and Celery ship tables to other processes: reopened there at the same version.
     def __getstate__(self) -> dict[str, Any]:

@@ -353,6 +353,12 @@ class HudiSpecTable(SpecTable):
         drops = str(properties.get("hoodie.datasource.write.drop.partition.columns", "false")).lower()
         return not (drops == "true" and self.partition_spec.is_partitioned)
 
+    def record_index(self, key_columns=None):
+        """The Hudi record index (``storage/formats/hudi/record_index.py``)."""
+        from storage.formats.hudi.record_index import HudiRecordIndex
+
+        return HudiRecordIndex(self, key_columns)
+
     # --- reading -------------------------------------------------------------------------------
 
     def file_group_reader(self, as_of: str | None, read_optimized: bool = False) -> Any:

@@ -242,15 +242,90 @@ class ManifestDecoder:
     def __init__(self, writer_schema: dict[str, Any], keep: dict[str, Any]) -> None:
         self.read = _Compiler().compile(writer_schema, keep)
         # partition field id -> Avro field name (names may be sanitised, ids are not)
+        # (data_file and partition may be nullable unions, ["null", {record}], as BigQuery and
+        # some Spark versions write them, or references to a named record)
         self.partition_names: dict[int, str] = {}
+        named = _named_records(writer_schema)
+        if not isinstance(writer_schema, dict) or writer_schema.get("type") != "record":
+            raise ValueError("a manifest's Avro schema must be a record (manifest_entry)")
         for entry_field in writer_schema.get("fields", []):
             if entry_field["name"] != "data_file":
                 continue
-            for field in entry_field["type"].get("fields", []):
-                if field["name"] == "partition" and isinstance(field["type"], dict):
-                    for partition_field in field["type"].get("fields", []):
-                        if "field-id" in partition_field:
-                            self.partition_names[int(partition_field["field-id"])] = partition_field["name"]
+            data_file = _record_of(entry_field["type"], named)
+            for field in data_file.get("fields", []) if data_file else ():
+                partition = _record_of(field["type"], named) if field["name"] == "partition" else None
+                for partition_field in partition.get("fields", []) if partition else ():
+                    if "field-id" in partition_field:
+                        self.partition_names[int(partition_field["field-id"])] = partition_field["name"]
+
+
+def _named_records(schema: Any) -> dict[str, Any]:
+    """Every named record of a schema by name (full name and short name)."""
+    found: dict[str, Any] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for branch in node:
+                walk(branch)
+        elif isinstance(node, dict):
+            if node.get("type") == "record" and "name" in node:
+                found[node["name"]] = node
+                found[str(node["name"]).rsplit(".", 1)[-1]] = node
+                for field in node.get("fields", []):
+                    walk(field.get("type"))
+            elif isinstance(node.get("type"), (dict, list)):
+                walk(node["type"])
+            else:
+                walk(node.get("items"))
+                walk(node.get("values"))
+
+    walk(schema)
+    return found
+
+
+def _record_of(schema: Any, named: dict[str, Any]) -> dict[str, Any] | None:
+    """The record a field type is: itself, the non-null branch of a union, or a named one."""
+    if isinstance(schema, str):
+        schema = named.get(schema)
+    if isinstance(schema, list):
+        records = [r for r in (_record_of(b, named) for b in schema if b != "null") if r is not None]
+        return records[0] if len(records) == 1 else None
+    if isinstance(schema, dict):
+        if schema.get("type") == "record":
+            return schema
+        if isinstance(schema.get("type"), (dict, list)):
+            return _record_of(schema["type"], named)
+    return None
+
+
+def checked_entry(record: Any) -> dict[str, Any]:
+    """A decoded manifest entry with the fields listing relies on, or ``ValueError``: a null
+    ``data_file`` (a nullable union written null), a missing path, size or count. A null
+    partition tuple reads as an empty one (every partition value null)."""
+    data = record.get("data_file") if isinstance(record, dict) else None
+    if not isinstance(data, dict):
+        raise ValueError("a manifest entry has no data_file")
+    if not isinstance(record.get("status"), int):
+        raise ValueError("a manifest entry has no status")
+    if not isinstance(data.get("file_path"), str):
+        raise ValueError("a manifest entry's data_file has no file_path")
+    if not isinstance(data.get("file_size_in_bytes"), int) or not isinstance(data.get("record_count"), int):
+        raise ValueError(f"data file {data['file_path']} has no file_size_in_bytes or record_count")
+    partition = data.get("partition")
+    if partition is None:
+        data["partition"] = {}
+    elif not isinstance(partition, dict):
+        raise ValueError(f"data file {data['file_path']} has a partition that is not a record")
+    return record
+
+
+def checked_manifest_list(rows: Any, path: str) -> None:
+    """``CorruptTable`` naming ``path`` unless every row of a manifest list names its manifest."""
+    from storage.spec.errors import CorruptTable
+
+    for row in rows:
+        if not isinstance(row, dict) or not isinstance(row.get("manifest_path"), str):
+            raise CorruptTable(f"manifest list {path} has a row without a manifest_path")
 
 
 _decoders: dict[tuple[str, int], ManifestDecoder] = {}

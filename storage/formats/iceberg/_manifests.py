@@ -25,7 +25,8 @@ from urllib.parse import quote_plus
 
 import fastavro
 
-from storage.formats.iceberg._avro import iter_blocks
+from storage.formats.iceberg._avro import checked_entry, checked_manifest_list, iter_blocks
+from storage.formats.iceberg._metadata import inline_manifests, is_inline
 from storage.formats.iceberg._values import ColumnDecoder, LazyStats, avro_to_python, bytes_to_python
 from storage.spec.errors import CorruptTable
 from storage.spec.models import DataFile, FileContent, PartitionDescriptor, PartitionField, PartitionSpec
@@ -62,6 +63,7 @@ KEEP: dict[str, Any] = {
             "referenced_data_file",
             "content_offset",
             "content_size_in_bytes",
+            "first_row_id",
         )
     },
 }
@@ -82,6 +84,7 @@ class ManifestInfo:
     existing_files_count: int | None
     deleted_files_count: int | None
     partitions: tuple[dict[str, Any], ...] | None
+    first_row_id: int | None = None  # v3 row lineage: the first row id of its null-id data files
 
     @property
     def may_have_live_files(self) -> bool:
@@ -104,12 +107,15 @@ def read_bytes(file_io: Any, path: str, what: str) -> bytes:
 
 
 def read_manifest_list(file_io: Any, path: str) -> list[ManifestInfo]:
+    if is_inline(path):  # a v1 snapshot's inline ``manifests`` (see _metadata)
+        return cast(list[ManifestInfo], inline_manifests(file_io, path))
     data = read_bytes(file_io, path, "manifest list")
     try:
         # A manifest list's records read as dicts (fastavro types them as any Avro value).
         rows = cast(list[dict[str, Any]], list(fastavro.reader(io.BytesIO(data))))
     except Exception as exc:  # fastavro raises ValueError, EOFError, SchemaResolutionError...
         raise CorruptTable(f"manifest list {path} is not a valid Avro file: {exc}") from exc
+    checked_manifest_list(rows, path)
     manifests = []
     for row in rows:
         manifests.append(
@@ -125,6 +131,7 @@ def read_manifest_list(file_io: Any, path: str) -> list[ManifestInfo]:
                 existing_files_count=_first(row, "existing_files_count", "existing_data_files_count"),
                 deleted_files_count=_first(row, "deleted_files_count", "deleted_data_files_count"),
                 partitions=tuple(row["partitions"]) if row.get("partitions") is not None else None,
+                first_row_id=row.get("first_row_id"),
             )
         )
     return manifests
@@ -150,9 +157,11 @@ def iter_manifest_records(
         read, names = decoder.read, decoder.partition_names
         for dec, count in blocks:
             for _ in range(count):
-                yield read(dec), names
-    except (ValueError, EOFError, KeyError, IndexError, UnicodeDecodeError) as exc:
-        raise CorruptTable(f"manifest {manifest.path} is not a valid Iceberg manifest: {exc}") from exc
+                yield checked_entry(read(dec)), names
+    except CorruptTable:
+        raise
+    except Exception as exc:  # any decoding failure (see _avro.checked_entry)
+        raise CorruptTable(f"manifest {manifest.path} is not a valid Iceberg manifest: {exc!r}") from exc
 
 
 def inherited_sequence(record: dict[str, Any], manifest: ManifestInfo) -> tuple[int, int | None]:
@@ -291,10 +300,16 @@ def make_data_file(
     snapshot_id: int | None,
     context: SpecContext,
     avro_names: dict[int, str],
+    first_row_id: int | None = None,
 ) -> DataFile:
     """The spec model of one manifest entry. Its ``extra`` holds the sequence number, snapshot and
     spec ids, and for a spec with identity fields ``identity_columns`` (``SpecContext.identity``)
-    and, for ``timestamp_ns`` ones, ``identity_nanos`` (``SpecContext.exact_values``)."""
+    and, for ``timestamp_ns`` ones, ``identity_nanos`` (``SpecContext.exact_values``).
+
+    v3: ``first_row_id`` (row lineage; the entry's own, else ``first_row_id`` as inherited from
+    the manifest) is kept in ``extra``. A deletion vector (a position delete entry in a Puffin
+    file) has content ``DELETION_VECTOR`` and the size of its blob (``content_size_in_bytes``, what
+    a reader reads); the Puffin file's size is ``extra["file_size_in_bytes"]``."""
     data = record["data_file"]
     lower = data.get("lower_bounds")
     upper = data.get("upper_bounds")
@@ -312,17 +327,14 @@ def make_data_file(
             extra["identity_nanos"] = context.exact_values(data.get("partition"), avro_names)
     if equality_ids:
         extra["equality_ids"] = tuple(equality_ids)
-    if data.get("referenced_data_file"):
-        extra["referenced_data_file"] = data["referenced_data_file"]
-    if data.get("content_offset") is not None:
-        extra["content_offset"] = data["content_offset"]
-        extra["content_size_in_bytes"] = data.get("content_size_in_bytes")
+    file_format = str(data.get("file_format", "parquet")).lower()
+    content, size = _v3_fields(data, file_format, first_row_id, extra)
     return DataFile(
         path=data["file_path"],
-        size_bytes=data["file_size_in_bytes"],
+        size_bytes=size,
         record_count=data["record_count"],
-        content=_CONTENT.get(data.get("content") or 0, FileContent.DATA),
-        file_format=str(data.get("file_format", "parquet")).lower(),
+        content=content,
+        file_format=file_format,
         partition=values,
         lower_bounds=LazyStats(lower, decoder, True) if lower is not None else None,
         upper_bounds=LazyStats(upper, decoder, True) if upper is not None else None,
@@ -331,6 +343,30 @@ def make_data_file(
         equality_columns=tuple(decoder.names.get(i, str(i)) for i in equality_ids),
         extra=extra,
     )
+
+
+def _v3_fields(
+    data: dict[str, Any], file_format: str, first_row_id: int | None, extra: dict[str, Any]
+) -> tuple[FileContent, int]:
+    """(content, size in bytes) of an entry's file; its v3 fields (deletion vector location, row
+    lineage) go into ``extra``."""
+    if data.get("referenced_data_file"):
+        extra["referenced_data_file"] = data["referenced_data_file"]
+    if data.get("content_offset") is not None:
+        extra["content_offset"] = data["content_offset"]
+        extra["content_size_in_bytes"] = data.get("content_size_in_bytes")
+    if data.get("first_row_id") is not None:
+        first_row_id = data["first_row_id"]
+    if first_row_id is not None:
+        extra["first_row_id"] = first_row_id
+    content = _CONTENT.get(data.get("content") or 0, FileContent.DATA)
+    size: int = data["file_size_in_bytes"]
+    if file_format == "puffin" and content is FileContent.POSITION_DELETES:
+        content = FileContent.DELETION_VECTOR
+        extra["file_size_in_bytes"] = size
+        if data.get("content_size_in_bytes") is not None:
+            size = data["content_size_in_bytes"]
+    return content, size
 
 
 def _path_bounds(record: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -356,9 +392,13 @@ class DeleteIndex:
     number is <= the delete's (and whose path lies within the delete's ``file_path`` bounds);
     an equality delete applies to data files with a strictly smaller data sequence number, in
     the same partition, or everywhere when the delete was written with an unpartitioned spec.
+    A deletion vector (v3) applies to its ``referenced_data_file`` only, under the position
+    delete sequence rule; when a data file has one, its position delete files are ignored (the
+    writer of the vector merged them into it), and two vectors for one data file are corrupt.
     """
 
     def __init__(self) -> None:
+        self._vectors_by_path: dict[str, list[tuple[int, DataFile]]] = {}
         self._position_by_path: dict[str, list[tuple[int, DataFile]]] = {}
         self._position_by_partition: dict[
             tuple[Any, ...], list[tuple[int, DataFile, str | None, str | None]]
@@ -368,7 +408,8 @@ class DeleteIndex:
 
     def __bool__(self) -> bool:
         return bool(
-            self._position_by_path
+            self._vectors_by_path
+            or self._position_by_path
             or self._position_by_partition
             or self._equality_by_partition
             or self._equality_global
@@ -385,6 +426,11 @@ class DeleteIndex:
                 self._equality_by_partition.setdefault(key, []).append((sequence, delete_file))
             return
         lower, upper = _path_bounds(record)
+        if delete_file.content is FileContent.DELETION_VECTOR:
+            if lower is None:
+                raise CorruptTable(f"deletion vector in {delete_file.path} names no referenced data file")
+            self._vectors_by_path.setdefault(lower, []).append((sequence, delete_file))
+            return
         if lower is not None and lower == upper:
             self._position_by_path.setdefault(lower, []).append((sequence, delete_file))
         else:
@@ -393,17 +439,21 @@ class DeleteIndex:
     def for_data_file(
         self, path: str, sequence: int, spec_id: int, values: dict[str, Any]
     ) -> tuple[DataFile, ...]:
-        found: list[DataFile] = []
-        for delete_sequence, delete_file in self._position_by_path.get(path, ()):
-            if delete_sequence >= sequence:
-                found.append(delete_file)
+        found = [v for s, v in self._vectors_by_path.get(path, ()) if s >= sequence]
+        if len(found) > 1:
+            raise CorruptTable(
+                f"data file {path} has {len(found)} deletion vectors ({found[0].path}, {found[1].path}):"
+                " a snapshot may hold one per data file"
+            )
         key = (spec_id, *values.values())
-        for delete_sequence, delete_file, lower, upper in self._position_by_partition.get(key, ()):
-            if delete_sequence < sequence:
-                continue
-            if (lower is not None and path < lower) or (upper is not None and path > upper):
-                continue
-            found.append(delete_file)
+        if not found:
+            found.extend(d for s, d in self._position_by_path.get(path, ()) if s >= sequence)
+            for delete_sequence, delete_file, lower, upper in self._position_by_partition.get(key, ()):
+                if delete_sequence < sequence:
+                    continue
+                if (lower is not None and path < lower) or (upper is not None and path > upper):
+                    continue
+                found.append(delete_file)
         for delete_sequence, delete_file in self._equality_by_partition.get(key, ()):
             if delete_sequence > sequence:
                 found.append(delete_file)

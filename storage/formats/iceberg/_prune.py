@@ -12,6 +12,7 @@ as without them, just cheaper: typically 99% of the entries of a selective filte
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -97,8 +98,8 @@ def stats_check(expr: Any, decoder: ColumnDecoder) -> Check | None:
                 raw_high = upper.get(field_id) if upper else None
                 low = convert(raw_low) if raw_low is not None else None
                 high = convert(raw_high) if raw_high is not None else None
-            except (ValueError, UnicodeDecodeError):
-                return True
+            except (ValueError, UnicodeDecodeError, struct.error, IndexError, TypeError, OverflowError):
+                return True  # an unreadable bound is unknown: keep the file
             return _guarded(test, low, high)
 
         return check

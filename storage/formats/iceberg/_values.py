@@ -223,7 +223,7 @@ class LazyStats(Mapping):
             raise KeyError(name)
         try:
             return convert(raw)
-        except (ValueError, struct.error, UnicodeDecodeError):
+        except (ValueError, struct.error, UnicodeDecodeError, IndexError, TypeError, OverflowError):
             # a truncated or foreign bound is "unknown", which keeps pruning conservative
             raise KeyError(name) from None
 

@@ -93,11 +93,12 @@ class IcebergAdapter(TableFormatAdapter):
     def _open_from_metadata(cls, location: str) -> IcebergSpecTable:
         from pydantic import ValidationError
         from pyiceberg.exceptions import ValidationError as IcebergValidationError
-        from pyiceberg.table import StaticTable
+
+        from storage.formats.iceberg._metadata import load_static_table
 
         metadata_file = latest_metadata_file(location)
         try:
-            table = StaticTable.from_metadata(metadata_file)
+            table, extras = load_static_table(metadata_file)
         except FileNotFoundError:
             raise TableNotFound(f"no Iceberg metadata file at {metadata_file}") from None
         except (
@@ -106,11 +107,14 @@ class IcebergAdapter(TableFormatAdapter):
             IcebergValidationError,
             UnicodeDecodeError,
             ValueError,
+            TypeError,
+            KeyError,
+            AttributeError,
         ) as exc:
             raise CorruptTable(
                 f"Iceberg metadata file {metadata_file} is not valid table metadata: {_first_line(exc)}"
             ) from None
-        return IcebergSpecTable(table, location=_location_of(table))
+        return IcebergSpecTable(table, location=_location_of(table), extras=extras)
 
     @classmethod
     def _open_from_catalog(cls, identifier: str, catalog: Any) -> IcebergSpecTable:

@@ -43,6 +43,24 @@ if TYPE_CHECKING:
 # 128 MiB files, so the table property decides only when set (see FileIndex.small_file_bytes).
 
 
+class RowIds:
+    """v3 row lineage: the ``first_row_id`` of the live entries of one data manifest. An entry
+    without one inherits the manifest's ``first_row_id`` plus the record counts of the entries
+    before it in the manifest that inherited theirs too (the Iceberg spec's rule)."""
+
+    def __init__(self, manifest: ManifestInfo) -> None:
+        self._next = manifest.first_row_id if manifest.content == CONTENT_DATA else None
+
+    def assign(self, record: dict[str, Any]) -> int | None:
+        data = record["data_file"]
+        own = data.get("first_row_id")
+        if own is not None or self._next is None or data.get("content"):
+            return own
+        assigned = self._next
+        self._next += data["record_count"]
+        return assigned
+
+
 class IcebergFileIndex(FileIndex):
     def __init__(self, table: IcebergSpecTable) -> None:
         self._table = table
@@ -156,12 +174,6 @@ class IcebergFileIndex(FileIndex):
                 delete_file = make_data_file(
                     record, values, self._decoder, sequence, snapshot_id, context, avro_names
                 )
-                if delete_file.file_format == "puffin":
-                    from storage.spec.errors import UnsupportedFeature
-
-                    raise UnsupportedFeature(
-                        f"{delete_file.path} is a deletion vector (Iceberg v3), which this reader does not apply"
-                    )
                 index.add(record, delete_file, sequence, context.spec_id, unpartitioned=not context.names)
         return index
 
@@ -185,9 +197,11 @@ class IcebergFileIndex(FileIndex):
                 projected = partition_projection(expr, spec_model) if context.names else None
                 partition_checks[context.spec_id] = partition_check(projected, context.names)
             check_partition = partition_checks.get(context.spec_id)
+            row_ids = RowIds(manifest)
             for record, avro_names in iter_manifest_records(self._io, manifest):
                 if record["status"] == STATUS_DELETED:
                     continue
+                first_row_id = row_ids.assign(record)
                 sequence, snapshot_id = inherited_sequence(record, manifest)
                 if added_by is not None and snapshot_id not in added_by:
                     continue
@@ -204,7 +218,7 @@ class IcebergFileIndex(FileIndex):
                     ):
                         continue
                 data_file = make_data_file(
-                    record, values, decoder, sequence, snapshot_id, context, avro_names
+                    record, values, decoder, sequence, snapshot_id, context, avro_names, first_row_id
                 )
                 if expr is not None and not might_match_file(expr, data_file, spec_model):
                     continue
@@ -233,8 +247,10 @@ class IcebergFileIndex(FileIndex):
                 if not self._manifest_might_match(manifest, expr):
                     continue
                 context = self.spec_context(manifest.spec_id)
+                row_ids = RowIds(manifest)
                 for record, avro_names in iter_manifest_records(self._io, manifest):
                     status = record["status"]
+                    first_row_id = row_ids.assign(record) if status != STATUS_DELETED else None
                     if status == STATUS_ADDED:
                         kind = ChangeKind.ADDED
                     elif status == STATUS_DELETED:
@@ -246,7 +262,7 @@ class IcebergFileIndex(FileIndex):
                         continue
                     values = context.partition_values(record["data_file"].get("partition"), avro_names)
                     data_file = make_data_file(
-                        record, values, decoder, sequence, entry_snapshot, context, avro_names
+                        record, values, decoder, sequence, entry_snapshot, context, avro_names, first_row_id
                     )
                     if expr is not None and not might_match_file(expr, data_file, context.model):
                         continue

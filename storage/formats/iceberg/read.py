@@ -10,7 +10,8 @@ slices are read here with pyarrow directly:
   reads as the file's partition value (the Iceberg spec's rule for files added from Hive layouts
   or written without partition columns), converted exactly to the column's Arrow type; a file
   that holds the column keeps its own values, and no other transform gives a column value;
-* position deletes drop rows by their position in the data file, equality deletes drop rows whose
+* position deletes and v3 deletion vectors (``_puffin``) drop rows by their position in the data
+  file (the index gives a data file its own vector only), equality deletes drop rows whose
   equality columns equal a row of the delete file (an anti-join, nulls equal to nulls, as the
   Iceberg spec says); the file index already chose the delete files by sequence number;
 * a split part reads the row groups whose first byte lies in ``[start, start + length)``, so the
@@ -30,6 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from storage.formats.iceberg._defaults import missing_column
+from storage.formats.iceberg._puffin import read_deletion_vector
 from storage.spec.errors import CorruptTable, UnsupportedFeature
 from storage.spec.models import DataFile, FileContent, FileSlice, Split, SplitPart
 from storage.spec.splits import row_groups_in_range
@@ -116,9 +119,9 @@ class IdentityValues:
 
 
 def _missing(target: pa.Field, count: int, identity: IdentityValues | None) -> pa.Array:
-    """A column the file lacks: its identity partition value, else nulls."""
+    """A column the file lacks: its identity partition value, else its initial-default, else nulls."""
     filled = identity.column(target, count) if identity else None
-    return filled if filled is not None else pa.nulls(count, target.type)
+    return filled if filled is not None else missing_column(target, count)
 
 
 def _fields_by_id(fields: Iterable[pa.Field]) -> dict[int, pa.Field]:
@@ -221,7 +224,11 @@ class SliceReader:
                 f"data file {base.path} is {base.file_format}; only parquet data files are read"
             )
         equality = [f for f in file_slice.delete_files if f.content is FileContent.EQUALITY_DELETES]
-        positional = [f for f in file_slice.delete_files if f.content is FileContent.POSITION_DELETES]
+        positional = [
+            f
+            for f in file_slice.delete_files
+            if f.content in (FileContent.POSITION_DELETES, FileContent.DELETION_VECTOR)
+        ]
         needed = set(self._base_needed)
         for delete_file in equality:
             needed.update(c.split(".", 1)[0] for c in delete_file.equality_columns)
@@ -280,11 +287,15 @@ class SliceReader:
             first_row += rows
 
     def _positions(self, base: DataFile, positional: list[DataFile]) -> list[int] | None:
-        """Sorted deleted row positions of ``base`` from its position delete files."""
+        """Sorted deleted row positions of ``base`` from its position delete files and its
+        deletion vector."""
         if not positional:
             return None
         positions: set[int] = set()
         for delete_file in positional:
+            if delete_file.content is FileContent.DELETION_VECTOR:
+                positions.update(read_deletion_vector(self._io, delete_file, base.path))
+                continue
             table = self._deletes.get(delete_file, POS_DELETE_COLUMNS)
             mask = pc.equal(table.column("file_path"), base.path)
             positions.update(table.column("pos").filter(mask).to_pylist())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 from collections.abc import Iterable, Iterator
@@ -9,6 +10,9 @@ from typing import Any, ClassVar, cast
 
 import pyarrow as pa
 
+from storage.formats.iceberg._defaults import has_defaults
+from storage.formats.iceberg._metadata import MetadataExtras
+from storage.formats.iceberg._types import arrow_schema, check_variant, has_variant
 from storage.formats.iceberg.index import IcebergFileIndex
 from storage.formats.iceberg.read import SliceReader, iter_parts
 from storage.spec.errors import InstantNotFound
@@ -26,7 +30,7 @@ from storage.spec.models import (
     TableId,
     TableSummary,
 )
-from storage.spec.table import InstantRef, SpecTable, Timeline
+from storage.spec.table import InstantRef, SpecTable, Timeline, output_columns
 
 
 def _utc(ms: int) -> dt.datetime:
@@ -66,8 +70,14 @@ class IcebergTimeline(Timeline):
 class IcebergSpecTable(SpecTable):
     """An Iceberg table read through the spec API.
 
-    Reads use the current schema (columns added later read as nulls in older snapshots), so that
-    filters and projections mean the same thing at every snapshot.
+    Reading the table at a snapshot (``read``/``read_arrow`` with an instant) uses that
+    snapshot's own schema (its ``schema-id``): columns added later are absent, dropped ones
+    present, renamed ones under their old name, and ``filters``/``columns`` name columns of that
+    schema, or a current column added after the snapshot (explicitly named, it reads as its
+    initial default or nulls, so a caller holding the current schema can still ask for it). Splits that ``plan_splits`` planned at such a snapshot read with its schema
+    too (their files carry ``READ_SNAPSHOT``); other file slices and incremental reads use the
+    current schema. Columns a data file lacks read as their
+    identity partition value, else their ``initial-default`` (``_defaults``), else nulls.
     """
 
     format: ClassVar[TableFormat] = TableFormat.ICEBERG
@@ -75,17 +85,50 @@ class IcebergSpecTable(SpecTable):
         {ReadingMode.SNAPSHOT, ReadingMode.INCREMENTAL}
     )
 
-    def __init__(self, table: Any, location: str, identifier: str | None = None) -> None:
+    def __init__(
+        self,
+        table: Any,
+        location: str,
+        identifier: str | None = None,
+        extras: MetadataExtras | None = None,
+    ) -> None:
         self.pyiceberg_table = table
         self._location = location
         self._identifier = identifier
+        self._extras = extras if extras is not None else MetadataExtras()
+        self._arrow_schemas: dict[int, pa.Schema] = {}
 
     # -- description ----------------------------------------------------------------------
 
+    def arrow_schema(self, schema: Any) -> pa.Schema:
+        """The Arrow schema of one Iceberg schema: field ids, defaults, variants (``_types``)."""
+        found = self._arrow_schemas.get(schema.schema_id)
+        if found is None:
+            found = arrow_schema(schema, self._extras)
+            self._arrow_schemas[schema.schema_id] = found
+        return found
+
+    def schema_at(self, instant: InstantRef = None) -> pa.Schema:
+        """The schema of the table at ``instant`` (its snapshot's ``schema-id``; the current
+        schema for the current snapshot, an empty table or a snapshot that records none)."""
+        if instant is None:
+            return self.schema
+        snapshot = self.snapshot_for(instant)
+        metadata = self.pyiceberg_table.metadata
+        schema_id = getattr(snapshot, "schema_id", None) if snapshot is not None else None
+        if schema_id is None or schema_id == metadata.current_schema_id:
+            return self.schema
+        schema = metadata.schema_by_id(schema_id)
+        if schema is None:
+            from storage.spec.errors import CorruptTable
+
+            raise CorruptTable(
+                f"snapshot {snapshot.snapshot_id} has schema {schema_id}, which the metadata lacks"
+            )
+        return self.arrow_schema(schema)
+
     @functools.cached_property
     def definition(self) -> TableDefinition:
-        from pyiceberg.io.pyarrow import schema_to_pyarrow
-
         metadata = self.pyiceberg_table.metadata
         schema = metadata.schema()
         spec = metadata.spec()
@@ -104,7 +147,7 @@ class IcebergSpecTable(SpecTable):
         )
         return TableDefinition(
             id=TableId(format=TableFormat.ICEBERG, location=self._location, identifier=self._identifier),
-            schema=schema_to_pyarrow(schema, include_field_ids=True),
+            schema=self.arrow_schema(schema),
             partition_spec=PartitionSpec(fields),
             properties=dict(metadata.properties),
             sort_columns=sort_columns,
@@ -139,7 +182,8 @@ class IcebergSpecTable(SpecTable):
         else:
             # writers that omit totals: count by streaming the listing
             files = size = records = 0
-            seen_deletes: set[str] = set()
+            # A Puffin file holds several deletion vectors: each is counted once, by its offset.
+            seen_deletes: set[tuple[str, Any]] = set()
             for file_slice in self.file_index().list_files_at(snapshot.snapshot_id):
                 base = file_slice.base_file
                 if base is None:  # never for Iceberg: every slice has its data file
@@ -148,10 +192,11 @@ class IcebergSpecTable(SpecTable):
                 size += base.size_bytes
                 records += base.record_count
                 for delete in file_slice.delete_files:
-                    if delete.path not in seen_deletes:
-                        seen_deletes.add(delete.path)
+                    key = (delete.path, delete.extra.get("content_offset"))
+                    if key not in seen_deletes:
+                        seen_deletes.add(key)
                         size += delete.size_bytes
-                        if delete.content == FileContent.POSITION_DELETES:
+                        if delete.content in (FileContent.POSITION_DELETES, FileContent.DELETION_VECTOR):
                             records -= delete.record_count
         return TableSummary(
             current_instant_id=snapshot.snapshot_id if snapshot else None,
@@ -191,6 +236,12 @@ class IcebergSpecTable(SpecTable):
         from pyiceberg.transforms import IdentityTransform
 
         metadata = self.pyiceberg_table.metadata
+        if self._extras.variants:
+            return False  # variant columns are read as their metadata/value pair
+        for schema in metadata.schemas:
+            arrow = self.arrow_schema(schema)
+            if has_defaults(arrow) or any(pa.types.is_null(f.type) for f in arrow):
+                return False  # Spark's parquet reader reads a missing column as nulls
         current = metadata.schema()
         columns = index_by_id(current)
         for spec in metadata.partition_specs:
@@ -234,8 +285,14 @@ class IcebergSpecTable(SpecTable):
         delete are not reported (this mode yields additions only, not a change feed).
         """
         self.check_mode(mode)
-        expr = self.bind(filters)
-        reader = SliceReader(self.pyiceberg_table.io, self.schema, columns, expr)
+        schema = self._read_schema(source, mode)
+        if schema is not self.schema:
+            snapshot_columns = schema.names
+            schema = _with_later_columns(schema, self.schema)
+            if columns is None:
+                columns = snapshot_columns
+        expr = self.bind(filters) if schema is self.schema else self._bind_to(filters, schema)
+        reader = SliceReader(self.pyiceberg_table.io, schema, columns, expr)
         index = self.file_index()
         parts: Iterable[tuple[FileSlice, int | None, int | None]]
         if mode is ReadingMode.INCREMENTAL:
@@ -243,24 +300,160 @@ class IcebergSpecTable(SpecTable):
             snapshots = index.snapshots_between(start, end_instant)
             parts = ((s, None, None) for s in index.scan_added(snapshots, expr))
         elif source is None or isinstance(source, (Instant, int, str)):
-            parts = ((s, None, None) for s in index.list_files_at(source, expr))
+            # files are pruned with the current schema's names: a filter on an older schema
+            # prunes only when its columns mean the same field ids in both
+            prune = expr if schema is self.schema or self._same_ids(expr, schema) else None
+            parts = ((s, None, None) for s in index.list_files_at(source, prune))
         else:
             parts = iter_parts(source)
-        return self._read_parts(reader, parts)
+        variants = has_variant(schema.field(c) for c in output_columns(columns, schema))
+        return self._read_parts(reader, parts, variants)
+
+    def _read_schema(self, source: Any, mode: ReadingMode) -> pa.Schema:
+        """The schema a read returns: the snapshot's own for a snapshot read at an instant, and
+        for the splits ``plan_splits`` planned at one (``READ_SNAPSHOT`` in their files' extra)."""
+        if mode is not ReadingMode.SNAPSHOT:
+            return self.schema
+        if isinstance(source, (Instant, int, str)):
+            return self.schema_at(source)
+        planned_at = _planned_at(source)
+        return self.schema if planned_at is None else self.schema_at(planned_at)
+
+    def plan_splits(
+        self,
+        instant: InstantRef = None,
+        filters: Any = None,
+        target_size: int = 128 * 1024 * 1024,
+        open_file_cost: int = 4 * 1024 * 1024,
+        lookback: int = 10,
+    ) -> Iterator[Split]:
+        """Splits of the table at ``instant``. At a snapshot whose schema is not today's, the
+        filter names that snapshot's columns and the files carry the snapshot id
+        (``READ_SNAPSHOT``), so that reading a split returns that snapshot's columns."""
+        from storage.spec.splits import plan_splits
+
+        schema = self.schema_at(instant)
+        slices: Iterable[FileSlice]
+        if schema is self.schema:
+            slices = self.file_index().list_files_at(instant, filters)
+        else:
+            snapshot_id = self.snapshot_for(instant).snapshot_id
+            expr = self._bind_to(filters, _with_later_columns(schema, self.schema))
+            prune = expr if self._same_ids(expr, schema) else None
+            slices = (_tagged(s, snapshot_id) for s in self.file_index().list_files_at(instant, prune))
+        return plan_splits(
+            (self.with_split_offsets(s, target_size) for s in slices),
+            target_size=target_size,
+            open_file_cost=open_file_cost,
+            lookback=lookback,
+        )
 
     @staticmethod
+    def _bind_to(filters: Any, schema: pa.Schema) -> Any:
+        if filters is None or filters == "":
+            return None
+        from storage.spec.expressions import AlwaysTrue, bind_filter
+
+        expr = bind_filter(filters, schema)
+        return None if expr is None or isinstance(expr, AlwaysTrue) else expr
+
+    def _same_ids(self, expr: Any, schema: pa.Schema) -> bool:
+        if expr is None:
+            return True
+        current = _ids_by_name(self.schema)
+        old = _ids_by_name(schema)
+        return all(old.get(c) is not None and old.get(c) == current.get(c) for c in expr.columns())
+
     def _read_parts(
-        reader: SliceReader, parts: Iterable[tuple[FileSlice, int | None, int | None]]
+        self,
+        reader: SliceReader,
+        parts: Iterable[tuple[FileSlice, int | None, int | None]],
+        variants: bool = False,
     ) -> Iterator[pa.RecordBatch]:
         for file_slice, start, length in parts:
+            if variants and file_slice.base_file is not None:
+                self._check_variants(file_slice.base_file.path)
             yield from reader.read(file_slice, start, length)
+
+    def _check_variants(self, path: str) -> None:
+        import pyarrow.parquet as pq
+
+        try:
+            with self.pyiceberg_table.io.new_input(path).open(seekable=True) as handle:
+                file_schema = pq.ParquetFile(handle).schema_arrow
+        except FileNotFoundError:
+            return  # the reader reports the missing file
+        check_variant(file_schema, path)
 
     def read_arrow(
         self, source: Any = None, columns: list[str] | None = None, filters: Any = None, **kwargs: Any
     ) -> pa.Table:
-        """``read`` gathered into one table (notebooks and tests)."""
-        schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
+        """``read`` gathered into one table (notebooks and tests); the schema is the snapshot's
+        own for a snapshot read at an instant."""
+        full = self._read_schema(source, kwargs.get("mode", ReadingMode.SNAPSHOT))
+        if columns is not None and full is not self.schema:
+            full = _with_later_columns(full, self.schema)
+        schema = (
+            full if columns is None else pa.schema([full.field(c) for c in output_columns(columns, full)])
+        )
         return pa.Table.from_batches(list(self.read(source, columns, filters, **kwargs)), schema=schema)
+
+
+READ_SNAPSHOT = "iceberg_read_snapshot_id"
+
+
+def _tagged(file_slice: FileSlice, snapshot_id: int) -> FileSlice:
+    base = file_slice.base_file
+    if base is None:
+        return file_slice
+    extra = {**base.extra, READ_SNAPSHOT: snapshot_id}
+    return dataclasses.replace(file_slice, base_file=dataclasses.replace(base, extra=extra))
+
+
+def _planned_at(source: Any) -> int | None:
+    """The snapshot a split (part, slice, or a list of them) was planned at by ``plan_splits``
+    when that snapshot's schema is not today's; else None."""
+    first: Any = source
+    if isinstance(first, Split):
+        first = first.parts[0] if first.parts else None
+    elif isinstance(first, (list, tuple)):
+        first = first[0] if first else None
+        if isinstance(first, Split):
+            first = first.parts[0] if first.parts else None
+    if isinstance(first, SplitPart):
+        first = first.file_slice
+    if not isinstance(first, FileSlice) or first.base_file is None:
+        return None
+    found = first.base_file.extra.get(READ_SNAPSHOT)
+    return found if isinstance(found, int) else None
+
+
+def _with_later_columns(snapshot: pa.Schema, current: pa.Schema) -> pa.Schema:
+    """The snapshot's schema followed by the current columns added after it (a field id and a
+    name the snapshot's schema lacks): ``columns`` and ``filters`` of a read at an old snapshot
+    may name them (read as their initial default, else null), the snapshot's own names first."""
+    ids = set(_ids_by_name(snapshot).values())
+    names = set(snapshot.names)
+    later = [
+        f
+        for f in current
+        if f.name not in names
+        and (f.metadata or {}).get(b"PARQUET:field_id") is not None
+        and int(f.metadata[b"PARQUET:field_id"]) not in ids
+    ]
+    return pa.schema([*snapshot, *later]) if later else snapshot
+
+
+def _ids_by_name(schema: pa.Schema | pa.StructType, prefix: str = "") -> dict[str, int]:
+    """Dotted column name -> field id, struct children included."""
+    found: dict[str, int] = {}
+    for field in schema:
+        name = f"{prefix}{field.name}"
+        if field.metadata and b"PARQUET:field_id" in field.metadata:
+            found[name] = int(field.metadata[b"PARQUET:field_id"])
+        if pa.types.is_struct(field.type):
+            found.update(_ids_by_name(field.type, f"{name}."))
+    return found
 
 
 def _spark_reads_as(old: Any, new: Any) -> bool:

@@ -90,13 +90,14 @@ def read_table(
     from storage.spec.registry import load_table
 
     table = load_table(location, format=format)
-    expr = bind_filter(filters, table.schema)
     if instant is not None:
         instant = table.timeline().get(instant)
-    projected = projected_schema(table, columns)
+    schema = table.schema_at(instant) if instant is not None else table.schema
+    expr = bind_filter(filters, schema)
+    projected = projected_schema(table, columns, instant)
     paths = parquet_paths_if_plain(table, instant, expr)
     if paths is not None:
-        frame = _parquet_frame(spark, table, paths)
+        frame = _parquet_frame(spark, schema, paths)
         if expr is not None:
             frame = frame.filter(to_spark(expr))
         return frame.select(*[_spark_column(name) for name in projected.names])
@@ -113,8 +114,8 @@ def read_table(
     return reader.load()
 
 
-def _parquet_frame(spark: SparkSession, table: SpecTable, paths: list[str]) -> DataFrame:
-    schema = arrow_schema_to_spark(table.schema)
+def _parquet_frame(spark: SparkSession, arrow_schema: pa.Schema, paths: list[str]) -> DataFrame:
+    schema = arrow_schema_to_spark(arrow_schema)
     if not paths:
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(*paths)

@@ -130,8 +130,9 @@ def _open_cached(scan_id: str, options: SourceOptions) -> SpecTable:
     return table
 
 
-def projected_schema(table: SpecTable, columns: Sequence[str] | None) -> pa.Schema:
-    schema = table.schema
+def projected_schema(table: SpecTable, columns: Sequence[str] | None, instant: Any = None) -> pa.Schema:
+    """The columns read, in the table's schema at ``instant`` (today's by default)."""
+    schema = table.schema_at(instant) if instant is not None else table.schema
     if columns is None:
         return schema
     fields = []
@@ -195,7 +196,8 @@ class LakewardenDataSource(DataSource):
         options = SourceOptions.parse(self.options)
         table = _open(options)
         _check_plan_inputs(table, options)
-        return arrow_schema_to_spark(projected_schema(table, options.columns))
+        instant = None if options.instant is None else table.timeline().get(options.instant)
+        return arrow_schema_to_spark(projected_schema(table, options.columns, instant))
 
     def reader(self, schema: T.StructType) -> DataSourceReader:
         options = SourceOptions.parse(self.options)
@@ -207,9 +209,8 @@ class LakewardenDataSource(DataSource):
 def _check_plan_inputs(table: SpecTable, options: SourceOptions) -> Expression | None:
     from storage.spec.expressions import bind_filter
 
-    if options.instant is not None:
-        table.timeline().get(options.instant)
-    return bind_filter(options.filter, table.schema)
+    instant = None if options.instant is None else table.timeline().get(options.instant)
+    return bind_filter(options.filter, table.schema_at(instant) if instant is not None else table.schema)
 
 
 class LakewardenPlainReader(DataSourceReader):
@@ -225,7 +226,9 @@ class LakewardenPlainReader(DataSourceReader):
     def _filter(self, table: SpecTable) -> Expression | None:
         from storage.spec.expressions import and_, bind_filter
 
-        parts = [e for e in (bind_filter(self.options.filter, table.schema), *self.pushed) if e is not None]
+        instant = None if self.options.instant is None else table.timeline().get(self.options.instant)
+        schema = table.schema_at(instant) if instant is not None else table.schema
+        parts = [e for e in (bind_filter(self.options.filter, schema), *self.pushed) if e is not None]
         return and_(*parts) if parts else None
 
     def partitions(self) -> list[InputPartition]:

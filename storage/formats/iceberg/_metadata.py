@@ -1,0 +1,233 @@
+"""Reading ``*.metadata.json`` as the Java reference (``TableMetadataParser``) does.
+
+pyiceberg's pydantic model is stricter than the Java parser, which every other engine follows.
+The JSON is normalised here before pyiceberg sees it:
+
+* v1 legacy fields: ``schema`` without ``schemas``/``current-schema-id``, ``partition-spec``
+  without ``partition-specs``/``default-spec-id``, spec fields without ``field-id`` (Java numbers
+  them from 1000), no ``last-partition-id``, no ``current-snapshot-id`` (no current snapshot),
+  no ``properties``, no ``table-uuid``, a snapshot ``summary`` without ``operation``;
+* snapshots with an inline ``manifests`` list instead of a ``manifest-list`` file: the list is
+  kept in the snapshot's ``manifest-list`` as ``INLINE_PREFIX`` + JSON, which
+  ``_manifests.read_manifest_list`` expands with ``inline_manifests``;
+* field defaults (``initial-default``/``write-default``) are taken out of the schemas (pyiceberg
+  cannot parse every type's default, e.g. ``timestamp_ns``) and kept in ``MetadataExtras``;
+* ``variant`` fields (pyiceberg 0.12 has no such type) are declared ``binary`` to pyiceberg and
+  recorded in ``MetadataExtras.variants``: the table schema shows them as
+  ``struct<metadata: binary, value: binary>`` (the unshredded parquet encoding of the spec).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+INLINE_PREFIX = "lakewarden-inline-manifests:"
+_DEFAULT_KEYS = ("initial-default", "write-default")
+
+
+@dataclass
+class MetadataExtras:
+    """What the normalisation took out of the JSON: defaults by schema id then field id, and the
+    field ids of ``variant`` columns."""
+
+    defaults: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    variants: set[int] = field(default_factory=set)
+
+
+def _walk_type(node: Any, defaults: dict[int, dict[str, Any]], variants: set[int]) -> Any:
+    """The type with variant replaced by binary and field defaults collected (recursively)."""
+    if not isinstance(node, dict):
+        return node
+    kind = node.get("type")
+    if kind == "struct":
+        fields = []
+        for child in node.get("fields", []):
+            child = dict(child)
+            child_id = child.get("id")
+            found = {key: child.pop(key) for key in _DEFAULT_KEYS if key in child}
+            if found and isinstance(child_id, int):
+                defaults[child_id] = found
+            if child.get("type") == "variant" and isinstance(child_id, int):
+                variants.add(child_id)
+                child["type"] = "binary"
+            else:
+                child["type"] = _walk_type(child.get("type"), defaults, variants)
+            fields.append(child)
+        return {**node, "fields": fields}
+    if kind == "list":
+        out = dict(node)
+        if out.get("element") == "variant" and isinstance(out.get("element-id"), int):
+            variants.add(out["element-id"])
+            out["element"] = "binary"
+        out["element"] = _walk_type(out.get("element"), defaults, variants)
+        return out
+    if kind == "map":
+        out = dict(node)
+        if out.get("value") == "variant" and isinstance(out.get("value-id"), int):
+            variants.add(out["value-id"])
+            out["value"] = "binary"
+        out["value"] = _walk_type(out.get("value"), defaults, variants)
+        out["key"] = _walk_type(out.get("key"), defaults, variants)
+        return out
+    return node
+
+
+def normalise(document: dict[str, Any]) -> tuple[dict[str, Any], MetadataExtras]:
+    """The metadata JSON as pyiceberg accepts it, and what was taken out (see module doc)."""
+    doc = dict(document)
+    extras = MetadataExtras()
+    doc.setdefault("format-version", 1)
+    # schemas
+    if "schemas" not in doc and isinstance(doc.get("schema"), dict):
+        legacy = dict(doc["schema"])
+        legacy.setdefault("schema-id", 0)
+        doc["schemas"] = [legacy]
+        doc.setdefault("current-schema-id", legacy["schema-id"])
+    schemas = []
+    for position, schema in enumerate(doc.get("schemas") or []):
+        schema = dict(schema)
+        schema.setdefault("schema-id", position)
+        schema.setdefault("type", "struct")
+        defaults: dict[int, dict[str, Any]] = {}
+        schema = _walk_type(schema, defaults, extras.variants)
+        extras.defaults[schema["schema-id"]] = defaults
+        schemas.append(schema)
+    if schemas:
+        doc["schemas"] = schemas
+        if "current-schema-id" not in doc:
+            doc["current-schema-id"] = schemas[-1]["schema-id"]
+        current = [s for s in schemas if s["schema-id"] == doc["current-schema-id"]]
+        if doc["format-version"] == 1 and current:
+            doc["schema"] = current[0]  # pyiceberg's v1 model requires it
+        else:
+            doc.pop("schema", None)
+    _partition_specs(doc)
+    if doc.get("properties") is None:
+        doc["properties"] = {}
+    if not doc.get("table-uuid"):
+        doc["table-uuid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, str(doc.get("location", ""))))
+    if doc.get("current-snapshot-id") is None:
+        doc["current-snapshot-id"] = -1
+    doc["snapshots"] = [_snapshot(s) for s in doc.get("snapshots") or []]
+    return doc, extras
+
+
+def _partition_specs(doc: dict[str, Any]) -> None:
+    """v1 ``partition-spec`` as ``partition-specs``; field ids, default spec, last partition id."""
+    if "partition-specs" not in doc and isinstance(doc.get("partition-spec"), list):
+        doc["partition-specs"] = [{"spec-id": 0, "fields": doc["partition-spec"]}]
+        doc.setdefault("default-spec-id", 0)
+    specs = []
+    highest = 999
+    for spec in doc.get("partition-specs") or []:
+        spec = dict(spec)
+        fields = []
+        for position, partition_field in enumerate(spec.get("fields", [])):
+            partition_field = dict(partition_field)
+            partition_field.setdefault("field-id", 1000 + position)
+            highest = max(highest, int(partition_field["field-id"]))
+            fields.append(partition_field)
+        spec["fields"] = fields
+        specs.append(spec)
+    if specs:
+        doc["partition-specs"] = specs
+        doc.pop("partition-spec", None)
+        doc.setdefault("default-spec-id", specs[-1].get("spec-id", 0))
+        doc.setdefault("last-partition-id", highest)
+    elif "partition-specs" not in doc:
+        doc["partition-specs"] = [{"spec-id": 0, "fields": []}]
+        doc.setdefault("default-spec-id", 0)
+    doc.setdefault("last-partition-id", highest)
+    doc.pop("partition-spec", None)
+
+
+def _snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
+    snapshot = dict(snapshot)
+    if not snapshot.get("manifest-list") and isinstance(snapshot.get("manifests"), list):
+        snapshot["manifest-list"] = INLINE_PREFIX + json.dumps(list(snapshot["manifests"]))
+    snapshot.pop("manifests", None)
+    summary = snapshot.get("summary")
+    if isinstance(summary, dict) and "operation" not in summary:
+        snapshot.pop("summary")
+    return snapshot
+
+
+def parse_metadata(text: str | bytes) -> tuple[Any, MetadataExtras]:
+    """pyiceberg ``TableMetadata`` of a metadata file's text, and the extras."""
+    from pyiceberg.table.metadata import TableMetadataUtil
+
+    document = json.loads(text)
+    if not isinstance(document, dict):
+        raise ValueError("table metadata must be a JSON object")
+    normalised, extras = normalise(document)
+    return TableMetadataUtil.parse_obj(normalised), extras
+
+
+def load_static_table(metadata_location: str) -> tuple[Any, MetadataExtras]:
+    """A pyiceberg ``StaticTable`` of one metadata file, read through ``parse_metadata``."""
+    from pyiceberg.catalog.noop import NoopCatalog
+    from pyiceberg.io import load_file_io
+    from pyiceberg.table import StaticTable
+
+    io = load_file_io(properties={}, location=metadata_location)
+    with io.new_input(metadata_location).open(seekable=False) as stream:
+        text = stream.read()
+    metadata, extras = parse_metadata(text)
+    table = StaticTable(
+        identifier=("static-table", metadata_location),
+        metadata_location=metadata_location,
+        metadata=metadata,
+        io=load_file_io(dict(metadata.properties), location=metadata_location),
+        catalog=NoopCatalog("static-table"),
+    )
+    return table, extras
+
+
+def is_inline(manifest_list: str) -> bool:
+    return manifest_list.startswith(INLINE_PREFIX)
+
+
+def inline_manifests(file_io: Any, manifest_list: str) -> list[Any]:
+    """``ManifestInfo`` rows of a v1 snapshot's inline ``manifests`` (data manifests; their
+    partition spec id comes from the manifest's own Avro metadata, counts are unknown)."""
+    import io
+
+    import fastavro
+
+    from storage.formats.iceberg._manifests import CONTENT_DATA, ManifestInfo, read_bytes
+    from storage.spec.errors import CorruptTable
+
+    try:
+        paths = json.loads(manifest_list[len(INLINE_PREFIX) :])
+    except json.JSONDecodeError as exc:  # pragma: no cover - written by normalise
+        raise CorruptTable(f"invalid inline manifest list: {exc}") from None
+    found = []
+    for path in paths:
+        if not isinstance(path, str):
+            raise CorruptTable(f"a snapshot's inline manifest list holds {path!r}, not a path")
+        data = read_bytes(file_io, path, "manifest")
+        try:
+            header = fastavro.block_reader(io.BytesIO(data)).metadata
+            spec_id = int(header.get("partition-spec-id", 0))
+            content = 1 if header.get("content") == "deletes" else CONTENT_DATA
+        except Exception as exc:  # fastavro raises ValueError, EOFError...
+            raise CorruptTable(f"manifest {path} is not a valid Avro file: {exc}") from None
+        found.append(
+            ManifestInfo(
+                path=path,
+                length=len(data),
+                spec_id=spec_id,
+                content=content,
+                sequence_number=0,
+                min_sequence_number=0,
+                added_snapshot_id=None,
+                added_files_count=None,
+                existing_files_count=None,
+                deleted_files_count=None,
+                partitions=None,
+            )
+        )
+    return found
