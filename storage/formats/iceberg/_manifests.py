@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -26,7 +27,7 @@ from urllib.parse import quote_plus
 import fastavro
 
 from storage.formats.iceberg._avro import checked_entry, checked_manifest_list, iter_blocks
-from storage.formats.iceberg._metadata import inline_manifests, is_inline
+from storage.formats.iceberg._metadata import INLINE_PREFIX, is_inline
 from storage.formats.iceberg._values import ColumnDecoder, LazyStats, avro_to_python, bytes_to_python
 from storage.spec.errors import CorruptTable
 from storage.spec.models import DataFile, FileContent, PartitionDescriptor, PartitionField, PartitionSpec
@@ -461,3 +462,39 @@ class DeleteIndex:
             if delete_sequence > sequence:
                 found.append(delete_file)
         return tuple(found)
+
+
+def inline_manifests(file_io: Any, manifest_list: str) -> list[Any]:
+    """``ManifestInfo`` rows of a v1 snapshot's inline ``manifests`` (data manifests; their
+    partition spec id comes from the manifest's own Avro metadata, counts are unknown)."""
+    try:
+        paths = json.loads(manifest_list[len(INLINE_PREFIX) :])
+    except json.JSONDecodeError as exc:  # pragma: no cover - written by normalise
+        raise CorruptTable(f"invalid inline manifest list: {exc}") from None
+    found = []
+    for path in paths:
+        if not isinstance(path, str):
+            raise CorruptTable(f"a snapshot's inline manifest list holds {path!r}, not a path")
+        data = read_bytes(file_io, path, "manifest")
+        try:
+            header = fastavro.block_reader(io.BytesIO(data)).metadata
+            spec_id = int(header.get("partition-spec-id", 0))
+            content = 1 if header.get("content") == "deletes" else CONTENT_DATA
+        except Exception as exc:  # fastavro raises ValueError, EOFError...
+            raise CorruptTable(f"manifest {path} is not a valid Avro file: {exc}") from None
+        found.append(
+            ManifestInfo(
+                path=path,
+                length=len(data),
+                spec_id=spec_id,
+                content=content,
+                sequence_number=0,
+                min_sequence_number=0,
+                added_snapshot_id=None,
+                added_files_count=None,
+                existing_files_count=None,
+                deleted_files_count=None,
+                partitions=None,
+            )
+        )
+    return found
