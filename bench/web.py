@@ -128,7 +128,8 @@ class Server:
         command[command.index("--access-logfile") + 1] = os.devnull  # no logging cost in the numbers
         if sync:  # what lakewarden_serve ran before LAKEWARDEN_WEB_WORKERS: sync workers
             at = command.index("--worker-class")
-            del command[at : at + 4]  # --worker-class gthread --threads N
+            end = at + (4 if command[at + 1] == "gthread" else 2)
+            command[at:end] = ["--worker-class", "sync"]
         self._handle = log.open("w")
         self.child = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=self._handle, stderr=subprocess.STDOUT, start_new_session=True
@@ -319,9 +320,10 @@ def main() -> None:
         f"table page (Iceberg, {table.file_count:,} files)": f"/tables/{table.pk}/",
         f"processes list ({args.processes:,} rows)": "/processes/",
     }
-    setups = [(f"{workers} gthread workers x {threads} threads", workers, threads, False)]
+    kind = "sync workers" if threads == 1 else f"gthread workers x {threads} threads"
+    setups = [(f"{workers} {kind} (default)", workers, threads, False)]
     if not args.no_baseline:
-        setups.append(("2 sync workers (before `LAKEWARDEN_WEB_WORKERS`)", 2, 1, True))
+        setups.append(("5 gthread workers x 4 threads (the earlier default)", 5, 4, False))
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     costs = in_process(pages, args.cpu_requests)
     cpu_lines = [
@@ -356,9 +358,9 @@ def main() -> None:
             print(lines[-1], flush=True)
     load_after = os.getloadavg()[0]
     body = (
-        f"gunicorn as `manage.py lakewarden_serve` runs it (`LAKEWARDEN_WEB_WORKERS` gthread workers x "
-        f"`LAKEWARDEN_WEB_THREADS` threads, defaults on this machine), DEBUG off, no access log; the former "
-        f"fixed set-up (2 sync workers) for comparison. {args.clients} concurrent clients (Python threads "
+        f"gunicorn as `manage.py lakewarden_serve` runs it (`LAKEWARDEN_WEB_WORKERS` workers of "
+        f"`LAKEWARDEN_WEB_THREADS` threads, defaults on this machine: sync workers for one thread), DEBUG "
+        f"off, no access log; the earlier default (5 gthread workers x 4 threads) for comparison. {args.clients} concurrent clients (Python threads "
         f"with `requests`, keep-alive, logged in through the login form as an admin) each request a page "
         f"{args.requests} times after a warm-up, one page at a time. Clients, server and Postgres share the "
         f"machine, which other jobs share too: 1-minute load average {load_before:.1f} when the load "

@@ -92,4 +92,4 @@ def default_web_workers(cores: int) -> int:
 #: gunicorn worker processes started by ``manage.py lakewarden_serve`` (gthread workers).
 LAKEWARDEN_WEB_WORKERS = env_int("LAKEWARDEN_WEB_WORKERS", default_web_workers(available_cores()), minimum=1)
 #: Threads per gunicorn worker: a slow page (a big table's files) does not hold up the rest.
-LAKEWARDEN_WEB_THREADS = env_int("LAKEWARDEN_WEB_THREADS", 2, minimum=1)
+LAKEWARDEN_WEB_THREADS = env_int("LAKEWARDEN_WEB_THREADS", 1, minimum=1)

@@ -382,6 +382,10 @@ def test_lakewarden_serve_runs_gthread_gunicorn_sized_by_the_settings(settings):
 
     assert (option("--workers"), option("--worker-class"), option("--threads")) == ("7", "gthread", "3")
 
+    settings.LAKEWARDEN_WEB_THREADS = 1  # the default: sync workers
+    web = Command().commands(host="127.0.0.1", port=8000, concurrency=1, light_concurrency=1)["web"]
+    assert option("--worker-class") == "sync" and "--threads" not in web
+
 
 def test_the_web_worker_default_follows_the_cores_within_a_cap():
     from console.settings_scale import MAX_DEFAULT_WEB_WORKERS, default_web_workers

@@ -60,7 +60,9 @@ def worker_command(
 def web_command(
     python: str, *, host: str, port: int, workers: int, threads: int, control_socket: str | None = None
 ) -> list[str]:
-    """gunicorn with ``workers`` gthread worker processes of ``threads`` threads each.
+    """gunicorn with ``workers`` worker processes: sync workers for one thread (the default: a page
+    costs a few milliseconds of CPU, and sync workers gave the tightest tail in bench/web.py),
+    gthread workers of ``threads`` threads each above that.
 
     gunicorn's control socket defaults to one path in the home folder shared by every gunicorn of
     the user; it goes to ``control_socket`` (the var folder) instead, or is left out when none is
@@ -79,10 +81,11 @@ def web_command(
         f"{host}:{port}",
         "--workers",
         str(workers),
-        "--worker-class",
-        "gthread",
-        "--threads",
-        str(threads),
+        *(
+            ["--worker-class", "sync"]
+            if threads == 1
+            else ["--worker-class", "gthread", "--threads", str(threads)]
+        ),
         "--timeout",
         "120",
         "--access-logfile",
