@@ -132,13 +132,14 @@ def test_two_maintenance_processes_on_one_delta_table_never_overlap(celery_proce
     configured_factories()
     PluginConfig.objects.update(enabled=False)  # nothing scheduled: the two processes below only
     PluginConfig.objects.filter(name__in=["delta-rewrite", "delta-vacuum"]).update(enabled=True)
-    # Two heavy workers: both processes are picked up at once and race for the table lock.
+    # One heavy worker with two slots: the vacuum goes to the free slot while the rewrite runs, and
+    # races it for the table lock. (Two one-slot workers did not make that certain: the busy one may
+    # prefetch the vacuum and run it after the rewrite, and the lock is never met.)
     celery_processes.start_worker(name="light", queues="light", concurrency=1)
     # The rewrite holds the table a few seconds after writing, so the vacuum surely meets the lock.
     slow = {"LAKEWARDEN_FAILPOINTS": "after-write=sleep:6"}
-    celery_processes.start_worker(name="heavy-a", queues="heavy", concurrency=1, extra_env=slow)
-    celery_processes.start_worker(name="heavy-b", queues="heavy", concurrency=1, extra_env=slow)
-    celery_processes.wait_for_workers(count=3)
+    celery_processes.start_worker(name="heavy", queues="heavy", concurrency=2, extra_env=slow)
+    celery_processes.wait_for_workers(count=2)
 
     rewrite = process_create(table=table, action="rewrite", params={})
     wait_for(lambda: _status(rewrite.pk).status == ProcessStatus.RUNNING, message="the rewrite to start")
