@@ -10,6 +10,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
+from storage.io import PathNotAllowed, StoreOptions, is_object_store, is_within
 from storage.models import Catalog, CatalogKind
 
 # Table folders are rarely deeper than this under a root; the bound keeps a sync of a big tree quick.
@@ -75,6 +76,31 @@ def iceberg_identifiers(catalog: Catalog) -> Iterator[str]:
         for identifier in pyiceberg_catalog.list_tables(namespace):
             yield ".".join(identifier)
         pending.extend(pyiceberg_catalog.list_namespaces(namespace))
+
+
+def store_options_for(location: str, catalog: Catalog | None = None) -> StoreOptions:
+    """The credentials reaching ``location``: the catalog's ``s3.*`` properties when the table
+    belongs to one, else those of the path-root catalog whose root holds the location, over the
+    environment's (``LAKEWARDEN_S3_*``, ``AWS_*``). Local locations get the environment's (unused)."""
+    if catalog is None and is_object_store(location):
+        catalog = _root_catalog_of(location)
+    properties = (catalog.properties or {}) if catalog is not None else {}
+    return StoreOptions.from_properties(properties)
+
+
+def _root_catalog_of(location: str) -> Catalog | None:
+    """The path-root catalog with the longest root holding ``location`` (object stores only)."""
+    best: Catalog | None = None
+    best_length = -1
+    for catalog in Catalog.objects.filter(kind=CatalogKind.PATH_ROOT, properties__root__contains="://"):
+        root = str((catalog.properties or {}).get("root", ""))
+        try:
+            inside = is_within(location, root)
+        except PathNotAllowed:
+            continue
+        if inside and len(root) > best_length:
+            best, best_length = catalog, len(root)
+    return best
 
 
 def table_folders(root: Path) -> Iterator[Path]:

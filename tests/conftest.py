@@ -238,3 +238,44 @@ def _private_broker_for_the_test_run():
     import redis
 
     redis.Redis.from_url(TEST_BROKER_URL).flushdb()
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory):
+    """A real SeaweedFS (S3 + Iceberg REST catalog) on free ports for the whole run, stopped at the
+    end. Buckets: ``lake`` (Delta/Hudi/plain objects) and the table bucket ``lakehouse`` (REST)."""
+    from console.seaweedfs import SeaweedFS
+
+    store = SeaweedFS(tmp_path_factory.mktemp("seaweedfs"), buckets=("lake", "results"))
+    store.start()
+    yield store
+    store.stop()
+
+
+@pytest.fixture
+def s3_options(seaweedfs):
+    """StoreOptions for the test SeaweedFS (what a catalog's s3.* properties give)."""
+    from storage.io import StoreOptions
+
+    return StoreOptions.from_properties(seaweedfs.s3_properties(), environ={})
+
+
+@pytest.fixture
+def s3_prefix(seaweedfs, request):
+    """A fresh ``s3://lake/<test>-<n>`` prefix for one test (left behind: the store is per run)."""
+    import uuid
+
+    name = request.node.name.split("[")[0].replace("_", "-")[:40]
+    return f"s3://lake/{name}-{uuid.uuid4().hex[:8]}"
+
+
+def upload_folder(seaweedfs, folder: Path, prefix: str) -> str:
+    """Copy a local table folder under an ``s3://`` prefix (signed puts, names kept) and return it."""
+    filesystem = seaweedfs.filesystem()
+    target = prefix.removeprefix("s3://").rstrip("/")
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            relative = path.relative_to(folder).as_posix()
+            with filesystem.open_output_stream(f"{target}/{relative}") as out:
+                out.write(path.read_bytes())
+    return prefix

@@ -29,6 +29,7 @@ from storage.services.tables import (
     table_open,
     table_refresh,
     table_register,
+    table_store_options,
 )
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "storage_open",
     "storages_close",
     "table_open",
+    "table_store_options",
     "table_refresh",
     "table_register",
 ]

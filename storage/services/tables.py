@@ -11,9 +11,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from storage import spec
-from storage.catalogs import iceberg_catalog, iceberg_identifiers, table_folders
+from storage.catalogs import iceberg_catalog, iceberg_identifiers, store_options_for, table_folders
 from storage.errors import InvalidInput
-from storage.io import is_local
+from storage.io import StoreOptions, is_local, is_object_store
 from storage.metrics import table_metrics
 from storage.models import Catalog, CatalogKind, Table
 from storage.paths import PathNotAllowed, confine, local_path
@@ -50,11 +50,17 @@ def catalog_create(*, name: str, kind: str, properties: dict[str, Any] | None = 
     return catalog
 
 
+def table_store_options(table: Table) -> StoreOptions:
+    """The object-store credentials of a table (its catalog's, its root's, or the environment's)."""
+    return store_options_for(table.location, table.catalog)
+
+
 def table_open(table: Table) -> SpecTable:
     """The table through the spec API (catalog tables by identifier, others by location)."""
     if table.catalog is not None and table.catalog.kind in ICEBERG_KINDS and table.identifier:
         return spec.load_table(table.identifier, format="iceberg", catalog=iceberg_catalog(table.catalog))
-    return spec.load_table(table.location, format=table.format)
+    storage = table_store_options(table) if is_object_store(table.location) else None
+    return spec.load_table(table.location, format=table.format, storage=storage)
 
 
 def table_register(

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from storage.io.stores import StoreOptions
 from storage.plugins import Plugins, discover_plugins
 from storage.spec.errors import TableNotFound, UnknownFormat
 from storage.spec.table import SpecTable, TableFormatAdapter
@@ -49,21 +50,33 @@ def _broken_note() -> str:
     return "; broken: " + "; ".join(f"{name}: {reason}" for name, reason in sorted(broken.items()))
 
 
-def detect_format(location: str) -> str:
-    """The name of the format whose adapter recognises ``location``."""
+def detect_format(location: str, storage: StoreOptions | None = None) -> str:
+    """The name of the format whose adapter recognises ``location`` (on an object store, by
+    listing the prefix with ``storage``'s credentials)."""
     adapters = format_adapters()
     for name, adapter in adapters.items():
-        if adapter.detect(location):
+        found = adapter.detect(location) if storage is None else adapter.detect(location, storage=storage)
+        if found:
             return name
     looked_for = ", ".join(adapters[name].looks_for or name for name in sorted(adapters)) or "no adapter"
     raise TableNotFound(f"no table at {location}: found none of {looked_for}{_broken_note()}")
 
 
-def load_table(location_or_identifier: str, format: str | None = None, catalog: Any = None) -> SpecTable:
+def load_table(
+    location_or_identifier: str,
+    format: str | None = None,
+    catalog: Any = None,
+    storage: StoreOptions | None = None,
+) -> SpecTable:
     """Open a table by location (any format) or by catalog identifier (Iceberg with ``catalog``).
 
-    ``catalog`` is a pyiceberg ``Catalog`` or a dict of pyiceberg catalog properties.
+    ``catalog`` is a pyiceberg ``Catalog`` or a dict of pyiceberg catalog properties; ``storage``
+    the object store's credentials (None: from the environment). Adapters of plugins written
+    before ``storage`` existed are called without it when it is None.
     """
     if format is None:
-        format = "iceberg" if catalog is not None else detect_format(location_or_identifier)
-    return _adapter(format).open(location_or_identifier, catalog=catalog)
+        format = "iceberg" if catalog is not None else detect_format(location_or_identifier, storage)
+    adapter = _adapter(format)
+    if storage is None:
+        return adapter.open(location_or_identifier, catalog=catalog)
+    return adapter.open(location_or_identifier, catalog=catalog, storage=storage)

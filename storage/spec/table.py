@@ -38,6 +38,7 @@ from storage.spec.models import (
 )
 
 if TYPE_CHECKING:
+    from storage.io.stores import StoreOptions
     from storage.spec.record_index import RecordIndex
 
 MIB = 1024 * 1024
@@ -281,10 +282,13 @@ class TableFormatAdapter(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def detect(cls, location: str) -> bool:
-        """True when ``location`` (a local path or URI) holds a table of this format."""
+    def detect(cls, location: str, storage: StoreOptions | None = None) -> bool:
+        """True when ``location`` (a local path or URI) holds a table of this format. ``storage``
+        carries the object store's credentials (None: from the environment)."""
 
     @classmethod
     @abc.abstractmethod
-    def open(cls, location_or_identifier: str, catalog: Any = None) -> SpecTable:
+    def open(
+        cls, location_or_identifier: str, catalog: Any = None, storage: StoreOptions | None = None
+    ) -> SpecTable:
         """Open the table, raising ``TableNotFound``/``CorruptTable``/``UnsupportedFeature``."""

@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from storage.formats.delta._dv import unique_id
-from storage.io import is_local, local_path
+from storage.io import StoreOptions, filesystem, is_local, local_path
 from storage.spec.errors import CorruptTable, InstantNotFound, TableNotFound
 
 LOG_DIR = "_delta_log"
@@ -37,12 +37,13 @@ _BATCH_ROWS = 4096
 class Store:
     """The table's file system: a local folder or an object-store URI, through pyarrow.fs."""
 
-    def __init__(self, location: str) -> None:
+    def __init__(self, location: str, storage: StoreOptions | None = None) -> None:
+        self.storage = storage
         if is_local(location):
             self.fs, root = pafs.LocalFileSystem(), os.path.abspath(local_path(location))
             self.scheme = ""
         else:
-            self.fs, root = pafs.FileSystem.from_uri(location)
+            self.fs, root = filesystem(location, storage)
             self.scheme = location.split("://", 1)[0] + "://"
         self.root = root.rstrip("/") or "/"
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from storage.formats.delta._log import DeltaLog, Store
 from storage.formats.delta.table import DeltaSpecTable
+from storage.io.stores import StoreOptions
 from storage.spec.errors import CorruptTable, SpecError
 from storage.spec.table import TableFormatAdapter
 
@@ -17,21 +18,26 @@ class DeltaAdapter(TableFormatAdapter):
     looks_for = "a _delta_log folder"
 
     @classmethod
-    def detect(cls, location: str) -> bool:
+    def detect(cls, location: str, storage: StoreOptions | None = None) -> bool:
         try:
-            store = Store(location)
+            store = Store(location, storage)
             return store.exists(store.table_path("_delta_log"), directory=True)
         except Exception:  # detection must answer, never raise: any failure means "not Delta"
             return False
 
     @classmethod
     def open(
-        cls, location_or_identifier: str, catalog: Any = None, *, version: int | None = None
+        cls,
+        location_or_identifier: str,
+        catalog: Any = None,
+        storage: StoreOptions | None = None,
+        *,
+        version: int | None = None,
     ) -> DeltaSpecTable:
         """Open the table as of its latest version, or as of ``version`` (time travel, e.g. to a
         version older than a protocol upgrade this reader does not support)."""
         try:
-            log = DeltaLog(Store(location_or_identifier))
+            log = DeltaLog(Store(location_or_identifier, storage))
         except SpecError:
             raise
         except (OSError, ValueError) as exc:

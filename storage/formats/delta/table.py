@@ -25,6 +25,7 @@ from storage.formats.delta._log import DeltaLog, LogSnapshot, Store
 from storage.formats.delta._types import DeltaSchema, SchemaError, millis_to_datetime, parse_stats
 from storage.formats.delta.index import DeltaFileIndex
 from storage.formats.delta.read import read_cdf, read_slices
+from storage.io.stores import StoreOptions
 from storage.spec.errors import CorruptTable, InstantNotFound, InvalidRange, UnsupportedFeature
 from storage.spec.expressions import Expression, bind_filter
 from storage.spec.models import (
@@ -316,10 +317,16 @@ class DeltaSpecTable(SpecTable):
 
     # Spark and Celery ship tables to other processes: reopened there at the same version.
     def __getstate__(self) -> dict[str, Any]:
-        return {"location": self.location_uri, "version": self._version}
+        storage = self.log.store.storage
+        return {
+            "location": self.location_uri,
+            "version": self._version,
+            "storage": storage.to_json() if storage is not None else "",
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        DeltaSpecTable.__init__(self, DeltaLog(Store(state["location"])), state["version"])
+        storage = StoreOptions.from_json(state["storage"]) if state.get("storage") else None
+        DeltaSpecTable.__init__(self, DeltaLog(Store(state["location"], storage)), state["version"])
 
     # --- shared with the file index and the reader ------------------------------------------------
 

@@ -21,6 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from storage.io.stores import StoreOptions, is_object_store
+from storage.io.stores import filesystem as io_filesystem
 from storage.spec.errors import CorruptTable, TableNotFound
 from storage.spec.models import PartitionDescriptor, PartitionField, PartitionSpec
 
@@ -32,18 +34,28 @@ LEGACY_DEFAULT_PARTITION = "default"
 TIMESTAMP_TRANSFORM = "hudi_timestamp"
 
 
-def open_filesystem(location: str) -> tuple[pafs.FileSystem, str, str]:
+def open_filesystem(location: str, storage: StoreOptions | None = None) -> tuple[pafs.FileSystem, str, str]:
     """The filesystem, the path on it, and the location to report (absolute, no trailing slash)."""
     location = location.rstrip("/") or "/"
     if "://" not in location:
         location = os.path.abspath(location)
     try:
-        filesystem, path = pafs.FileSystem.from_uri(location)
+        if is_object_store(location):
+            filesystem, path = io_filesystem(location, storage)
+        else:
+            filesystem, path = pafs.FileSystem.from_uri(location)
     except (pa.ArrowInvalid, OSError) as exc:
         raise TableNotFound(f"cannot open {location}: {exc}") from exc
     if location.startswith("file://"):
         location = path
     return filesystem, path.rstrip("/") or "/", location
+
+
+def hudi_storage_options(location: str, storage: StoreOptions | None) -> dict[str, str]:
+    """hudi-rs storage options for an object-store location (none for local tables)."""
+    if not is_object_store(location):
+        return {}
+    return (storage if storage is not None else StoreOptions.from_env()).hudi_options()
 
 
 def file_type(filesystem: pafs.FileSystem, path: str) -> pafs.FileType:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from storage.formats.hudi._layout import PartitionLayout, open_filesystem
+from storage.formats.hudi._layout import PartitionLayout, hudi_storage_options, open_filesystem
 from storage.formats.hudi._metadata import (
     DATA_ACTIONS,
     CommitMetadata,
@@ -23,6 +23,7 @@ from storage.formats.hudi._metadata import (
     iter_write_stats,
     read_footer,
 )
+from storage.io.stores import StoreOptions
 from storage.spec.errors import CorruptTable, SpecError, UnsupportedFeature
 from storage.spec.models import (
     DataFile,
@@ -103,8 +104,15 @@ class HudiSpecTable(SpecTable):
         {ReadingMode.SNAPSHOT, ReadingMode.READ_OPTIMIZED, ReadingMode.INCREMENTAL}
     )
 
-    def __init__(self, location: str, properties: Mapping[str, str], hudi_table: Any = None) -> None:
-        self._filesystem, self._root, self._location = open_filesystem(location)
+    def __init__(
+        self,
+        location: str,
+        properties: Mapping[str, str],
+        hudi_table: Any = None,
+        storage: StoreOptions | None = None,
+    ) -> None:
+        self._storage = storage
+        self._filesystem, self._root, self._location = open_filesystem(location, storage)
         self._properties = dict(properties)
         self._hudi_table = hudi_table
         self._log_exclusions: dict[int | str, frozenset[str]] = {}
@@ -112,10 +120,12 @@ class HudiSpecTable(SpecTable):
 
     # Spark and Celery ship tables to other processes: the hudi-rs handle is reopened there.
     def __getstate__(self) -> dict[str, Any]:
-        return {"location": self._location, "properties": self._properties}
+        storage = self._storage.to_json() if self._storage is not None else ""
+        return {"location": self._location, "properties": self._properties, "storage": storage}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        HudiSpecTable.__init__(self, state["location"], state["properties"])
+        storage = StoreOptions.from_json(state["storage"]) if state.get("storage") else None
+        HudiSpecTable.__init__(self, state["location"], state["properties"], storage=storage)
 
     # --- hudi-rs handles -----------------------------------------------------------------------
 
@@ -126,7 +136,9 @@ class HudiSpecTable(SpecTable):
             import hudi
 
             with hudi_errors(self._location, "opening the table"):
-                self._hudi_table = hudi.HudiTable(self._location)
+                self._hudi_table = hudi.HudiTable(
+                    self._location, hudi_storage_options(self._location, self._storage)
+                )
         return self._hudi_table
 
     def errors(self, doing: str) -> contextlib.AbstractContextManager[None]:

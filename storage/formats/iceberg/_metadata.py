@@ -24,6 +24,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from storage.io.stores import StoreOptions, is_object_store
+
 INLINE_PREFIX = "lakewarden-inline-manifests:"
 _DEFAULT_KEYS = ("initial-default", "write-default")
 
@@ -166,13 +168,17 @@ def parse_metadata(text: str | bytes) -> tuple[Any, MetadataExtras]:
     return TableMetadataUtil.parse_obj(normalised), extras
 
 
-def load_static_table(metadata_location: str) -> tuple[Any, MetadataExtras]:
-    """A pyiceberg ``StaticTable`` of one metadata file, read through ``parse_metadata``."""
+def load_static_table(
+    metadata_location: str, storage: StoreOptions | None = None
+) -> tuple[Any, MetadataExtras]:
+    """A pyiceberg ``StaticTable`` of one metadata file, read through ``parse_metadata``; on an
+    object store its FileIO gets ``storage``'s properties (else the environment's)."""
     from pyiceberg.catalog.noop import NoopCatalog
     from pyiceberg.io import load_file_io
     from pyiceberg.table import StaticTable
 
-    io = load_file_io(properties={}, location=metadata_location)
+    store_properties = file_io_properties(metadata_location, storage)
+    io = load_file_io(properties=store_properties, location=metadata_location)
     with io.new_input(metadata_location).open(seekable=False) as stream:
         text = stream.read()
     metadata, extras = parse_metadata(text)
@@ -180,10 +186,17 @@ def load_static_table(metadata_location: str) -> tuple[Any, MetadataExtras]:
         identifier=("static-table", metadata_location),
         metadata_location=metadata_location,
         metadata=metadata,
-        io=load_file_io(dict(metadata.properties), location=metadata_location),
+        io=load_file_io({**metadata.properties, **store_properties}, location=metadata_location),
         catalog=NoopCatalog("static-table"),
     )
     return table, extras
+
+
+def file_io_properties(location: str, storage: StoreOptions | None) -> dict[str, str]:
+    """pyiceberg FileIO properties reaching ``location`` (none for local tables)."""
+    if not is_object_store(location):
+        return {}
+    return (storage if storage is not None else StoreOptions.from_env()).properties()
 
 
 def is_inline(manifest_list: str) -> bool:

@@ -4,52 +4,52 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Any, ClassVar
 
+import pyarrow.fs as pafs
+
 from storage.formats.iceberg.table import IcebergSpecTable
-from storage.io import is_local, local_path
+from storage.io.stores import StoreOptions, filesystem, uri
 from storage.spec.errors import CorruptTable, TableNotFound
 from storage.spec.table import TableFormatAdapter
 
 _VERSION = re.compile(r"^v?(\d+)[-.]")
 
 
-def _local_path(location: str) -> str | None:
-    """The filesystem path of a local location (plain path or ``file:`` URI), else None."""
-    return str(local_path(location)) if is_local(location) else None
-
-
-def latest_metadata_file(location: str) -> str:
+def latest_metadata_file(location: str, storage: StoreOptions | None = None) -> str:
     """The current ``*.metadata.json`` of a table folder: ``version-hint.text`` when present,
-    otherwise the highest version number (``vN.metadata.json`` or ``NNNNN-uuid.metadata.json``)."""
-    path = _local_path(location)
-    if path is None:
-        return location  # object store: pyiceberg resolves version-hint.text itself
+    otherwise the highest version number (``vN.metadata.json`` or ``NNNNN-uuid.metadata.json``).
+
+    Local folders give a local path; object-store prefixes a URI (found by one listing)."""
+    fs, path = filesystem(location, storage)
+    path = path.rstrip("/")
     if path.endswith(".metadata.json"):
-        if not os.path.isfile(path):
+        if fs.get_file_info(path).type != pafs.FileType.File:
             raise TableNotFound(f"no Iceberg metadata file at {location}")
-        return path
-    metadata_dir = os.path.join(path, "metadata")
-    if not os.path.isdir(metadata_dir):
+        return uri(location, path)
+    metadata_dir = f"{path}/metadata"
+    entries = fs.get_file_info(pafs.FileSelector(metadata_dir, allow_not_found=True))
+    if not entries and fs.get_file_info(metadata_dir).type != pafs.FileType.Directory:
         raise TableNotFound(f"no Iceberg table at {location}: it has no metadata folder")
-    hint = os.path.join(metadata_dir, "version-hint.text")
-    if os.path.isfile(hint):
-        with open(hint, encoding="utf-8") as stream:
-            content = stream.read().strip()
+    files = {entry.base_name: entry for entry in entries if entry.type == pafs.FileType.File}
+    hint = files.get("version-hint.text")
+    if hint is not None:
+        with fs.open_input_stream(hint.path) as stream:
+            content = stream.read().decode("utf-8", errors="replace").strip()
         for candidate in (content, f"v{content}.metadata.json", f"{content}.metadata.json"):
-            if candidate and os.path.isfile(os.path.join(metadata_dir, candidate)):
-                return os.path.join(metadata_dir, candidate)
-    candidates = [name for name in os.listdir(metadata_dir) if name.endswith(".metadata.json")]
+            if candidate and candidate in files:
+                return uri(location, files[candidate].path)
+    candidates = [name for name in files if name.endswith(".metadata.json")]
     if not candidates:
         raise TableNotFound(f"no Iceberg table at {location}: metadata/ holds no *.metadata.json file")
 
     def version(name: str) -> tuple[int, float]:
         match = _VERSION.match(name)
-        return (int(match.group(1)) if match else -1, os.path.getmtime(os.path.join(metadata_dir, name)))
+        mtime = files[name].mtime
+        return (int(match.group(1)) if match else -1, mtime.timestamp() if mtime is not None else 0.0)
 
-    return os.path.join(metadata_dir, max(candidates, key=version))
+    return uri(location, files[max(candidates, key=version)].path)
 
 
 def _catalog(catalog: Any) -> Any:
@@ -71,34 +71,35 @@ class IcebergAdapter(TableFormatAdapter):
     looks_for: ClassVar[str] = "Iceberg metadata (metadata/*.metadata.json)"
 
     @classmethod
-    def detect(cls, location: str) -> bool:
-        path = _local_path(location)
-        if path is None:
-            return False
-        if path.endswith(".metadata.json"):
-            return os.path.isfile(path)
-        metadata_dir = os.path.join(path, "metadata")
+    def detect(cls, location: str, storage: StoreOptions | None = None) -> bool:
         try:
-            return any(name.endswith(".metadata.json") for name in os.listdir(metadata_dir))
-        except OSError:
+            fs, path = filesystem(location, storage)
+            path = path.rstrip("/")
+            if path.endswith(".metadata.json"):
+                return fs.get_file_info(path).type == pafs.FileType.File
+            entries = fs.get_file_info(pafs.FileSelector(f"{path}/metadata", allow_not_found=True))
+        except Exception:  # detection must answer, never raise: any failure means "not Iceberg"
             return False
+        return any(entry.base_name.endswith(".metadata.json") for entry in entries)
 
     @classmethod
-    def open(cls, location_or_identifier: str, catalog: Any = None) -> IcebergSpecTable:
+    def open(
+        cls, location_or_identifier: str, catalog: Any = None, storage: StoreOptions | None = None
+    ) -> IcebergSpecTable:
         if catalog is not None:
             return cls._open_from_catalog(location_or_identifier, _catalog(catalog))
-        return cls._open_from_metadata(location_or_identifier)
+        return cls._open_from_metadata(location_or_identifier, storage)
 
     @classmethod
-    def _open_from_metadata(cls, location: str) -> IcebergSpecTable:
+    def _open_from_metadata(cls, location: str, storage: StoreOptions | None = None) -> IcebergSpecTable:
         from pydantic import ValidationError
         from pyiceberg.exceptions import ValidationError as IcebergValidationError
 
         from storage.formats.iceberg._metadata import load_static_table
 
-        metadata_file = latest_metadata_file(location)
+        metadata_file = latest_metadata_file(location, storage)
         try:
-            table, extras = load_static_table(metadata_file)
+            table, extras = load_static_table(metadata_file, storage)
         except FileNotFoundError:
             raise TableNotFound(f"no Iceberg metadata file at {metadata_file}") from None
         except (

@@ -53,6 +53,8 @@ class SourceOptions:
     target_size: int = DEFAULT_TARGET_SIZE
     open_file_cost: int = DEFAULT_OPEN_FILE_COST
     pushdown: bool = True
+    #: The object store's credentials as ``StoreOptions.to_json()`` (empty: the environment's).
+    storage: str = ""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -66,6 +68,7 @@ class SourceOptions:
             known = ", ".join(f.value for f in TableFormat)
             raise ValueError(f"unknown table format {fmt!r} for the lakewarden data source (known: {known})")
         return cls(
+            storage=options.get("storage") or "",
             location=str(location),
             format=fmt,
             instant=(options.get("instant") or "").strip() or None,
@@ -105,9 +108,11 @@ def _positive_int(options: Mapping[str, str], key: str, default: int, allow_zero
 
 
 def _open(options: SourceOptions) -> SpecTable:
+    from storage.io.stores import StoreOptions
     from storage.spec.registry import load_table
 
-    return load_table(options.location, format=options.format)
+    storage = StoreOptions.from_json(options.storage) if options.storage else None
+    return load_table(options.location, format=options.format, storage=storage)
 
 
 # Executors reuse one opened table for the splits of one scan (a Python worker runs many tasks);
