@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
@@ -11,11 +13,13 @@ from processes.registry import broken_factories, conflicts_if_enabled, factory_c
 from storage.errors import InvalidInput
 from storage.models import Catalog, Table
 from storage.secrets import MASK, mask_mapping, merge_secrets
+from storage.services.tables import catalog_properties_checked
 
 
 class CatalogAdminForm(forms.ModelForm):
     """Secrets in a catalog's properties are write-only: shown masked, and a masked (or blank)
-    secret sent back keeps the stored value."""
+    secret sent back keeps the stored value. A new catalog is checked like one the console or the
+    API creates (its root listed or its catalog connected to) before it is saved."""
 
     class Meta:
         model = Catalog
@@ -32,6 +36,20 @@ class CatalogAdminForm(forms.ModelForm):
             raise forms.ValidationError("the properties must be a JSON object")
         stored = Catalog.objects.filter(pk=self.instance.pk).values_list("properties", flat=True).first()
         return merge_secrets(stored or {}, submitted)
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.instance.pk is None and not self.errors:
+            try:
+                cleaned["properties"] = catalog_properties_checked(
+                    cleaned["name"], cleaned["kind"], cleaned.get("properties") or {}
+                )
+            except InvalidInput as error:
+                # The form is shown again: with the typed secrets masked (they must be typed again).
+                self.data = self.data.copy()
+                self.data["properties"] = json.dumps(mask_mapping(cleaned.get("properties") or {}))
+                raise forms.ValidationError({"properties": error.message}) from None
+        return cleaned
 
 
 @admin.register(Catalog)

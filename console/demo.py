@@ -1,20 +1,27 @@
 """The demo lakehouse: Iceberg tables in a SQL catalog kept in Lakewarden's Postgres database and
-Delta tables written by deltalake, built from many small commits so maintenance has work to do."""
+Delta tables written by deltalake, built from many small commits so maintenance has work to do.
+
+``demo_lakehouse_build`` puts it in the local warehouse; ``demo_lakehouse_build_s3`` on an object
+store (SeaweedFS under ``var/`` for ``LAKEWARDEN_DEMO_STORAGE=s3``): the same tables, the Iceberg
+ones in a REST catalog, the Delta ones under an ``s3://`` prefix."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from storage import services
 from storage.catalogs import iceberg_catalog
-from storage.models import Catalog, CatalogKind
+from storage.io import StoreOptions, filesystem, join
+from storage.models import Catalog, CatalogKind, StorageBackend
+from storage.results.plugin import StorageDescriptor
 
 logger = logging.getLogger(__name__)
 
@@ -108,16 +115,18 @@ def _events_batch(rng: random.Random, start_id: int, rows: int) -> pa.Table:
     )
 
 
-def _build_iceberg(catalog, scale: int, report: Callable[[str], None]) -> list[str]:
+def _build_iceberg(
+    catalog, scale: int, report: Callable[[str], None], namespace: str = NAMESPACE
+) -> list[str]:
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.transforms import DayTransform, IdentityTransform
 
     rng = random.Random(42)
-    catalog.create_namespace_if_not_exists(NAMESPACE)
+    catalog.create_namespace_if_not_exists(namespace)
     built = []
-    existing = {".".join(t) for t in catalog.list_tables(NAMESPACE)}
+    existing = {".".join(t) for t in catalog.list_tables(namespace)}
 
-    name = f"{NAMESPACE}.orders"
+    name = f"{namespace}.orders"
     if name not in existing:
         spec = PartitionSpec(
             PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="region"),
@@ -133,7 +142,7 @@ def _build_iceberg(catalog, scale: int, report: Callable[[str], None]) -> list[s
         built.append(name)
         report(f"iceberg {name}: {scale} appends, an overwrite and a delete")
 
-    name = f"{NAMESPACE}.events"
+    name = f"{namespace}.events"
     if name not in existing:
         table = catalog.create_table(name, schema=_events_schema())
         next_id = 1
@@ -144,7 +153,7 @@ def _build_iceberg(catalog, scale: int, report: Callable[[str], None]) -> list[s
         built.append(name)
         report(f"iceberg {name}: {scale} appends and a delete")
 
-    name = f"{NAMESPACE}.customers"
+    name = f"{namespace}.customers"
     if name not in existing:
         customers = pa.table(
             {
@@ -165,30 +174,41 @@ def _build_iceberg(catalog, scale: int, report: Callable[[str], None]) -> list[s
     return built
 
 
-def _build_delta(root: Path, scale: int, report: Callable[[str], None]) -> list[str]:
+def _has_delta_log(location: str, options: StoreOptions | None) -> bool:
+    fs, path = filesystem(join(location, "_delta_log"), options)
+    return fs.get_file_info(path).type == pafs.FileType.Directory
+
+
+def _build_delta(
+    root: str, scale: int, report: Callable[[str], None], options: StoreOptions | None = None
+) -> list[str]:
+    """Two Delta tables under ``root`` (a folder, or an ``s3://`` prefix reached with ``options``)."""
     from deltalake import DeltaTable, write_deltalake
 
+    storage_options = options.delta_options() if options is not None else None
     rng = random.Random(7)
     built = []
-    sales = root / "sales"
-    if not (sales / "_delta_log").exists():
+    sales = join(root, "sales")
+    if not _has_delta_log(sales, options):
         next_id = 1
         for _ in range(max(scale // 2, 2)):
             batch = _orders_batch(rng, next_id, 50, day=rng.randint(0, 9))
             batch = batch.drop_columns(["customer"]).append_column(
                 "country", pa.array([rng.choice(["DE", "FR", "US"]) for _ in range(50)])
             )
-            write_deltalake(str(sales), batch, mode="append", partition_by=["country"])
+            write_deltalake(
+                sales, batch, mode="append", partition_by=["country"], storage_options=storage_options
+            )
             next_id += 50
-        DeltaTable(str(sales)).delete("status = 'cancelled'")
-        built.append(str(sales))
+        DeltaTable(sales, storage_options=storage_options).delete("status = 'cancelled'")
+        built.append(sales)
         report(f"delta sales: {max(scale // 2, 2)} appends and a delete")
-    readings = root / "sensor_readings"
-    if not (readings / "_delta_log").exists():
+    readings = join(root, "sensor_readings")
+    if not _has_delta_log(readings, options):
         for batch_number in range(scale):
             rows = 30
             write_deltalake(
-                str(readings),
+                readings,
                 pa.table(
                     {
                         "sensor": pa.array([f"s-{rng.randint(1, 20):02d}" for _ in range(rows)]),
@@ -201,8 +221,9 @@ def _build_delta(root: Path, scale: int, report: Callable[[str], None]) -> list[
                     }
                 ),
                 mode="append",
+                storage_options=storage_options,
             )
-        built.append(str(readings))
+        built.append(readings)
         report(f"delta sensor_readings: {scale} appends")
     return built
 
@@ -224,8 +245,53 @@ def demo_lakehouse_build(
         name="warehouse-delta", kind=CatalogKind.PATH_ROOT, properties={"root": str(delta_root)}
     )
     built = _build_iceberg(iceberg_catalog(iceberg), scale, report)
-    built += _build_delta(delta_root, scale, report)
-    iceberg_sync = services.catalog_sync(catalog=iceberg)
-    delta_sync = services.catalog_sync(catalog=paths)
-    failed = {**iceberg_sync.failed, **delta_sync.failed}
-    return {"built": built, "registered": iceberg_sync.added + delta_sync.added, "failed": failed}
+    built += _build_delta(str(delta_root), scale, report)
+    return {"built": built, **_sync(iceberg, paths)}
+
+
+#: The object-store demo's catalog rows and result storage.
+REST_CATALOG = "demo-rest"
+LAKE_CATALOG = "lake-delta"
+RESULT_STORAGE = "demo-s3-results"
+
+
+def demo_lakehouse_build_s3(
+    *,
+    s3_properties: Mapping[str, str],
+    rest_properties: Mapping[str, str],
+    lake_root: str = "s3://lake/demo",
+    results_root: str = "s3://results/cache",
+    namespace: str = NAMESPACE,
+    scale: int = 150,
+    report: Callable[[str], None] = logger.info,
+) -> dict:
+    """The demo lakehouse on an object store: the Iceberg tables through a REST catalog
+    (``rest_properties``: uri, warehouse, credential and ``s3.*``), the Delta tables under
+    ``lake_root`` (a path-root catalog with the ``s3_properties``), cached query results under
+    ``results_root`` (the default result storage). Every row goes through the services; safe to
+    run again."""
+    rest = Catalog.objects.filter(name=REST_CATALOG).first() or services.catalog_create(
+        name=REST_CATALOG, kind=CatalogKind.ICEBERG_REST, properties=dict(rest_properties)
+    )
+    built = _build_iceberg(iceberg_catalog(rest), scale, report, namespace)
+    built += _build_delta(lake_root, scale, report, StoreOptions.from_properties(s3_properties))
+    lake = Catalog.objects.filter(name=LAKE_CATALOG).first() or services.catalog_create(
+        name=LAKE_CATALOG, kind=CatalogKind.PATH_ROOT, properties={"root": lake_root, **s3_properties}
+    )
+    if not StorageBackend.objects.filter(name=RESULT_STORAGE).exists():
+        descriptor = StorageDescriptor().with_type("filesystem").with_config("root", results_root)
+        for key, value in s3_properties.items():
+            descriptor.with_config(key, value)
+        services.storage_backend_register(name=RESULT_STORAGE, descriptor=descriptor, is_default=True)
+        report(f"result storage {RESULT_STORAGE}: {results_root} (the default)")
+    return {"built": built, **_sync(rest, lake)}
+
+
+def _sync(*catalogs: Catalog) -> dict:
+    registered: list = []
+    failed: dict = {}
+    for catalog in catalogs:
+        report = services.catalog_sync(catalog=catalog)
+        registered += report.added
+        failed.update(report.failed)
+    return {"registered": registered, "failed": failed}

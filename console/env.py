@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -48,19 +49,42 @@ def env_path(name: str, default: str, *, base: Path) -> Path:
     return (base / path).resolve() if not path.is_absolute() else path.resolve()
 
 
-def env_paths(name: str, default: list[Path], *, base: Path) -> list[Path]:
-    """A list of folders separated by ``os.pathsep`` (``:``)."""
+# ``os.pathsep`` separates roots, but not the ``:`` of a URI's ``scheme://``.
+_ROOT_SEPARATOR = re.compile(rf"{re.escape(os.pathsep)}(?!//)")
+
+
+def env_roots(name: str, default: list[Path], *, base: Path) -> list[Path | str]:
+    """Folders and object-store URI prefixes (``/lake:s3://lake/prod/``) separated by ``:``.
+
+    Relative folders are taken from ``base`` and every folder is resolved; a URI prefix is kept in its normalised form
+    (``s3a://lake/prod/`` -> ``s3://lake/prod``) and refused when its key plays tricks (``..``,
+    ``//``, percent-encoded separators) or its scheme is not an object store."""
     value = env_str(name)
     if value is None:
-        return default
-    paths = []
-    for part in value.split(os.pathsep):
-        if part.strip():
-            path = Path(part.strip()).expanduser()
-            paths.append((base / path).resolve() if not path.is_absolute() else path.resolve())
-    if not paths:
+        return list(default)
+    roots: list[Path | str] = []
+    for part in (p.strip() for p in _ROOT_SEPARATOR.split(value)):
+        if not part:
+            continue
+        if "://" in part and not part.lower().startswith("file:"):
+            roots.append(_uri_root(name, part))
+            continue
+        path = Path(part.removeprefix("file://")).expanduser()
+        roots.append((base / path).resolve() if not path.is_absolute() else path.resolve())
+    if not roots:
         raise ImproperlyConfigured(f"{name} is set but names no folder")
-    return paths
+    return roots
+
+
+def _uri_root(name: str, value: str) -> str:
+    from storage.io.stores import PathNotAllowed, is_object_store, normalise
+
+    try:
+        if not is_object_store(value):
+            raise PathNotAllowed(f"{value.split('://', 1)[0]}:// is not an object store")
+        return normalise(value)
+    except PathNotAllowed as error:
+        raise ImproperlyConfigured(f"{name}: {value!r} is not a usable root ({error})") from None
 
 
 def env_url(name: str, default: str, *, schemes: tuple[str, ...]) -> str:

@@ -13,7 +13,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from console import settings_security
-from console.env import env_bool, env_int, env_path, env_paths, env_str, env_url
+from console.env import env_bool, env_int, env_path, env_roots, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -124,7 +124,8 @@ WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- Lakewarden ---------------------------------------------------------------------------------
 LAKEWARDEN_WAREHOUSE = env_path("LAKEWARDEN_WAREHOUSE", str(LAKEWARDEN_VAR_DIR / "warehouse"), base=BASE_DIR)
-LAKEWARDEN_ALLOWED_ROOTS = env_paths("LAKEWARDEN_ALLOWED_ROOTS", [LAKEWARDEN_WAREHOUSE], base=BASE_DIR)
+#: Folders (``Path``) and object-store URI prefixes (normalised ``str``, e.g. ``s3://lake/prod``).
+LAKEWARDEN_ALLOWED_ROOTS = env_roots("LAKEWARDEN_ALLOWED_ROOTS", [LAKEWARDEN_WAREHOUSE], base=BASE_DIR)
 LAKEWARDEN_SPARK_MASTER = env_str("LAKEWARDEN_SPARK_MASTER", "local[*]")
 LAKEWARDEN_SPARK_REMOTE = env_str("LAKEWARDEN_SPARK_REMOTE")
 if LAKEWARDEN_SPARK_REMOTE is not None and not LAKEWARDEN_SPARK_REMOTE.startswith("sc://"):

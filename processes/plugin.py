@@ -17,12 +17,15 @@ worker rebuilds the process from that row with ``recover(runtime, record)`` and 
 
 - call ``context.check_cancelled()`` between steps (it raises ``ProcessCancelled``);
 - call ``context.report_progress(done, total, message)`` so operators see progress;
-- write new files only under ``context.staging_dir`` until the commit, so a failed or cancelled
-  run leaves the table exactly as it was;
-- move the files it commits out of staging into the table's data folder (a rename: staging lives
-  under the table location, on the same filesystem) and commit atomically through the format
+- on a local table, write new files only under ``context.staging_dir`` until the commit, and move
+  the files it commits out of staging into the table's data folder (a rename: staging lives under
+  the table location, on the same filesystem) just before committing atomically through the format
   library, as the last step. The executor deletes the staging folder when the process ends,
-  whatever the outcome, so nothing committed may stay in it.
+  whatever the outcome, so nothing committed may stay in it;
+- on an object store (no rename there), write new files in place under the table's data prefix
+  with names unique to the attempt (``processes.factories.outputs``: invisible until a commit names
+  them), and delete them when the commit does not land. A failed or cancelled run leaves the table
+  exactly as it was either way.
 
 Per-table values the factory needs across runs (last seen snapshot...) are ``StateKey``s declared in
 ``state_keys`` and read/written through ``runtime.get_state(key)`` / ``runtime.set_state(key, value)``.

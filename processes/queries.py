@@ -27,9 +27,10 @@ from storage.cache import (
     query_plan,
 )
 from storage.errors import Conflict, InvalidInput
+from storage.io import is_object_store
 from storage.models import CachedResult, StorageBackend
 from storage.selectors import jsonable
-from storage.services import storage_backend_default
+from storage.services import storage_backend_default, table_store_options
 from storage.spec.spark_source import read_table
 
 logger = logging.getLogger(__name__)
@@ -183,7 +184,12 @@ def _result_frame(spark, plan: QueryPlan, backend: StorageBackend | None):
 def _compute(spark, plan: QueryPlan):
     for planned in plan.tables:
         table = planned.table
-        frame = read_table(spark, table.location, format=table.format, instant=planned.instant or None)
+        # An object-store table is read with its own credentials (its catalog's, its root's or the
+        # environment's), handed to the Spark tasks as the data source's redacted storage option.
+        storage = table_store_options(table) if is_object_store(table.location) else None
+        frame = read_table(
+            spark, table.location, format=table.format, instant=planned.instant or None, storage=storage
+        )
         frame.createOrReplaceTempView(planned.view)
     return spark.sql(plan.spark_sql)
 

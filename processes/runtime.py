@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from processes.models import TableState
+from processes.models import TERMINAL_STATUSES, Process, TableState
 from processes.plugin import StateKey
+from storage.io import StoreOptions, is_object_store
 from storage.models import Table
-from storage.services import table_open
+from storage.services import table_open, table_store_options
 from storage.spec import SpecTable
 
 
@@ -50,6 +52,22 @@ class TableRuntime:
     @property
     def current_instant(self) -> str:
         return self.table.current_instant
+
+    def store_options(self) -> StoreOptions | None:
+        """The credentials reaching the table's object store (its catalog's, its root's or the
+        environment's); None for a local table."""
+        if not is_object_store(self.location):
+            return None
+        return table_store_options(self.table)
+
+    def finished_processes(self, ids: Iterable[int]) -> set[int]:
+        """Those of ``ids`` that are processes of this table which have ended (whatever the
+        outcome). An id this database does not know (another installation's?) is not among them."""
+        return set(
+            Process.objects.filter(
+                table=self.table, pk__in=list(ids), status__in=TERMINAL_STATUSES
+            ).values_list("pk", flat=True)
+        )
 
     def load(self) -> SpecTable:
         """The table through the spec API (opened once per runtime)."""

@@ -36,7 +36,9 @@ STAGING_FOLDER = ".lakewarden-staging"
 
 
 def staging_dir(process: Process) -> Path:
-    """Staging lives under the table location, so a commit never copies across filesystems."""
+    """Staging lives under the table location, so a commit never copies across filesystems. (Tables
+    on object stores stage nothing: their rewrites write in place, see factories.outputs; this
+    path is then never created, and the executor's cleanup of it finds nothing.)"""
     return Path(process.table.location) / STAGING_FOLDER / f"process-{process.pk}"
 
 

@@ -1,20 +1,25 @@
-"""Building pyiceberg catalogs from Catalog rows, and finding tables under a path root."""
+"""Building pyiceberg catalogs from Catalog rows, and finding tables under a path root (a folder or
+an object-store prefix)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow.fs as pafs
 from django.conf import settings
 from django.db import connection
 
-from storage.io import PathNotAllowed, StoreOptions, is_object_store, is_within
+from storage.io import PathNotAllowed, StoreOptions, filesystem, is_object_store, is_within, uri
 from storage.models import Catalog, CatalogKind
 
 # Table folders are rarely deeper than this under a root; the bound keeps a sync of a big tree quick.
 MAX_DISCOVERY_DEPTH = 6
+#: Prefixes listed at most by one sync of an object-store root (one request each, or a few).
+MAX_DISCOVERY_LISTINGS = 5000
 
 
 def lakewarden_database_sqlalchemy_url() -> str:
@@ -40,6 +45,36 @@ def iceberg_catalog_properties(catalog: Catalog) -> dict[str, str]:
     return props
 
 
+@functools.cache
+def rest_catalog_class():
+    """pyiceberg's RestCatalog whose every HTTP request (config, OAuth token, namespaces, tables,
+    commits) carries the connect and read timeouts of the catalog's ``StoreOptions``
+    (``s3.connect-timeout``, ``s3.request-timeout`` or ``LAKEWARDEN_S3_*``): pyiceberg sets none,
+    so a catalog that accepts a connection and never answers would hang a request forever."""
+    from pyiceberg.catalog.rest import RestCatalog
+    from requests.adapters import HTTPAdapter
+
+    class _TimeoutAdapter(HTTPAdapter):
+        def __init__(self, timeout: tuple[float, float]) -> None:
+            super().__init__()
+            self.timeout = timeout
+
+        def send(self, request, **kwargs):
+            if kwargs.get("timeout") is None:
+                kwargs["timeout"] = self.timeout
+            return super().send(request, **kwargs)
+
+    class BoundedRestCatalog(RestCatalog):
+        def _config_headers(self, session) -> None:  # called first on every session it makes
+            options = StoreOptions.from_properties(self.properties)
+            adapter = _TimeoutAdapter((options.connect_timeout, options.request_timeout))
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
+            super()._config_headers(session)
+
+    return BoundedRestCatalog
+
+
 _catalogs: dict[tuple, object] = {}
 _catalogs_lock = threading.Lock()
 
@@ -53,8 +88,17 @@ def iceberg_catalog(catalog: Catalog):
     key = (catalog.name, tuple(sorted(properties.items())))
     with _catalogs_lock:
         if key not in _catalogs:
-            _catalogs[key] = load_catalog(catalog.name, **properties)
+            if catalog.kind == CatalogKind.ICEBERG_REST:
+                _catalogs[key] = rest_catalog_class()(catalog.name, **properties)
+            else:
+                _catalogs[key] = load_catalog(catalog.name, **properties)
         return _catalogs[key]
+
+
+def is_catalog_error(error: BaseException) -> bool:
+    """An error an Iceberg catalog client raised (a REST answer such as 401/404/500, a missing
+    table or namespace, a refused OAuth credential), as opposed to a bug."""
+    return type(error).__module__.startswith("pyiceberg.") or type(error).__module__.startswith("requests.")
 
 
 def close_iceberg_catalogs() -> None:
@@ -92,8 +136,11 @@ def _root_catalog_of(location: str) -> Catalog | None:
     """The path-root catalog with the longest root holding ``location`` (object stores only)."""
     best: Catalog | None = None
     best_length = -1
-    for catalog in Catalog.objects.filter(kind=CatalogKind.PATH_ROOT, properties__root__contains="://"):
+    # (``properties__root__contains`` would be JSON containment on Postgres, not a substring test.)
+    for catalog in Catalog.objects.filter(kind=CatalogKind.PATH_ROOT):
         root = str((catalog.properties or {}).get("root", ""))
+        if not is_object_store(root):
+            continue
         try:
             inside = is_within(location, root)
         except PathNotAllowed:
@@ -128,3 +175,39 @@ def table_folders(root: Path) -> Iterator[Path]:
         for entry in children:
             if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
                 stack.append((Path(entry.path), depth + 1))
+
+
+def object_store_table_folders(root: str, options: StoreOptions) -> Iterator[str]:
+    """URIs of the prefixes under the object-store ``root`` that hold a table (``_delta_log``,
+    ``.hoodie``, or ``metadata/*.metadata.json``), found by listing one level at a time (at most
+    ``MAX_DISCOVERY_DEPTH`` levels and ``MAX_DISCOVERY_LISTINGS`` listings); a table's own prefix is
+    not searched further. A store error (credentials, endpoint) is raised as the ``OSError`` it is."""
+    fs, base = filesystem(root, options)
+    pending = [(base.rstrip("/"), 0)]
+    listings = 0
+    while pending and listings < MAX_DISCOVERY_LISTINGS:
+        path, depth = pending.pop()
+        listings += 1
+        children = {
+            info.base_name: info
+            for info in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+            if info.type == pafs.FileType.Directory
+        }
+        if _holds_table(fs, path, children):
+            yield uri(root, path)
+            continue
+        if depth < MAX_DISCOVERY_DEPTH:
+            pending.extend(
+                (info.path, depth + 1)
+                for name, info in sorted(children.items(), reverse=True)
+                if not name.startswith((".", "_"))
+            )
+
+
+def _holds_table(fs: pafs.FileSystem, path: str, children: dict[str, pafs.FileInfo]) -> bool:
+    if "_delta_log" in children or ".hoodie" in children:
+        return True
+    if "metadata" not in children:
+        return False
+    entries = fs.get_file_info(pafs.FileSelector(f"{path}/metadata", allow_not_found=True))
+    return any(entry.base_name.endswith(".metadata.json") for entry in entries)

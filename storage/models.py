@@ -24,8 +24,13 @@ class Catalog(models.Model):
     """Where tables are found. ``properties`` holds the kind's settings:
 
     iceberg_sql: ``uri`` (SQLAlchemy URL; empty means Lakewarden's own database), ``warehouse``;
-    iceberg_rest: ``uri``, optional ``token``/``credential`` (secrets, masked on output);
-    path_root: ``root`` (a folder inside LAKEWARDEN_ALLOWED_ROOTS).
+    iceberg_rest: ``uri``, ``warehouse``, optional ``token``/``credential`` (secrets, masked on
+    output); its HTTP requests time out after ``s3.connect-timeout``/``s3.request-timeout``;
+    path_root: ``root`` (a folder or an object-store URI prefix inside LAKEWARDEN_ALLOWED_ROOTS).
+
+    Any kind may carry the object store's credentials as ``s3.*`` properties (``s3.endpoint``,
+    ``s3.access-key-id``, ``s3.secret-access-key`` (masked), ``s3.region``,
+    ``s3.path-style-access``, timeouts); unset ones come from ``LAKEWARDEN_S3_*``/``AWS_*``.
     """
 
     name = models.SlugField(max_length=100, unique=True)

@@ -1,4 +1,6 @@
-"""Confining user-entered paths to LAKEWARDEN_ALLOWED_ROOTS, after resolving symlinks and ``..``."""
+"""Confining user-entered locations to LAKEWARDEN_ALLOWED_ROOTS: local paths after resolving
+symlinks and ``..``; object-store URIs on their normalised key (``storage.io.normalise`` refuses
+``..``, ``//`` and percent-encoded tricks) against the URI prefixes among the roots."""
 
 from __future__ import annotations
 
@@ -6,21 +8,40 @@ from pathlib import Path
 
 from django.conf import settings
 
-from storage.io import PathNotAllowed, local_path
+from storage.io import PathNotAllowed, is_local, is_within, local_path, normalise
 
-__all__ = ["PathNotAllowed", "confine", "local_path"]
+__all__ = ["PathNotAllowed", "allowed_roots", "confine", "local_path"]
 
 
-def confine(location: str) -> Path:
-    """The resolved path when it lies inside an allowed root; ``PathNotAllowed`` otherwise."""
+def allowed_roots() -> list[str]:
+    """The allowed roots as text: resolved folders and normalised URI prefixes."""
+    roots = []
+    for root in settings.LAKEWARDEN_ALLOWED_ROOTS:
+        text = str(root)
+        roots.append(str(Path(text).resolve()) if is_local(text) else normalise(text))
+    return roots
+
+
+def confine(location: str) -> Path | str:
+    """The resolved local path (a ``Path``), or the normalised object-store URI (a ``str``), when
+    it lies inside an allowed root; ``PathNotAllowed`` otherwise."""
     if not location or not location.strip():
         raise PathNotAllowed("no path given")
+    if not is_local(location):
+        return _confine_uri(location)
     path = local_path(location)
     if not path.is_absolute():
         raise PathNotAllowed(f"{location} is not an absolute path")
     resolved = path.resolve()
-    roots = [Path(root).resolve() for root in settings.LAKEWARDEN_ALLOWED_ROOTS]
+    roots = [Path(root) for root in allowed_roots() if is_local(root)]
     if not any(resolved == root or resolved.is_relative_to(root) for root in roots):
-        allowed = ", ".join(str(r) for r in roots)
-        raise PathNotAllowed(f"{location} is outside the allowed roots ({allowed})")
+        raise PathNotAllowed(f"{location} is outside the allowed roots ({', '.join(allowed_roots())})")
     return resolved
+
+
+def _confine_uri(location: str) -> str:
+    canonical = normalise(location)  # PathNotAllowed for unknown schemes and tricky keys
+    roots = [root for root in allowed_roots() if not is_local(root)]
+    if not any(is_within(canonical, root) for root in roots):
+        raise PathNotAllowed(f"{location} is outside the allowed roots ({', '.join(allowed_roots())})")
+    return canonical

@@ -18,10 +18,12 @@ from typing import Any
 
 from django.db.models import Count, Q, QuerySet, Sum
 
+from storage.catalogs import is_catalog_error
 from storage.errors import Conflict, InvalidInput
 from storage.metrics import BUCKETS_MIB, bucket_labels, size_bucket
 from storage.models import FORMAT_VALUES, Catalog, Table
 from storage.services import table_open
+from storage.services.tables import table_error_text
 from storage.spec import (
     CorruptTable,
     FilterError,
@@ -151,6 +153,10 @@ class _Reading:
             raise InvalidInput(str(error), field="at") from error
         if isinstance(error, (InvalidRange, NotSupported)):
             raise InvalidInput(str(error)) from error
+        if is_catalog_error(error):  # the table's REST catalog refused (401, 404, 500...)
+            raise Conflict(
+                f"{self.table.name} cannot be read: {table_error_text(self.table, error)}"
+            ) from error
         if isinstance(error, ValueError) and not isinstance(error, SpecError):
             raise InvalidInput(str(error)) from error
         if isinstance(error, (TableNotFound, CorruptTable, UnsupportedFeature, SpecError)):

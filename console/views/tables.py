@@ -23,7 +23,8 @@ from storage import selectors, services
 from storage.errors import ServiceError
 from storage.io import is_local, local_path
 from storage.models import FORMAT_CHOICES, Catalog, Table
-from storage.spec import SpecError
+from storage.secrets import mask_mapping
+from storage.services.tables import table_open_error
 
 
 @require_GET
@@ -170,10 +171,10 @@ def table_detail(request, pk: int):
     context = {"table": table, "tab": "overview", "charts": table_charts(table)}
     try:
         context.update(_table_shape(table))
-    except SpecError as error:
-        context["open_error"] = str(error)
-    except OSError as error:
-        context["open_error"] = f"cannot read the table: {error}"
+    except Exception as error:  # the spec's, the store's or the catalog's refusal is shown
+        context["open_error"] = table_open_error(table, error)
+        if context["open_error"] is None:
+            raise
     return render_page(request, "console/table_detail.html", "console/partials/table_overview.html", context)
 
 
@@ -201,7 +202,7 @@ def _table_shape(table: Table) -> dict:
                     ]
                 },
                 "sort_columns": list(definition.sort_columns),
-                "properties": dict(definition.properties),
+                "properties": mask_mapping(dict(definition.properties)),
             },
             "schema_fields": [
                 {"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in spec_table.schema
@@ -212,6 +213,8 @@ def _table_shape(table: Table) -> dict:
 
 
 def _folder_present(location: str) -> bool:
+    """False for a local table whose folder is gone (an object-store prefix is not checked: that
+    would cost a request per view, and a vanished table fails when opened)."""
     try:
         return not is_local(location) or os.path.isdir(local_path(location))
     except (ValueError, OSError):

@@ -11,6 +11,14 @@ the written files (numRecords, nullCount, min/max of integer, string and date co
 
 Two compactions of one Delta table must never run at once (both would commit and duplicate rows):
 the executor's per-table lock guarantees it; this process relies on it.
+
+Object stores: new files are written in place under unique names (``outputs``) and deleted when
+the commit does not land. The commit is deltalake's: the next ``_delta_log/NNN.json`` is created
+with a conditional put (``If-None-Match: *``, ``conditional_put`` in ``StoreOptions.delta_options``),
+so when another writer took that version first the store refuses ours (412), deltalake checks the
+winner for conflicts and commits at the next version, or raises (the run re-plans). A store that
+ignores ``If-None-Match`` would let the second put overwrite the first commit: such a store is
+only safe with a single writer per table.
 """
 
 from __future__ import annotations
@@ -19,7 +27,6 @@ import datetime as dt
 import json
 import logging
 import os
-import shutil
 import time
 from typing import Any
 from urllib.parse import unquote
@@ -37,6 +44,7 @@ from processes.factories.compaction import (
     RewriteConflict,
 )
 from processes.factories.group_writer import GroupWriter, WrittenGroup
+from processes.factories.outputs import RewriteOutputs, rewrite_outputs
 from processes.plugin import (
     REWRITE,
     ProcessContext,
@@ -45,14 +53,30 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
+from storage.io import StoreOptions, filesystem, is_local
 
 logger = logging.getLogger(__name__)
 
 
-def open_version(location: str, version: int | None = None) -> Any:
+def open_version(location: str, version: int | None = None, storage: StoreOptions | None = None) -> Any:
     from storage.formats.delta import DeltaAdapter
 
-    return DeltaAdapter.open(location, version=version)
+    return DeltaAdapter.open(location, storage=storage, version=version)
+
+
+def delta_table(location: str, storage: StoreOptions | None = None) -> Any:
+    """deltalake's DeltaTable, with the store's options on an object store."""
+    from deltalake import DeltaTable
+
+    if is_local(location):
+        return DeltaTable(location)
+    return DeltaTable(location, storage_options=(storage or StoreOptions.from_env()).delta_options())
+
+
+def store_options(context: ProcessContext) -> StoreOptions | None:
+    """The table's object-store credentials (None for a local table or outside the console)."""
+    options = getattr(context.runtime, "store_options", None)
+    return options() if callable(options) else None
 
 
 def column_mapping(spec: Any) -> str:
@@ -90,8 +114,9 @@ class DeltaRewriteProcess(TableProcess):
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
         location = context.runtime.location
+        storage = store_options(context)
         for attempt in (1, 2):
-            spec = open_version(location)
+            spec = open_version(location, storage=storage)
             if column_mapping(spec) != "none":
                 raise RewriteConflict(
                     "Delta tables with column mapping are not rewritten (physical names differ)"
@@ -101,39 +126,57 @@ class DeltaRewriteProcess(TableProcess):
                 return compaction.rewrite_summary(plan, [], version=spec.version, attempts=attempt)
             partition_columns = set(spec.partition_spec.names)
             data_schema = pa.schema([f for f in spec.schema if f.name not in partition_columns])
-            staging = context.staging_dir / f"attempt-{attempt}"
+            outputs = rewrite_outputs(
+                location, context.staging_dir / f"attempt-{attempt}", storage, context.process_id
+            )
             writer = GroupWriter(
                 context,
                 DeltaSliceReader(spec, data_schema.names),
                 data_schema,
-                staging,
+                outputs,
                 settings=self.settings,
                 field_ids=False,
                 compression=self.settings.compression_codec or "snappy",
             )
-            written = writer.write_all(plan.groups, progress_total=len(plan.groups) + 1)
-            context.checkpoint("after-write")
-            self.before_commit(context, plan)
-            context.report_progress(len(plan.groups), len(plan.groups) + 1, "committing")
-            context.checkpoint("before-commit")
             try:
-                version = commit_delta(location, plan, written, data_schema, context.process_id)
+                written = writer.write_all(plan.groups, progress_total=len(plan.groups) + 1)
+                context.checkpoint("after-write")
+                self.before_commit(context, plan)
+                context.report_progress(len(plan.groups), len(plan.groups) + 1, "committing")
+                context.checkpoint("before-commit")
+                version = commit_delta(
+                    location, plan, written, data_schema, context.process_id, outputs, storage
+                )
             except RewriteConflict as conflict:
-                shutil.rmtree(staging, ignore_errors=True)
+                outputs.discard()
                 if attempt == 2:
                     raise RewriteConflict(f"the table changed during the rewrite twice: {conflict}") from None
                 logger.info("rewrite of %s re-plans: %s", location, conflict)
                 continue
-            shutil.rmtree(staging, ignore_errors=True)
+            except BaseException:
+                outputs.discard()
+                raise
+            outputs.finish()
             context.report_progress(len(plan.groups) + 1, len(plan.groups) + 1, "committed")
-            return compaction.rewrite_summary(plan, written, version=version, attempts=attempt)
+            extra = {"engine_note": writer.notes[0]} if writer.notes else {}
+            return compaction.rewrite_summary(plan, written, version=version, attempts=attempt, **extra)
         raise AssertionError("unreachable")
 
 
+def _key(location: str) -> str:
+    """A comparable spelling of a data file's location (normalised paths locally, URIs as is)."""
+    return os.path.normpath(location) if is_local(location) else location
+
+
 def _disk_path(root: str, log_path: str) -> str:
+    """The comparable location (``_key``) of an add/remove ``path`` of the table at ``root``."""
+    if is_local(root):
+        if "://" in log_path:
+            return os.path.normpath(compaction.local_path(log_path))
+        return os.path.normpath(os.path.join(root, unquote(log_path)))
     if "://" in log_path:
-        return os.path.normpath(compaction.local_path(log_path))
-    return os.path.normpath(os.path.join(root, unquote(log_path)))
+        return log_path
+    return f"{root}/{unquote(log_path)}"
 
 
 def partition_string(value: Any) -> str | None:
@@ -163,9 +206,11 @@ def _stat_value(value: Any, arrow_type: pa.DataType) -> Any:
     return None
 
 
-def delta_stats(path: str, schema: pa.Schema) -> str:
-    """Delta add-action statistics from a parquet footer."""
-    metadata = pq.read_metadata(path)
+def delta_stats(path: str, schema: pa.Schema, storage: StoreOptions | None = None) -> str:
+    """Delta add-action statistics from a parquet footer (a ranged read on an object store)."""
+    fs, fs_path = filesystem(path, storage)
+    with fs.open_input_file(fs_path) as stream:
+        metadata = pq.read_metadata(stream)
     leaves: dict[str, pa.DataType] = {}
 
     def collect(prefix: str, fields: Any) -> None:
@@ -230,22 +275,30 @@ def _put(target: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def commit_delta(
-    location: str, plan: CompactionPlan, written: list[WrittenGroup], schema: pa.Schema, process_id: int
+    location: str,
+    plan: CompactionPlan,
+    written: list[WrittenGroup],
+    schema: pa.Schema,
+    process_id: int,
+    outputs: RewriteOutputs,
+    storage: StoreOptions | None = None,
 ) -> int:
-    """Validate at the latest version, publish, commit remove + add; the new version."""
-    from deltalake import DeltaTable
+    """Validate at the latest version, publish, commit remove + add; the new version. Files of a
+    commit that did not land are the caller's to discard (``outputs.keep`` when it landed despite
+    an error or its outcome is unknown)."""
     from deltalake.exceptions import CommitFailedError, DeltaError
     from deltalake.transaction import CommitProperties
 
-    table = DeltaTable(location)
-    root = compaction.local_path(table.table_uri.rstrip("/"))
-    _validate_still_live(location, table.version(), plan)
+    table = delta_table(location, storage)
+    root = table.table_uri.rstrip("/")
+    if is_local(root):
+        root = compaction.local_path(root)
+    _validate_still_live(location, table.version(), plan, storage)
     actions = pa.table(table.get_add_actions(flatten=False)).to_pylist()
-    by_disk = {_disk_path(root, a["path"]): a for a in actions}
+    by_key = {_disk_path(root, a["path"]): a for a in actions}
     published: list[str] = []
-    committed = False
     try:
-        removes, adds = _rewrite_actions(root, by_disk, written, schema, published)
+        removes, adds = _rewrite_actions(by_key, written, schema, outputs, published, storage)
         table.create_write_transaction(
             actions=removes + adds,
             mode="append",
@@ -255,26 +308,32 @@ def commit_delta(
                 custom_metadata={"lakewarden.process-id": str(process_id), "lakewarden.operation": "rewrite"}
             ),
         )
-        committed = True
-    except CommitFailedError as error:
-        raise RewriteConflict(f"the commit was refused: {error}") from error
-    except DeltaError as error:
-        if "conflict" in str(error).lower() or "concurrent" in str(error).lower():
+    except BaseException as error:
+        if _landed(location, root, published, storage):
+            outputs.keep = True
+            if isinstance(error, Exception):
+                logger.warning("rewrite of %s: the commit landed despite %s", location, error)
+                return delta_table(location, storage).version()
+            raise
+        if isinstance(error, CommitFailedError):
+            raise RewriteConflict(f"the commit was refused: {error}") from error
+        if isinstance(error, DeltaError) and any(
+            word in str(error).lower() for word in ("conflict", "concurrent")
+        ):
             raise RewriteConflict(f"the commit was refused: {error}") from error
         raise
-    finally:
-        if not committed and not _landed(location, root, published):
-            compaction.unpublish(published)
-    return DeltaTable(location).version()
+    return delta_table(location, storage).version()
 
 
-def _validate_still_live(location: str, version: int, plan: CompactionPlan) -> None:
+def _validate_still_live(
+    location: str, version: int, plan: CompactionPlan, storage: StoreOptions | None = None
+) -> None:
     """Every planned file is still live at ``version`` and got no deletion vector meanwhile."""
-    latest = open_version(location, version)
-    live = {os.path.normpath(s.base_file.path): s for s in latest.file_index().list_files_at()}
+    latest = open_version(location, version, storage)
+    live = {_key(s.base_file.path): s for s in latest.file_index().list_files_at()}
     for group in plan.groups:
         for planned in group.slices:
-            now = live.get(os.path.normpath(planned.base_file.path))
+            now = live.get(_key(planned.base_file.path))
             if now is None:
                 raise RewriteConflict(f"{planned.base_file.path} is no longer live")
             if now.delete_files or now.base_file.extra.get("deletion_vector"):
@@ -282,52 +341,53 @@ def _validate_still_live(location: str, version: int, plan: CompactionPlan) -> N
 
 
 def _rewrite_actions(
-    root: str, by_disk: dict[str, dict], written: list[WrittenGroup], schema: pa.Schema, published: list[str]
+    by_key: dict[str, dict],
+    written: list[WrittenGroup],
+    schema: pa.Schema,
+    outputs: RewriteOutputs,
+    published: list[str],
+    storage: StoreOptions | None = None,
 ) -> tuple[list, list]:
     """Remove actions for the rewritten files and add actions for the new ones, published next to
-    each group's first file (``published`` collects them, so a failed commit can take them back)."""
+    each group's first file (``published`` collects them, to tell whether the commit landed)."""
     from deltalake.transaction import AddAction, RemoveAction
 
     now_ms = int(time.time() * 1000)
     removes, adds = [], []
     for result in written:
-        first = by_disk[os.path.normpath(result.group.paths[0])]
+        beside = result.group.paths[0]
+        first = by_key[_key(beside)]
         values = {k: partition_string(v) for k, v in (first.get("partition") or {}).items()}
         for path in result.group.paths:
-            action = by_disk[os.path.normpath(path)]
+            action = by_key[_key(path)]
             removes.append(RemoveAction(action["path"], False, now_ms, action["size_bytes"], values))
         # New files go next to the group's first file; its log path is already encoded the way
         # this table's log spells that folder.
         absolute = "://" in first["path"]
         relative_dir = os.path.dirname(first["path"])
-        directory = os.path.dirname(_disk_path(root, first["path"]))
-        for staged in result.files:
-            target = compaction.publish(staged, directory)
+        for path, size in zip(result.files, result.sizes, strict=True):
+            target = outputs.publish(path, beside)
             published.append(target)
-            name = os.path.basename(target)
+            name = target.rsplit("/", 1)[-1]
             log_path = f"{relative_dir}/{name}" if relative_dir else name
             if absolute:
-                log_path = "file://" + target
-            adds.append(
-                AddAction(
-                    log_path, os.path.getsize(target), values, now_ms, False, delta_stats(target, schema)
-                )
-            )
+                log_path = ("file://" + target) if is_local(target) else target
+            stats = delta_stats(target, schema, storage)
+            adds.append(AddAction(log_path, size, values, now_ms, False, stats))
     return removes, adds
 
 
-def _landed(location: str, root: str, published: list[str]) -> bool:
+def _landed(location: str, root: str, published: list[str], storage: StoreOptions | None = None) -> bool:
     """Whether the commit reached the log despite an error (any published file is live)."""
     if not published:
         return False
-    from deltalake import DeltaTable
-
     try:
-        actions = pa.table(DeltaTable(location).get_add_actions(flatten=False)).column("path").to_pylist()
+        table = delta_table(location, storage)
+        actions = pa.table(table.get_add_actions(flatten=False)).column("path").to_pylist()
     except Exception:
         return True  # cannot tell: keep the files (an orphan is safer than a missing file)
     live = {_disk_path(root, p) for p in actions}
-    return any(os.path.normpath(p) in live for p in published)
+    return any(_key(p) in live for p in published)
 
 
 class DeltaRewriteFactory(ProcessFactory):
@@ -344,7 +404,8 @@ class DeltaRewriteFactory(ProcessFactory):
         return TriggerStrategy.from_properties(self.properties, on_new_snapshot=True)
 
     def trigger(self, runtime: Any, action: str) -> TableProcess | None:
-        spec = open_version(runtime.location)
+        options = getattr(runtime, "store_options", None)
+        spec = open_version(runtime.location, storage=options() if callable(options) else None)
         if column_mapping(spec) != "none":
             return None
         process = DeltaRewriteProcess({}, runtime.config)

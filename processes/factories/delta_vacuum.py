@@ -4,9 +4,15 @@ The retention (``retention-hours``, default 168 h = 7 days) is never below the t
 ``delta.deletedFileRetentionDuration``: a factory or table property below it is raised to it, and
 an explicit ``retention-hours`` parameter below it is refused with a message saying why (readers
 of older versions within the table's promised retention would lose their files). deltalake's
-vacuum deletes tombstoned files older than the retention. Afterwards a checkpoint is written and
-log files older than ``delta.logRetentionDuration`` that the checkpoint makes redundant are removed
+vacuum deletes tombstoned files older than the retention and, with ``full`` (the default, Delta's
+own VACUUM semantics), files the log never named (what a writer killed before its commit left, such
+as a rewrite's objects on S3) once their last-modified time is older than the retention. Afterwards
+a checkpoint is written and log files older than ``delta.logRetentionDuration`` that the checkpoint makes redundant are removed
 (``cleanup_metadata``). ``dry-run`` lists the files and changes nothing.
+
+On an object store the same runs through deltalake with the table's storage options; the
+checkpoint and log cleanup are deltalake's (a checkpoint is written under a name no other writer
+uses, and commits keep their conditional put).
 """
 
 from __future__ import annotations
@@ -62,6 +68,10 @@ class DeltaVacuumProcess(TableProcess):
         self.configured_hours = float(merged["retention-hours"])
         self.requested_hours = float(params["retention-hours"]) if "retention-hours" in params else None
         self.dry_run = bool(params.get("dry-run", False))
+        # Delta's own VACUUM semantics: files the log never named (a writer killed before its
+        # commit, e.g. a rewrite's objects on S3) go too, once older than the retention by their
+        # last-modified time. ``full: false`` keeps deltalake's lighter mode (tombstones only).
+        self.full = bool(params.get("full", merged["full"]))
 
     def retention_hours(self, configuration: dict[str, Any]) -> int:
         own = table_retention_hours(configuration)
@@ -83,47 +93,56 @@ class DeltaVacuumProcess(TableProcess):
         return math.ceil(hours)
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
-        from deltalake import DeltaTable
+        from processes.factories.delta_rewrite import delta_table, store_options
 
-        table = DeltaTable(context.runtime.location)
+        storage = store_options(context)
+        table = delta_table(context.runtime.location, storage)
         hours = self.retention_hours(table.metadata().configuration)
         context.report_progress(0, 2, f"vacuum with a retention of {hours} h")
-        files = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=True)
+        files = table.vacuum(
+            retention_hours=hours, dry_run=True, enforce_retention_duration=True, full=self.full
+        )
         context.check_cancelled()
         summary: dict[str, Any] = {
             "dry_run": self.dry_run,
             "retention_hours": hours,
+            "full": self.full,
             "vacuumed_files": len(files),
             "files": summary_list(list(files)),
             "version": table.version(),
         }
         if self.dry_run:
             return summary
-        deleted = table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=True)
+        deleted = table.vacuum(
+            retention_hours=hours, dry_run=False, enforce_retention_duration=True, full=self.full
+        )
         summary["vacuumed_files"] = len(deleted)
         summary["files"] = summary_list(list(deleted))
         context.check_cancelled()
         context.report_progress(1, 2, "checkpoint and log cleanup")
         table.update_incremental()
         log = table.table_uri.rstrip("/") + "/_delta_log"
-        before = _log_files(log)
+        before = _log_files(log, storage)
         table.create_checkpoint()
         table.cleanup_metadata()
         summary["checkpoint_version"] = table.version()
-        summary["log_files_removed"] = len(before - _log_files(log))
+        summary["log_files_removed"] = len(before - _log_files(log, storage))
         context.report_progress(2, 2, "done")
         return summary
 
 
-def _log_files(log: str) -> set[str]:
-    import os
+def _log_files(log: str, storage: Any = None) -> set[str]:
+    """Names of the files in the table's log folder (local folder or object-store prefix)."""
+    import pyarrow.fs as pafs
 
-    from processes.factories.compaction import local_path
+    from storage.io import filesystem
 
     try:
-        return set(os.listdir(local_path(log)))
+        fs, path = filesystem(log, storage)
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except (OSError, ValueError):
         return set()
+    return {info.base_name for info in infos if info.type == pafs.FileType.File}
 
 
 class DeltaVacuumFactory(ProcessFactory):
@@ -135,12 +154,22 @@ class DeltaVacuumFactory(ProcessFactory):
             "interval": {"type": "integer", "minimum": 60},
             "parallelism": {"type": "integer", "minimum": 1},
             "retention-hours": {"type": "number", "minimum": 0},
+            "full": {"type": "boolean"},
         },
     }
-    default_properties = {"interval": 86400, "parallelism": 1, "retention-hours": DEFAULT_RETENTION_HOURS}
+    default_properties = {
+        "interval": 86400,
+        "parallelism": 1,
+        "retention-hours": DEFAULT_RETENTION_HOURS,
+        "full": True,
+    }
     params_schema = {
         "type": "object",
-        "properties": {"dry-run": {"type": "boolean"}, "retention-hours": {"type": "number", "minimum": 0}},
+        "properties": {
+            "dry-run": {"type": "boolean"},
+            "retention-hours": {"type": "number", "minimum": 0},
+            "full": {"type": "boolean"},
+        },
         "additionalProperties": False,
     }
 

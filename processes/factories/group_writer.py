@@ -1,13 +1,16 @@
-"""Writing the groups of a compaction plan into a process's staging folder.
+"""Writing the groups of a compaction plan: into a process's staging folder (local tables) or in
+place under unique names (object stores; see ``outputs``).
 
-Each group becomes one file (several if it exceeds the target) in the process's staging
-folder. Groups run concurrently, one Spark job of one task each, as many at once as Spark has cores,
+Each group becomes one file (several if it exceeds the target). Groups run concurrently, one Spark job of one task each, as many at once as Spark has cores,
 so every output file approaches the target size while the cores stay busy with different groups
 (coalescing a whole partition in one job instead serialises the reads). By default (engine
 ``arrow``) the task reads the group through the spec API's slice reader (deletes applied, Iceberg
 columns matched by field id) and writes it with pyarrow: every type round-trips, field ids and
 TIMESTAMP_MICROS included, and it is the fastest path measured (bench/compaction.py). Engine
-``spark-sql`` has Spark's own parquet reader and writer do the groups without deletes.
+``spark-sql`` has Spark's own parquet reader and writer do the groups without deletes; on an
+object store it would need the cluster's ``s3a`` support (hadoop-aws), which Lakewarden does not
+assume: the process says so once and uses ``arrow``, whose tasks reach the store through pyarrow
+with the table's credentials (``StoreOptions``, shipped to the task as JSON).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from processes.factories.compaction import MIB, CompactionSettings, RewriteGroup, local_path
+from processes.factories.outputs import RewriteOutputs, StagingOutputs
 from processes.plugin import ProcessContext
+from storage.io import StoreOptions, filesystem, is_local, uri
 from storage.spec.models import FileSlice
 
 logger = logging.getLogger(__name__)
@@ -37,16 +42,27 @@ ROW_GROUP_ROWS = 1024 * 1024
 ROW_GROUP_BYTES = 128 * MIB
 
 
+S3A_FALLBACK = (
+    "the spark-sql engine reads and writes through Spark's own file systems, which need s3a support "
+    "(hadoop-aws) on the Spark cluster for object-store tables; this rewrite uses the arrow engine"
+)
+
+_FALLBACK_SAID: set[int | None] = set()
+
+
 @dataclass
 class WrittenGroup:
+    """A written group: its files (local paths in staging, or object-store URIs in place)."""
+
     group: RewriteGroup
-    files: list[Path]
+    files: list[str]
     engine: str
     sizes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.files = [str(f) for f in self.files]
         if not self.sizes:
-            self.sizes = [f.stat().st_size for f in self.files]
+            self.sizes = [os.path.getsize(f) for f in self.files]
 
     @property
     def size_bytes(self) -> int:
@@ -62,17 +78,18 @@ def write_arrow_group(
     compression: str,
     sort_columns: list[str],
     rows_per_file: int,
+    name_prefix: str = "",
+    storage_json: str = "",
 ) -> list[tuple[str, int, int]]:
-    """Read ``slices`` (deletes applied) and write them as parquet files of at most
-    ``rows_per_file`` rows under ``out``: [(path, bytes, rows)]. Field ids travel in the schema's
-    field metadata; timestamps are written as TIMESTAMP_MICROS."""
-    os.makedirs(out, exist_ok=True)
-    batches: Iterable[pa.RecordBatch] = (b for b in reader(slices) if b.num_rows)
-    if sort_columns:
-        gathered = list(batches)
-        if gathered:
-            table = pa.Table.from_batches(gathered).sort_by([(c, "ascending") for c in sort_columns])
-            batches = table.to_batches()
+    """Read ``slices`` (deletes applied) and write them as ``<name_prefix>part-NNNNN.parquet``
+    files of at most ``rows_per_file`` rows under ``out`` (a local folder, or an object-store prefix
+    reached with the ``StoreOptions`` in ``storage_json``): [(path or URI, bytes, rows)]. Field ids
+    travel in the schema's field metadata; timestamps are written as TIMESTAMP_MICROS."""
+    storage = StoreOptions.from_json(storage_json) if storage_json else None
+    fs, root = filesystem(out, storage)
+    if is_local(out):
+        os.makedirs(root, exist_ok=True)
+    batches = _sorted_batches(reader(slices), sort_columns)
     written: list[list[Any]] = []  # [path, rows]
     state: dict[str, Any] = {"writer": None}
 
@@ -82,9 +99,9 @@ def write_arrow_group(
         offset = 0
         while offset < table.num_rows:
             if state["writer"] is None:
-                path = os.path.join(out, f"part-{len(written):05d}.parquet")
+                path = f"{root}/{name_prefix}part-{len(written):05d}.parquet"
                 state["writer"] = pq.ParquetWriter(
-                    path, schema, compression=compression, coerce_timestamps="us"
+                    path, schema, compression=compression, coerce_timestamps="us", filesystem=fs
                 )
                 written.append([path, 0])
             take = min(rows_per_file - written[-1][1], table.num_rows - offset)
@@ -110,7 +127,19 @@ def write_arrow_group(
     finally:
         if state["writer"] is not None:
             state["writer"].close()
-    return [(path, os.path.getsize(path), rows) for path, rows in written]
+    sizes = [info.size for info in fs.get_file_info([path for path, _ in written])]
+    return [(uri(out, path), int(size), rows) for (path, rows), size in zip(written, sizes, strict=True)]
+
+
+def _sorted_batches(batches: Iterable[pa.RecordBatch], sort_columns: list[str]) -> Iterable[pa.RecordBatch]:
+    """The non-empty batches, sorted by ``sort_columns`` when there are any (gathered first)."""
+    batches = (b for b in batches if b.num_rows)
+    if not sort_columns:
+        return batches
+    gathered = list(batches)
+    if not gathered:
+        return []
+    return pa.Table.from_batches(gathered).sort_by([(c, "ascending") for c in sort_columns]).to_batches()
 
 
 class ArrowGroupTask:
@@ -151,17 +180,18 @@ class ArrowGroupTask:
 
 
 class GroupWriter:
-    """Writes the groups of a plan into ``staging``, one Spark job per group (see the module
-    docstring). ``reader`` reads slices with deletes applied and must be picklable: it runs in
-    Spark tasks. ``engine`` "arrow" (default) runs the spec reader and pyarrow in the task;
-    "spark-sql" lets Spark's parquet reader and writer do groups without deletes."""
+    """Writes the groups of a plan to ``outputs`` (a staging folder, or ``RewriteOutputs``), one
+    Spark job per group (see the module docstring). ``reader`` reads slices with deletes applied
+    and must be picklable: it runs in Spark tasks. ``engine`` "arrow" (default) runs the spec
+    reader and pyarrow in the task; "spark-sql" lets Spark's parquet reader and writer do groups
+    without deletes (local tables only)."""
 
     def __init__(
         self,
         context: ProcessContext,
         reader: Callable[[list[FileSlice]], Iterable[pa.RecordBatch]],
         schema: pa.Schema,
-        staging: Path,
+        outputs: Path | RewriteOutputs,
         *,
         settings: CompactionSettings,
         field_ids: bool,
@@ -171,12 +201,21 @@ class GroupWriter:
         self.context = context
         self.reader = reader
         self.schema = schema
-        self.staging = staging
+        self.outputs = StagingOutputs(outputs) if isinstance(outputs, Path) else outputs
         self.settings = settings
         self.field_ids = field_ids
         self.sort_columns = [c for c in sort_columns if c in schema.names]
         self.compression = compression
         self._spark_schema: Any = None
+        self.notes: list[str] = []
+        self.engine = settings.engine
+        if self.engine == "spark-sql" and self.outputs.in_place:
+            process_id = getattr(context, "process_id", None)
+            if process_id not in _FALLBACK_SAID:  # once per process, whatever its attempts
+                _FALLBACK_SAID.add(process_id)
+                logger.warning("process %s: %s", process_id, S3A_FALLBACK)
+            self.notes.append(S3A_FALLBACK)
+            self.engine = "arrow"
 
     def write_all(
         self, groups: list[RewriteGroup], *, progress_total: int | None = None
@@ -184,9 +223,9 @@ class GroupWriter:
         total = progress_total or len(groups)
         if not groups:
             return []
-        self.staging.mkdir(parents=True, exist_ok=True)
+        self.outputs.prepare()
         spark = self.context.spark
-        if self.settings.engine == "spark-sql":
+        if self.engine == "spark-sql":
             # Iceberg field ids: written from the schema's field metadata, matched on read.
             spark.conf.set("spark.sql.parquet.fieldId.write.enabled", "true")
             spark.conf.set("spark.sql.parquet.fieldId.read.enabled", "true")
@@ -227,27 +266,30 @@ class GroupWriter:
         return max(1, math.ceil(group.size_bytes / self.settings.target_file_size))
 
     def write_group(self, group: RewriteGroup) -> WrittenGroup:
-        out = self.staging / f"group-{group.index:05d}"
-        if self.settings.engine == "spark-sql" and self._spark_sql_can_write(group):
+        out, name_prefix = self.outputs.target(group)
+        if self.engine == "spark-sql" and self._spark_sql_can_write(group):
             try:
-                return WrittenGroup(group, self._write_spark_sql(group, out), "spark-sql")
+                return WrittenGroup(group, self._write_spark_sql(group, Path(out)), "spark-sql")
             except Exception:
                 self.context.check_cancelled()  # an interrupted job is a cancel, not a fallback
                 logger.warning(
                     "Spark SQL could not rewrite group %s; using Arrow", group.index, exc_info=True
                 )
                 shutil.rmtree(out, ignore_errors=True)
+        storage = self.outputs.storage
         task = ArrowGroupTask(
             self.reader,
             group.slices,
             self.schema,
-            str(out),
+            out,
             compression=self.compression,
             sort_columns=self.sort_columns,
             rows_per_file=max(1, math.ceil(group.record_count / self._outputs(group))),
+            name_prefix=name_prefix,
+            storage_json=storage.to_json() if storage is not None else "",
         )
         results = task.run(self.context.spark)
-        return WrittenGroup(group, [Path(p) for p, _, _ in results], "arrow", [int(n) for _, n, _ in results])
+        return WrittenGroup(group, [p for p, _, _ in results], "arrow", [int(n) for _, n, _ in results])
 
     def _spark_sql_can_write(self, group: RewriteGroup) -> bool:
         from processes.factories.spark_types import spark_schema
@@ -260,7 +302,7 @@ class GroupWriter:
             and not any(GLOB_CHARACTERS & set(local_path(p)) for p in group.paths)
         )
 
-    def _write_spark_sql(self, group: RewriteGroup, out: Path) -> list[Path]:
+    def _write_spark_sql(self, group: RewriteGroup, out: Path) -> list[str]:
         spark = self.context.spark
         outputs = self._outputs(group)
         frame = spark.read.schema(self._spark_schema).parquet(*[local_path(p) for p in group.paths])
@@ -271,4 +313,4 @@ class GroupWriter:
         if outputs > 1:
             writer = writer.option("maxRecordsPerFile", math.ceil(group.record_count / outputs))
         writer.parquet(str(out))
-        return sorted(p for p in out.glob("*.parquet") if p.stat().st_size > 0)
+        return sorted(str(p) for p in out.glob("*.parquet") if p.stat().st_size > 0)

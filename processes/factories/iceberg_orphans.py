@@ -9,6 +9,13 @@ a writer may have written a file and not committed it yet) and everything under 
 ``dry-run`` lists the orphans without deleting them.
 
 ``min-age`` is seconds or an ISO 8601 duration (``P3D``), and never less than an hour.
+
+On an object store the location is listed through pyarrow (one recursive listing, paged by the
+store) and an object's age is its ``LastModified`` time from that listing; orphans are deleted one
+by one through the same file system. Paths are compared in one spelling (``s3a://`` as ``s3://``,
+no trailing slash). This is also the safety net for what a killed rewrite left on a store: its
+in-place files (``lakewarden-p<process>-...``) are unreferenced, so they go once older than
+``min-age``.
 """
 
 from __future__ import annotations
@@ -18,7 +25,10 @@ import logging
 import os
 import posixpath
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
+
+import pyarrow.fs as pafs
 
 from processes.factories.retention import AGE_SCHEMA, parse_duration, summary_list
 from processes.plugin import (
@@ -29,7 +39,9 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
-from storage.io import is_local, local_path
+from storage.io import PathNotAllowed, StoreOptions, filesystem, is_local, is_object_store, local_path
+from storage.io import normalise as normalise_location
+from storage.io import uri as location_uri
 
 logger = logging.getLogger(__name__)
 
@@ -38,12 +50,20 @@ DEFAULT_MIN_AGE_SECONDS = 3 * 24 * 3600
 MIN_AGE_FLOOR = dt.timedelta(hours=1)
 
 
+def utcnow() -> dt.datetime:
+    """The clock the minimum age is measured against (a seam for tests that cannot wait hours)."""
+    return dt.datetime.now(dt.UTC)
+
+
 def normalise(path: str) -> str:
-    """A comparable local path for a plain path or a ``file:`` URI (``file:/x``, ``file:///x``),
-    taken literally as pyiceberg's file IO does (no percent-decoding)."""
-    if not is_local(path):
-        raise ValueError(f"{path} is not on a local filesystem; orphan cleanup needs local table storage")
-    return posixpath.normpath(str(local_path(path, percent_decoded=False)))
+    """A comparable spelling of a location: a local path for a plain path or ``file:`` URI, taken
+    literally as pyiceberg's file IO does (no percent-decoding); the canonical URI of an object
+    (``s3a://b/k`` -> ``s3://b/k``)."""
+    if is_local(path):
+        return posixpath.normpath(str(local_path(path, percent_decoded=False)))
+    if is_object_store(path):
+        return normalise_location(path)
+    raise ValueError(f"{path}: orphan cleanup reaches local paths and object stores only")
 
 
 def referenced_paths(table: Any, context: ProcessContext | None = None) -> set[str]:
@@ -70,11 +90,27 @@ def referenced_paths(table: Any, context: ProcessContext | None = None) -> set[s
             found.add(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
                 found.add(entry.data_file.file_path)
-    return {normalise(p) for p in found}
+    return {_comparable(p) for p in found}
+
+
+def _comparable(path: str) -> str:
+    try:
+        return normalise(path)
+    except PathNotAllowed:  # an odd key (``//``, ``%2F``...): compared as spelt
+        return path
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A file under the table location: its comparable location, size and modification time."""
+
+    location: str
+    size: int
+    mtime: float
 
 
 def walk_files(root: str) -> Iterator[os.DirEntry]:
-    """Files under ``root``, the staging folder excluded, symlinks not followed."""
+    """Files under the local folder ``root``, the staging folder excluded, symlinks not followed."""
     stack = [root]
     while stack:
         folder = stack.pop()
@@ -90,27 +126,73 @@ def walk_files(root: str) -> Iterator[os.DirEntry]:
                 yield entry
 
 
+def stored_files(root: str, storage: StoreOptions | None = None) -> Iterator[StoredFile]:
+    """Files under ``root`` (a normalised location), the staging folder excluded: a directory
+    walk locally, the store's listing (``LastModified`` as the time) on an object store."""
+    if is_local(root):
+        for entry in walk_files(root):
+            stat = entry.stat(follow_symlinks=False)
+            yield StoredFile(posixpath.normpath(entry.path), stat.st_size, stat.st_mtime)
+        return
+    fs, base = filesystem(root, storage)
+    staging = f"{base}/{STAGING_FOLDER}/"
+    for info in fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)):
+        if info.type != pafs.FileType.File or info.path.startswith(staging):
+            continue
+        try:
+            location = normalise(location_uri(root, info.path))
+        except PathNotAllowed:  # a key that cannot be named canonically is never deleted
+            logger.warning("orphan cleanup leaves %s alone: its key is not canonical", info.path)
+            continue
+        # No age known: never old enough.
+        mtime = info.mtime.timestamp() if info.mtime is not None else float("inf")
+        yield StoredFile(location, info.size or 0, mtime)
+
+
 def find_orphans(
-    table: Any, *, min_age: dt.timedelta, now: dt.datetime, context=None
+    table: Any,
+    *,
+    min_age: dt.timedelta,
+    now: dt.datetime,
+    context=None,
+    storage: StoreOptions | None = None,
 ) -> tuple[list[str], int, int]:
-    """(orphan paths old enough to delete, their bytes, unreferenced files still too young)."""
+    """(orphan locations old enough to delete, their bytes, unreferenced files still too young)."""
     root = normalise(table.location())
     referenced = referenced_paths(table, context)
-    root_hint = posixpath.join(root, "metadata", "version-hint.text")
-    referenced.add(root_hint)
+    referenced.add(normalise(f"{root}/metadata/version-hint.text"))
     cutoff = (now - min_age).timestamp()
     orphans, size, young = [], 0, 0
-    for entry in walk_files(root):
-        path = posixpath.normpath(entry.path)
-        if path in referenced:
+    for stored in stored_files(root, storage):
+        if stored.location in referenced:
             continue
-        stat = entry.stat(follow_symlinks=False)
-        if stat.st_mtime > cutoff:
+        if stored.mtime > cutoff:
             young += 1
             continue
-        orphans.append(path)
-        size += stat.st_size
+        orphans.append(stored.location)
+        size += stored.size
     return orphans, size, young
+
+
+def _store_options(context: ProcessContext, table: Any) -> StoreOptions | None:
+    """The console's credentials for the table, else those of the table's own file IO."""
+    options = getattr(context.runtime, "store_options", None)
+    found = options() if callable(options) else None
+    if found is None and is_object_store(table.location()):
+        found = StoreOptions.from_properties(
+            {k: v for k, v in (table.io.properties or {}).items() if isinstance(v, str)}
+        )
+    return found
+
+
+def delete_file(location: str, storage: StoreOptions | None) -> bool:
+    """Delete one file; False when it was gone already."""
+    fs, path = filesystem(location, storage)
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 class IcebergOrphanFilesProcess(TableProcess):
@@ -127,8 +209,10 @@ class IcebergOrphanFilesProcess(TableProcess):
                 table.refresh()
             except NotImplementedError:  # a table opened from its metadata file is current already
                 pass
-        now = dt.datetime.now(dt.UTC)
-        orphans, size, young = find_orphans(table, min_age=self.min_age, now=now, context=context)
+        storage = _store_options(context, table)
+        orphans, size, young = find_orphans(
+            table, min_age=self.min_age, now=utcnow(), context=context, storage=storage
+        )
         context.check_cancelled()
         summary: dict[str, Any] = {
             "dry_run": self.dry_run,
@@ -146,10 +230,7 @@ class IcebergOrphanFilesProcess(TableProcess):
                 context.check_cancelled()
                 context.report_progress(position, len(orphans), "deleting orphan files")
             try:
-                os.remove(path)
-                deleted += 1
-            except FileNotFoundError:
-                pass
+                deleted += delete_file(path, storage)
             except OSError:
                 failed += 1
                 logger.warning("could not delete orphan file %s", path, exc_info=True)
@@ -184,7 +265,7 @@ class IcebergOrphanFilesFactory(ProcessFactory):
     def trigger(self, runtime: Any, action: str) -> TableProcess | None:
         # Listing the whole location is the work itself: the interval is the only gate.
         location = runtime.location
-        if "://" in location and not location.startswith("file:"):
+        if not (is_local(location) or is_object_store(location)):
             return None
         return IcebergOrphanFilesProcess({}, runtime.config)
 

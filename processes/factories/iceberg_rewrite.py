@@ -5,10 +5,23 @@ Spark, then validates against a freshly loaded table before committing: the plan
 still be an ancestor of the head, no delete file may have been committed since (it could apply to
 rows the new files carry), and every file to remove must still be live. If the head moved and the
 plan still holds, the commit goes on top of the head (appends landed meanwhile stay as they are);
-if not, the run re-plans once from the new head, and fails cleanly if that conflicts too. New files
-are moved out of staging into the table's data folder only just before the commit, and deleted
-again if the commit does not land, so no failure leaves the table referencing a missing file or
-staging holding a referenced one.
+if not, the run re-plans once from the new head, and fails cleanly if that conflicts too. The
+commit is the catalog's atomic commit (a SQL catalog's compare-and-swap, a REST catalog's
+``POST .../tables/{t}`` with the head snapshot as a requirement): when another writer commits
+between the validation and the commit, the catalog refuses it and the run validates again at the
+new head and commits again (up to ``COMMIT_ATTEMPTS`` times), without rewriting anything.
+
+Local tables: new files are moved out of staging into the table's data folder only just before the
+commit. Object stores: they are written in place under unique names (``outputs``). Either way
+they are deleted again if the commit does not land, so no failure leaves the table referencing a
+missing file or the store holding a file only this run wrote.
+
+Tables registered by location (no catalog) are not rewritten, on any storage: a commit needs an
+atomic swap of the current metadata pointer, which only a catalog gives. (On a file system or an
+object store, the "latest ``vN.metadata.json``" convention cannot refuse a second writer: two
+writers both write ``v6``, or one overwrites the other's, and a snapshot is lost.) The factory
+does not trigger them and a manual run fails with a message saying to register the table through
+a catalog.
 
 Data files with an Iceberg v3 deletion vector are left out of the plan: the rewrite would have to
 remove the vector in the same commit, and pyiceberg 0.12 cannot (it matches files to remove by
@@ -19,8 +32,6 @@ all). The run's summary counts them (``skipped_deletion_vector_files``) with a `
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -35,6 +46,7 @@ from processes.factories.compaction import (
     RewriteConflict,
 )
 from processes.factories.group_writer import GroupWriter, WrittenGroup
+from processes.factories.outputs import RewriteOutputs, rewrite_outputs, sweep_leftovers
 from processes.plugin import (
     REWRITE,
     ProcessContext,
@@ -43,9 +55,13 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
+from storage.io import is_object_store
 from storage.spec.models import FileContent
 
 logger = logging.getLogger(__name__)
+
+#: Catalog commits tried per written plan when another writer commits in between.
+COMMIT_ATTEMPTS = 4
 
 DELETE_FILE_SUMMARY_KEYS = (
     "added-delete-files",
@@ -56,10 +72,11 @@ DELETE_FILE_SUMMARY_KEYS = (
 
 class IcebergSliceReader:
     """Reads slices like ``IcebergSpecTable.read`` (deletes applied, columns by field id);
-    picklable, so Spark tasks can run it."""
+    picklable, so Spark tasks can run it (the file IO travels as its string properties: a REST
+    catalog's IO also holds its auth manager, which neither pickles nor belongs in a task)."""
 
     def __init__(self, io: Any, schema: Any) -> None:
-        self.io, self.schema = io, schema
+        self.io, self.schema = portable_io(io), schema
 
     def __call__(self, slices: list[Any]) -> Any:
         from storage.formats.iceberg.read import SliceReader
@@ -80,6 +97,7 @@ class IcebergRewriteProcess(TableProcess):
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
         table = _catalog_table(context.table)
+        swept = _sweep(table, context)
         for attempt in (1, 2):
             table.refresh()
             spec = spec_view(table)
@@ -89,36 +107,82 @@ class IcebergRewriteProcess(TableProcess):
                 return compaction.rewrite_summary(
                     plan, [], snapshot_id=plan.instant, attempts=attempt, **skip_summary(skipped)
                 )
-            staging = context.staging_dir / f"attempt-{attempt}"
+            outputs = rewrite_outputs(
+                table.location(),
+                context.staging_dir / f"attempt-{attempt}",
+                _store_options(context),
+                context.process_id,
+            )
             writer = GroupWriter(
                 context,
                 IcebergSliceReader(table.io, spec.schema),
                 spec.schema,
-                staging,
+                outputs,
                 settings=self.settings,
                 field_ids=True,
                 sort_columns=spec.definition.sort_columns,
                 compression=_codec(self.settings, table.metadata.properties),
             )
-            written = writer.write_all(plan.groups, progress_total=len(plan.groups) + 1)
-            context.checkpoint("after-write")
-            self.before_commit(context, plan)
-            context.report_progress(len(plan.groups), len(plan.groups) + 1, "committing")
-            context.checkpoint("before-commit")
             try:
-                snapshot_id = commit_rewrite(table, plan, written, context.process_id)
+                written = writer.write_all(plan.groups, progress_total=len(plan.groups) + 1)
+                context.checkpoint("after-write")
+                self.before_commit(context, plan)
+                context.report_progress(len(plan.groups), len(plan.groups) + 1, "committing")
+                context.checkpoint("before-commit")
+                snapshot_id, commits = commit_rewrite(table, plan, written, context.process_id, outputs)
             except RewriteConflict as conflict:
-                shutil.rmtree(staging, ignore_errors=True)
+                outputs.discard()
                 if attempt == 2:
                     raise RewriteConflict(f"the table changed during the rewrite twice: {conflict}") from None
                 logger.info("rewrite of %s re-plans: %s", table.name(), conflict)
                 continue
-            shutil.rmtree(staging, ignore_errors=True)
+            except BaseException:
+                outputs.discard()
+                raise
+            outputs.finish()
             context.report_progress(len(plan.groups) + 1, len(plan.groups) + 1, "committed")
+            extra = {"commit_attempts": commits, **skip_summary(skipped)}
+            if swept:
+                extra["swept_leftover_objects"] = len(swept)
+            if writer.notes:
+                extra["engine_note"] = writer.notes[0]
             return compaction.rewrite_summary(
-                plan, written, snapshot_id=snapshot_id, attempts=attempt, **skip_summary(skipped)
+                plan, written, snapshot_id=snapshot_id, attempts=attempt, **extra
             )
         raise AssertionError("unreachable")
+
+
+def _sweep(table: Any, context: ProcessContext) -> list[str]:
+    """On an object store: delete what an ended rewrite of this table wrote and never committed
+    (``outputs.sweep_leftovers``; referenced = anything any snapshot's manifests name)."""
+    finished = getattr(context.runtime, "finished_processes", None)
+    if finished is None or not is_object_store(table.location()):
+        return []
+    from processes.factories.iceberg_orphans import normalise, referenced_paths
+
+    table.refresh()
+    return sweep_leftovers(
+        f"{table.location()}/data",
+        _store_options(context),
+        current=context.process_id,
+        finished=finished,
+        referenced=lambda: referenced_paths(table),
+        comparable=normalise,
+    )
+
+
+def _store_options(context: ProcessContext) -> Any:
+    """The table's object-store credentials (None for local tables or outside the console)."""
+    options = getattr(context.runtime, "store_options", None)
+    return options() if callable(options) else None
+
+
+def portable_io(io: Any) -> Any:
+    """A file IO of the same kind built from ``io``'s string properties only (picklable)."""
+    properties = {k: v for k, v in (io.properties or {}).items() if isinstance(v, str)}
+    if len(properties) == len(io.properties or {}):
+        return io
+    return type(io)(properties)
 
 
 def _catalog_table(spec_table: Any) -> Any:
@@ -128,7 +192,8 @@ def _catalog_table(spec_table: Any) -> Any:
     if table is None or isinstance(table, StaticTable):
         raise ValueError(
             "this Iceberg table is registered by location without a catalog: rewrites need a catalog"
-            " to commit (register it through an Iceberg catalog)"
+            " to commit atomically (a second writer could overwrite or lose a metadata version);"
+            " register it through an Iceberg catalog (SQL or REST)"
         )
     return table
 
@@ -217,8 +282,9 @@ def validate_rewrite(table: Any, plan: CompactionPlan) -> dict[str, Any]:
     return live
 
 
-def iceberg_data_file(table: Any, path: str, partition: Any, spec_id: int) -> Any:
-    """A pyiceberg DataFile with metrics from the footer of a file written for the table.
+def iceberg_data_file(table: Any, path: str, partition: Any, spec_id: int, size: int) -> Any:
+    """A pyiceberg DataFile with metrics from the footer of a file written for the table (read
+    through the table's file IO: a ranged read on an object store).
 
     Like pyiceberg's ``parquet_file_to_data_file``, minus its nullability check: Spark writes
     every column as optional, which holds required columns' values just as well.
@@ -232,7 +298,8 @@ def iceberg_data_file(table: Any, path: str, partition: Any, spec_id: int) -> An
 
     metadata = table.metadata
     schema = metadata.schema()
-    parquet_metadata = pq.read_metadata(compaction.local_path(path))
+    with table.io.new_input(path).open() as stream:
+        parquet_metadata = pq.read_metadata(stream)
     statistics = data_file_statistics_from_parquet_metadata(
         parquet_metadata=parquet_metadata,
         stats_columns=compute_statistics_plan(schema, metadata.properties),
@@ -243,7 +310,7 @@ def iceberg_data_file(table: Any, path: str, partition: Any, spec_id: int) -> An
         file_path=path,
         file_format=FileFormat.PARQUET,
         partition=partition,
-        file_size_in_bytes=os.path.getsize(compaction.local_path(path)),
+        file_size_in_bytes=size,
         sort_order_id=None,
         spec_id=spec_id,
         equality_ids=None,
@@ -252,40 +319,93 @@ def iceberg_data_file(table: Any, path: str, partition: Any, spec_id: int) -> An
     )
 
 
-def commit_rewrite(table: Any, plan: CompactionPlan, written: list[WrittenGroup], process_id: int) -> int:
-    """Validate at the head, publish the staged files, commit one overwrite; the new snapshot id."""
+def commit_rewrite(
+    table: Any, plan: CompactionPlan, written: list[WrittenGroup], process_id: int, outputs: RewriteOutputs
+) -> tuple[int, int]:
+    """Validate at the head, publish, commit one overwrite through the catalog (again at the new
+    head when another writer got in first): (snapshot id, commits tried); ``RewriteConflict`` when
+    the plan no longer holds. ``outputs.keep`` is set when the commit landed despite an error or
+    its outcome is unknown (the caller discards the files otherwise)."""
     from pyiceberg.exceptions import CommitFailedException, ValidationException
 
     table.refresh()
     live = validate_rewrite(table, plan)
-    published: list[str] = []
     head_before = table.metadata.current_snapshot().snapshot_id
-    committed = False
-    try:
-        removed = [live[path] for group in plan.groups for path in group.paths]
-        added = []
-        for result in written:
-            first = live[result.group.paths[0]]
-            directory = os.path.dirname(compaction.local_path(first.file_path))
-            for staged in result.files:
-                target = compaction.publish(staged, directory)
-                published.append(target)
-                uri = ("file://" + target) if first.file_path.startswith("file:") else target
-                added.append(iceberg_data_file(table, uri, first.partition, first.spec_id))
-        properties = {"lakewarden.process-id": str(process_id), "lakewarden.operation": "rewrite"}
-        with table.transaction() as transaction:
+    added_paths = [
+        (result, outputs.publish(path, result.group.paths[0]), size)
+        for result in written
+        for path, size in zip(result.files, result.sizes, strict=True)
+    ]
+    properties = {"lakewarden.process-id": str(process_id), "lakewarden.operation": "rewrite"}
+    transaction = None
+    for commit in range(1, COMMIT_ATTEMPTS + 1):
+        try:
+            if commit > 1:
+                table.refresh()
+                live = validate_rewrite(table, plan)
+            removed = [live[path] for group in plan.groups for path in group.paths]
+            added = []
+            for result, path, size in added_paths:
+                first = live[result.group.paths[0]]
+                added.append(iceberg_data_file(table, path, first.partition, first.spec_id, size))
+            transaction = table.transaction()
             with transaction.update_snapshot(snapshot_properties=properties).overwrite() as rewrite:
                 for data_file in removed:
                     rewrite.delete_data_file(data_file)
                 for data_file in added:
                     rewrite.append_data_file(data_file)
-        committed = True
-    except (CommitFailedException, ValidationException) as error:
-        raise RewriteConflict(f"the commit was refused: {error}") from error
-    finally:
-        if not committed and not _landed(table, head_before, process_id):
-            compaction.unpublish(published)
-    return table.metadata.current_snapshot().snapshot_id
+            transaction.commit_transaction()
+            return table.metadata.current_snapshot().snapshot_id, commit
+        except (CommitFailedException, ValidationException) as error:
+            # Refused by the catalog (another writer got in first), or by pyiceberg's own retry,
+            # whose serializable check refuses any concurrent append: a rewrite only conflicts
+            # with what ``validate_rewrite`` checks, so it validates at the new head and tries again.
+            if _landed(table, head_before, process_id):
+                outputs.keep = True
+                return table.metadata.current_snapshot().snapshot_id, commit
+            _delete_refused_metadata(table.io, transaction)
+            if commit == COMMIT_ATTEMPTS:
+                raise RewriteConflict(f"the catalog refused the commit {commit} times: {error}") from error
+            logger.info(
+                "rewrite of %s: commit %s was refused (%s); validating and committing again",
+                table.name(),
+                commit,
+                error,
+            )
+        except RewriteConflict:
+            raise
+        except BaseException:
+            if _landed(table, head_before, process_id):
+                outputs.keep = True
+            raise
+    raise AssertionError("unreachable")
+
+
+def _delete_refused_metadata(io: Any, transaction: Any) -> None:
+    """Delete the manifest list and the new manifests pyiceberg wrote for a commit the catalog
+    refused (a refused commit is final: nothing references them)."""
+    if transaction is None:
+        return
+    from pyiceberg.table.update import AddSnapshotUpdate
+
+    for update in getattr(transaction, "_updates", ()):
+        if not isinstance(update, AddSnapshotUpdate):
+            continue
+        snapshot = update.snapshot
+        try:
+            manifests = list(snapshot.manifests(io))
+        except OSError:  # pyiceberg cleaned up after itself already
+            manifests = []
+        doomed = [m.manifest_path for m in manifests if m.added_snapshot_id == snapshot.snapshot_id]
+        if snapshot.manifest_list:
+            doomed.append(snapshot.manifest_list)
+        for path in doomed:
+            try:
+                io.delete(path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                logger.warning("could not delete %s of a refused commit", path, exc_info=True)
 
 
 def _landed(table: Any, head_before: int, process_id: int) -> bool:

@@ -133,8 +133,13 @@ class StoreOptions:
         return {key: value for key, value in props.items() if value}
 
     def delta_options(self) -> dict[str, str]:
-        """deltalake (object_store) storage options."""
+        """deltalake (object_store) storage options. ``conditional_put`` is set explicitly (it is
+        deltalake 1.x's default too): each commit creates ``_delta_log/NNN.json`` with
+        ``If-None-Match: *``, so a store refuses (412) a second writer's commit of the same version
+        instead of letting it overwrite the first; the store must honour it (AWS S3, MinIO,
+        SeaweedFS, R2 do) for two writers to be safe."""
         options = {
+            "conditional_put": "etag",
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_ACCESS_KEY_ID": self.access_key,
             "AWS_SECRET_ACCESS_KEY": self.secret_key,

@@ -1,6 +1,8 @@
 """Cached results as parquet folders under a root folder: ``<root>/<table name>/part-*.parquet``.
 
-The default backend. Spark writes the folder; reads prune files whose footer statistics cannot
+The default backend. The root is a local folder or an object-store prefix (``s3://results/cache``,
+with ``s3.*`` credentials in the configuration; ``storage.results.objectstore`` does that work).
+Locally, Spark writes the folder; reads prune files whose footer statistics cannot
 match the filter (pyarrow answers from the row group statistics) before Spark, which prunes row
 groups inside the files it does open.
 """
@@ -16,13 +18,23 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from storage.io import PathNotAllowed, is_object_store
+from storage.results.objectstore import ObjectStoreFolders, store_options
+from storage.results.parquet import check_columns, prune_files, quoted
 from storage.results.plugin import IntermediateResultStorage, WriteStats
 from storage.results.registry import StorageConfigError
 
 STAGING_MARK = ".writing-"
+#: An object-store root's connection settings (StoreOptions' ``s3.*`` names), besides the timeouts.
+S3_STRING_KEYS = (
+    "s3.endpoint",
+    "s3.access-key-id",
+    "s3.secret-access-key",
+    "s3.session-token",
+    "s3.region",
+)
 # Written last into each result folder: the files that make the result (Spark ignores ``_*`` names).
 MANIFEST = "_lakewarden_files.json"
 
@@ -66,21 +78,6 @@ def footer_stats(files: list[str]) -> WriteStats:
     return WriteStats(rows=rows, size_bytes=sum(os.path.getsize(path) for path in files))
 
 
-def quoted(name: str) -> Any:
-    from pyspark.sql import functions as F
-
-    return F.col("`" + name.replace("`", "``") + "`")
-
-
-def check_columns(columns: list[str] | None, schema: pa.Schema) -> list[str] | None:
-    if columns is None:
-        return None
-    unknown = [c for c in columns if c not in schema.names]
-    if unknown:
-        raise ValueError(f"unknown column(s) {', '.join(unknown)}; columns are: {', '.join(schema.names)}")
-    return list(columns)
-
-
 class FilesystemStorage(IntermediateResultStorage):
     type_name: ClassVar[str] = "filesystem"
     description: ClassVar[str] = "Parquet files in a folder per result, under a root folder"
@@ -90,29 +87,52 @@ class FilesystemStorage(IntermediateResultStorage):
             "root": {
                 "type": "string",
                 "minLength": 1,
-                "description": "absolute folder holding one sub-folder per cached result",
+                "description": "absolute folder, or object-store prefix (s3://results/cache/), holding "
+                "one sub-folder per cached result",
             },
+            **{key: {"type": "string"} for key in S3_STRING_KEYS},
+            **{key: {"type": ["string", "number"]} for key in ("s3.connect-timeout", "s3.request-timeout")},
+            "s3.path-style-access": {"type": ["string", "boolean"]},
         },
         "required": ["root"],
         "additionalProperties": False,
     }
-    secret_keys: ClassVar[frozenset[str]] = frozenset()
+    secret_keys: ClassVar[frozenset[str]] = frozenset({"s3.secret-access-key", "s3.session-token"})
 
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
         root = str(self.config["root"])
+        self.store: ObjectStoreFolders | None = None
+        if is_object_store(root):
+            try:
+                self.store = ObjectStoreFolders(root, store_options(self.config))
+            except (PathNotAllowed, ValueError) as error:
+                raise StorageConfigError(f"root: {error}") from None
+            return
+        if any(str(key).startswith("s3.") for key in self.config):
+            raise StorageConfigError("s3.* settings apply to an object-store root (s3://...) only")
         if not os.path.isabs(root):
-            raise StorageConfigError(f"root: must be an absolute folder, not {root!r}")
+            raise StorageConfigError(f"root: must be an absolute folder or an s3:// prefix, not {root!r}")
         self.root = Path(root)
+
+    def verify(self) -> None:
+        if self.store is not None:
+            self.store.verify()
 
     # -- hooks -------------------------------------------------------------------------------------
 
     def create(self, table_name: str, properties: Mapping[str, Any]) -> dict[str, Any]:
+        if self.store is not None:
+            location = self.store.location(check_table_name(table_name))
+            self.store.create(location)
+            return {**properties, "path": location}
         path = self.root / check_table_name(table_name)
         path.mkdir(parents=True, exist_ok=True)
         return {**properties, "path": str(path)}
 
     def write(self, dataframe: Any, properties: Mapping[str, Any]) -> WriteStats:
+        if self.store is not None:
+            return self.store.write(dataframe, str(properties["path"]))
         path = self._path(properties)
         # Written beside the folder then renamed in: a failed write leaves the old result (or
         # nothing) in place, never half a folder that ``exists`` would take for a result.
@@ -140,6 +160,8 @@ class FilesystemStorage(IntermediateResultStorage):
 
         from storage.spec.expressions import to_spark
 
+        if self.store is not None:
+            return self.store.read(spark, str(properties["path"]), columns, filters)
         path = self._path(properties)
         if not self.exists(properties):
             raise FileNotFoundError(f"no stored result at {path}: its files are gone")
@@ -147,7 +169,7 @@ class FilesystemStorage(IntermediateResultStorage):
         schema = pq.read_schema(files[0])
         columns = check_columns(columns, schema)
         expr = self._bind(filters, schema)
-        kept = self._prune(files, expr) if expr is not None else files
+        kept = prune_files(files, expr) if expr is not None else files
         if kept:
             frame = spark.read.parquet(*[Path(f).as_uri() for f in kept])
         else:
@@ -161,6 +183,8 @@ class FilesystemStorage(IntermediateResultStorage):
 
     def exists(self, properties: Mapping[str, Any]) -> bool:
         """Every file the write produced is still there (an empty result has one empty file)."""
+        if self.store is not None:
+            return self.store.exists(str(properties["path"]))
         listed = listed_files(self._path(properties))
         if not listed:
             return False
@@ -168,6 +192,9 @@ class FilesystemStorage(IntermediateResultStorage):
 
     def clean(self, table_names: list[str], properties: Mapping[str, Mapping[str, Any]]) -> None:
         for name in table_names:
+            if self.store is not None:
+                self.store.clean(str(properties[name]["path"]))
+                continue
             path = self._path(properties[name])
             shutil.rmtree(path, ignore_errors=True)
             # an interrupted write's staging folder, if any
@@ -178,11 +205,13 @@ class FilesystemStorage(IntermediateResultStorage):
 
     def data_files(self, properties: Mapping[str, Any], filters: Any = None) -> list[str]:
         """The parquet files a read with ``filters`` opens (all of them without a filter)."""
+        if self.store is not None:
+            return self.store.data_files(str(properties["path"]), filters)
         files = self._files(self._path(properties))
         if not files or filters is None:
             return files
         expr = self._bind(filters, pq.read_schema(files[0]))
-        return self._prune(files, expr) if expr is not None else files
+        return prune_files(files, expr) if expr is not None else files
 
     @staticmethod
     def _files(path: Path) -> list[str]:
@@ -202,19 +231,3 @@ class FilesystemStorage(IntermediateResultStorage):
         from storage.spec.expressions import bind_filter
 
         return bind_filter(filters, schema)
-
-    @staticmethod
-    def _prune(files: list[str], expr: Any) -> list[str]:
-        """Files with at least one row group whose statistics may match ``expr``."""
-        from storage.spec.expressions import to_arrow
-
-        arrow_filter = to_arrow(expr)
-        dataset = pads.dataset(files, format="parquet")
-        kept = []
-        for fragment in dataset.get_fragments():
-            try:
-                if fragment.subset(filter=arrow_filter).num_row_groups:
-                    kept.append(fragment.path)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                kept.append(fragment.path)  # statistics pyarrow cannot use: the file might match
-        return kept

@@ -23,6 +23,10 @@ Lakewarden instantiates it without arguments, validates the configuration agains
 5. ``clean(table_names, properties)``: the cleanup hook. Delete the stored data of those names and
    reclaim the space; ``properties`` maps each name to its properties. Cleaning something already
    gone is not an error.
+
+Optionally, ``verify()`` checks that the configured place can be reached (registration and edits
+call it, so a wrong password or a missing bucket is refused then); it raises an ``OSError`` whose
+message names the place and never a secret, within a bounded time. The default does nothing.
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ class IntermediateResultStorage(abc.ABC):
 
     def configure(self, config: Mapping[str, Any]) -> None:
         self.config = dict(config)
+
+    def verify(self) -> None:
+        """Raise an ``OSError`` naming the location when the configured place cannot be reached."""
+        return None  # optional hook: nothing to check by default
 
     @abc.abstractmethod
     def create(self, table_name: str, properties: Mapping[str, Any]) -> dict[str, Any]: ...

@@ -328,7 +328,7 @@ class PostgresStorage(IntermediateResultStorage):
         from pyspark.sql import types as T
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from storage.results.filesystem import check_columns, quoted
+        from storage.results.parquet import check_columns, quoted
         from storage.spec.expressions import bind_filter, to_spark
 
         table = self._table(properties)

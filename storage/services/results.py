@@ -26,22 +26,27 @@ DEFAULT_BACKEND_NAME = "default-filesystem"
 
 
 def _validated(descriptor: StorageDescriptor) -> tuple[str, dict[str, Any]]:
-    """Type known, config valid for it, paths confined: (type, config) or InvalidInput."""
+    """Type known, config valid for it, paths confined, the place reachable: (type, config) or
+    InvalidInput."""
     if not descriptor.type:
         raise InvalidInput("a storage needs a type", field="type")
     config = dict(descriptor.config)
     if descriptor.type == "filesystem":
         root = config.get("root") or str(Path(settings.LAKEWARDEN_WAREHOUSE) / ".lakewarden-cache")
         try:
-            confined = confine(str(root))
+            config["root"] = str(confine(str(root)))  # a resolved folder or a normalised URI
         except PathNotAllowed as error:
             raise InvalidInput(f"root: {error}", field="config") from error
-        config["root"] = str(confined)
     try:
-        registry.build_storage(StorageDescriptor(type=descriptor.type, config=config))
+        storage = registry.build_storage(StorageDescriptor(type=descriptor.type, config=config))
     except registry.StorageConfigError as error:
         field = "type" if descriptor.type not in registry.storage_types() else "config"
         raise InvalidInput(str(error), field=field) from error
+    try:
+        storage.verify()
+    except OSError as error:
+        message = mask_text(str(error), secrets=_secrets(storage, config))
+        raise InvalidInput(f"cannot reach the storage: {message}", field="config") from error
     return descriptor.type, config
 
 
@@ -189,8 +194,12 @@ def storage_backend_test(*, backend: StorageBackend, spark) -> tuple[bool, str]:
 
 def _redact(message: str, backend: StorageBackend) -> str:
     storage_cls = registry.storage_types().get(backend.type)
-    secrets = [backend.config.get(key) for key in getattr(storage_cls, "secret_keys", ())]
-    return mask_text(message, secrets=secrets)
+    return mask_text(message, secrets=_secrets(storage_cls, backend.config))
+
+
+def _secrets(storage: Any, config: dict[str, Any]) -> list[Any]:
+    """The secret values of a storage configuration (to mask them out of messages)."""
+    return [config.get(key) for key in getattr(storage, "secret_keys", ())]
 
 
 # --- cached results -----------------------------------------------------------------------------

@@ -3,51 +3,152 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow.fs as pafs
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from storage import spec
-from storage.catalogs import iceberg_catalog, iceberg_identifiers, store_options_for, table_folders
-from storage.errors import InvalidInput
-from storage.io import StoreOptions, is_local, is_object_store
+from storage.catalogs import (
+    iceberg_catalog,
+    iceberg_identifiers,
+    is_catalog_error,
+    object_store_table_folders,
+    store_options_for,
+    table_folders,
+)
+from storage.errors import Conflict, InvalidInput
+from storage.io import (
+    PathNotAllowed,
+    StoreOptions,
+    describe_error,
+    filesystem,
+    is_local,
+    is_object_store,
+    normalise,
+)
 from storage.metrics import table_metrics
 from storage.models import Catalog, CatalogKind, Table
-from storage.paths import PathNotAllowed, confine, local_path
+from storage.paths import confine, local_path
+from storage.secrets import is_secret_key, mask_text
 from storage.services.results import cached_results_invalidate_for_table
 from storage.spec import SpecError, SpecTable
 
 logger = logging.getLogger(__name__)
 
 ICEBERG_KINDS = {CatalogKind.ICEBERG_SQL, CatalogKind.ICEBERG_REST}
+#: The listing that checks a prefix answers within these (each of the store client's three
+#: attempts), whatever longer timeouts the options give reads: a silent endpoint is refused in
+#: about 20 s, not after minutes.
+PROBE_CONNECT_SECONDS = 3.0
+PROBE_REQUEST_SECONDS = 5.0
 
 
 def catalog_create(*, name: str, kind: str, properties: dict[str, Any] | None = None) -> Catalog:
-    properties = dict(properties or {})
+    """A catalog, saved only once it answers: a path root's folder or object-store prefix is
+    listed with its credentials, an Iceberg catalog is connected to (and a REST catalog's
+    namespaces listed, which proves its credential). A refusal names the location or URI and the
+    store's or catalog's error, never a secret."""
+    properties = {str(key): value for key, value in (properties or {}).items()}
     if kind not in CatalogKind.values:
         raise InvalidInput(
             f"unknown catalog kind {kind!r}; use one of {', '.join(CatalogKind.values)}", field="kind"
         )
     if Catalog.objects.filter(name=name).exists():
         raise InvalidInput(f"a catalog named {name!r} already exists", field="name")
-    if kind == CatalogKind.PATH_ROOT:
-        root = _confined_existing_folder(properties.get("root", ""), field_name="root")
-        properties["root"] = str(root)
-    elif kind == CatalogKind.ICEBERG_REST and not properties.get("uri"):
-        raise InvalidInput("an Iceberg REST catalog needs a uri", field="properties")
-    catalog = Catalog(name=name, kind=kind, properties=properties)
-    if kind in ICEBERG_KINDS:
-        try:
-            iceberg_catalog(catalog)
-        except Exception as error:  # pyiceberg raises many kinds; the message is what matters
-            raise InvalidInput(
-                f"cannot connect to the Iceberg catalog: {error}", field="properties"
-            ) from error
+    catalog = Catalog(name=name, kind=kind, properties=catalog_properties_checked(name, kind, properties))
     catalog.save()
     return catalog
+
+
+def catalog_properties_checked(name: str, kind: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """``properties`` of a ``kind`` catalog once they are shown to work (the admin's form and
+    ``catalog_create`` share it): the root normalised, the store or catalog reached."""
+    properties = dict(properties)
+    options = _store_options(properties, field_name="properties")
+    if kind == CatalogKind.PATH_ROOT:
+        root = str(properties.get("root", "") or "")
+        if is_object_store(root):
+            canonical = _confined_uri(root, field_name="root")
+            _list_prefix(canonical, options, field_name="root", secrets=_secrets(properties))
+            properties["root"] = canonical
+        else:
+            properties["root"] = str(_confined_existing_folder(root, field_name="root"))
+    elif kind == CatalogKind.ICEBERG_REST:
+        uri = str(properties.get("uri", "") or "").strip()
+        if not uri:
+            raise InvalidInput("an Iceberg REST catalog needs a uri", field="properties")
+        if not uri.lower().startswith(("http://", "https://")):
+            raise InvalidInput(
+                f"the REST catalog uri must be http:// or https://, not {uri!r}", field="properties"
+            )
+    if kind in ICEBERG_KINDS:
+        _connect(Catalog(name=name, kind=kind, properties=properties))
+    return properties
+
+
+def _connect(catalog: Catalog) -> None:
+    where = catalog.properties.get("uri") or catalog.name
+    try:
+        pyiceberg_catalog = iceberg_catalog(catalog)
+        if catalog.kind == CatalogKind.ICEBERG_REST:
+            pyiceberg_catalog.list_namespaces()
+    except Exception as error:  # pyiceberg raises many kinds; the message is what matters
+        message = _error_text(error, catalog.properties)
+        raise InvalidInput(
+            f"cannot connect to the Iceberg catalog at {where}: {message}", field="properties"
+        ) from error
+
+
+def _secrets(properties: dict[str, Any]) -> list[str]:
+    """The secret values among ``properties`` (masked out of any message that might echo them)."""
+    found = [str(v) for k, v in properties.items() if v and is_secret_key(str(k))]
+    for value in list(found):  # a ``client:secret`` credential: its secret half alone too
+        if ":" in value:
+            found.append(value.split(":", 1)[1])
+    return found
+
+
+def _error_text(error: BaseException, properties: dict[str, Any]) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    if type(error).__module__.startswith("pyiceberg") and type(error).__name__ not in text:
+        text = f"{type(error).__name__}: {text}"
+    return mask_text(text, _secrets(properties))
+
+
+def _store_options(properties: dict[str, Any], *, field_name: str) -> StoreOptions:
+    try:
+        return StoreOptions.from_properties(properties)
+    except ValueError as error:
+        raise InvalidInput(str(error), field=field_name) from error
+
+
+def _list_prefix(
+    location: str, options: StoreOptions, *, field_name: str, secrets: list[str] | None = None
+) -> list[pafs.FileInfo]:
+    """One listing of an object-store prefix (its direct children): the store's refusal (wrong
+    credentials, unreachable endpoint within the options' timeouts, missing bucket) becomes
+    ``InvalidInput`` naming the location and the store's error."""
+    secrets = [options.secret_key, options.session_token, *(secrets or [])]
+    options = replace(
+        options,
+        connect_timeout=min(options.connect_timeout, PROBE_CONNECT_SECONDS),
+        request_timeout=min(options.request_timeout, PROBE_REQUEST_SECONDS),
+    )
+    try:
+        fs, path = filesystem(location, options)
+        entries = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        if not entries:
+            bucket = path.split("/", 1)[0]
+            if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+                raise InvalidInput(f"{location}: the bucket {bucket!r} does not exist", field=field_name)
+    except OSError as error:
+        message = mask_text(describe_error(location, error), secrets)
+        raise InvalidInput(f"cannot list {message}", field=field_name) from error
+    return entries
 
 
 def table_store_options(table: Table) -> StoreOptions:
@@ -61,6 +162,25 @@ def table_open(table: Table) -> SpecTable:
         return spec.load_table(table.identifier, format="iceberg", catalog=iceberg_catalog(table.catalog))
     storage = table_store_options(table) if is_object_store(table.location) else None
     return spec.load_table(table.location, format=table.format, storage=storage)
+
+
+def table_open_error(table: Table, error: BaseException) -> str | None:
+    """What a page says when ``table_open`` (or a read) failed with ``error``: the spec's, the
+    store's or the catalog's message (secrets masked); None for an error that is a bug."""
+    if isinstance(error, spec.SpecError):
+        return str(error)
+    if isinstance(error, OSError) or is_catalog_error(error):
+        return f"cannot read the table: {table_error_text(table, error)}"
+    return None
+
+
+def table_error_text(table: Table, error: BaseException) -> str:
+    """``error`` on one line, with the secrets of the table's catalog and store masked."""
+    properties = dict(table.catalog.properties or {}) if table.catalog is not None else {}
+    if is_object_store(table.location):
+        options = table_store_options(table)
+        properties.update({"secret": options.secret_key, "session-token": options.session_token})
+    return _error_text(error, properties)
 
 
 def table_register(
@@ -116,10 +236,11 @@ def table_refresh(*, table: Table) -> Table:
         table.refresh_error = ""
         if table.current_instant != previous_instant:
             cached_results_invalidate_for_table(table_id=table.pk, current_instant=table.current_instant)
-    except SpecError as error:
-        table.refresh_error = str(error)
-    except OSError as error:
-        table.refresh_error = f"cannot read the table: {error}"
+    except Exception as error:
+        message = table_open_error(table, error)
+        if message is None:
+            raise
+        table.refresh_error = message
     table.refreshed_at = timezone.now()
     table.save()
     return table
@@ -133,17 +254,19 @@ class SyncReport:
 
 
 def catalog_sync(*, catalog: Catalog) -> SyncReport:
-    """Register every table of the catalog that is not registered yet; report what happened."""
+    """Register every table of the catalog that is not registered yet; report what happened. A
+    catalog or store that cannot be listed is a ``Conflict`` naming it and its error."""
     report = SyncReport()
     if catalog.kind == CatalogKind.PATH_ROOT:
-        root = _confined_existing_folder(catalog.properties.get("root", ""), field_name="root")
-        for folder in table_folders(root):
-            _sync_one(report, str(folder), lambda folder=folder: table_register(location=str(folder)))
+        for location in _root_table_locations(catalog):
+            _sync_one(report, location, lambda location=location: table_register(location=location))
     else:
+        where = catalog.properties.get("uri") or catalog.name
         try:
             identifiers = list(iceberg_identifiers(catalog))
         except Exception as error:
-            raise InvalidInput(f"cannot list the catalog {catalog.name}: {error}") from error
+            message = _error_text(error, catalog.properties or {})
+            raise Conflict(f"cannot list the catalog {catalog.name} at {where}: {message}") from error
         registered = set(Table.objects.filter(catalog=catalog).values_list("identifier", flat=True))
         for identifier in identifiers:
             if identifier in registered:
@@ -153,6 +276,18 @@ def catalog_sync(*, catalog: Catalog) -> SyncReport:
     catalog.last_synced_at = timezone.now()
     catalog.save(update_fields=["last_synced_at"])
     return report
+
+
+def _root_table_locations(catalog: Catalog) -> list[str]:
+    root = str(catalog.properties.get("root", "") or "")
+    if not is_object_store(root):
+        return [str(folder) for folder in table_folders(_confined_existing_folder(root, field_name="root"))]
+    canonical = _confined_uri(root, field_name="root")
+    try:
+        return list(object_store_table_folders(canonical, store_options_for(canonical, catalog)))
+    except (OSError, ValueError) as error:
+        message = mask_text(describe_error(canonical, error), _secrets(catalog.properties or {}))
+        raise Conflict(f"cannot list the catalog {catalog.name}: {message}") from error
 
 
 def _sync_one(report: SyncReport, key: str, register) -> None:
@@ -167,20 +302,34 @@ def _sync_one(report: SyncReport, key: str, register) -> None:
 
 
 def _open_from_location(location: str, format: str | None) -> tuple[SpecTable, str]:
-    folder = _confined_existing_folder(location, field_name="location")
+    if is_local(location):
+        folder = _confined_existing_folder(location, field_name="location")
+        return _load(location, str(folder), format, None), folder.name
+    canonical = _confined_uri(location, field_name="location")
+    options = store_options_for(canonical)
+    if not _list_prefix(canonical, options, field_name="location"):
+        raise InvalidInput(f"{location} does not exist: nothing is stored under it", field="location")
+    return _load(location, canonical, format, options), canonical.rsplit("/", 1)[-1]
+
+
+def _load(location: str, target: str, format: str | None, storage: StoreOptions | None) -> SpecTable:
+    secrets = [storage.secret_key, storage.session_token] if storage is not None else []
     try:
-        detected = format or spec.detect_format(str(folder))
-        spec_table = spec.load_table(str(folder), format=detected)
+        detected = format or spec.detect_format(target, storage)
+        return spec.load_table(target, format=detected, storage=storage)
     except spec.TableNotFound as error:
         raise InvalidInput(f"{location} holds no table: {error}", field="location") from error
     except SpecError as error:
         raise InvalidInput(f"{location} cannot be read as a table: {error}", field="location") from error
+    except OSError as error:
+        message = mask_text(describe_error(location, error), secrets)
+        raise InvalidInput(f"cannot read {message}", field="location") from error
     except Exception as error:  # a library's own parse error on corrupt metadata
         logger.warning("opening %s failed", location, exc_info=True)
+        message = mask_text(str(error), secrets)
         raise InvalidInput(
-            f"{location} holds a corrupt or unreadable table: {error}", field="location"
+            f"{location} holds a corrupt or unreadable table: {message}", field="location"
         ) from error
-    return spec_table, folder.name
 
 
 def _open_from_catalog(catalog: Catalog | None, identifier: str) -> tuple[SpecTable, str]:
@@ -192,13 +341,10 @@ def _open_from_catalog(catalog: Catalog | None, identifier: str) -> tuple[SpecTa
         )
     try:
         spec_table = spec.load_table(identifier, format="iceberg", catalog=iceberg_catalog(catalog))
-    except SpecError as error:
+    except Exception as error:  # spec errors, pyiceberg's (NoSuchTable, REST errors), store errors
+        message = _error_text(error, catalog.properties or {})
         raise InvalidInput(
-            f"cannot open {identifier} in catalog {catalog.name}: {error}", field="identifier"
-        ) from error
-    except Exception as error:
-        raise InvalidInput(
-            f"cannot open {identifier} in catalog {catalog.name}: {error}", field="identifier"
+            f"cannot open {identifier} in catalog {catalog.name}: {message}", field="identifier"
         ) from error
     if is_local(spec_table.location):
         try:
@@ -208,11 +354,20 @@ def _open_from_catalog(catalog: Catalog | None, identifier: str) -> tuple[SpecTa
     return spec_table, identifier
 
 
+def _confined_uri(location: str, *, field_name: str) -> str:
+    try:
+        return str(confine(location))
+    except PathNotAllowed as error:
+        raise InvalidInput(str(error), field=field_name) from error
+
+
 def _confined_existing_folder(location: str, *, field_name: str) -> Path:
     try:
         folder = confine(location)
     except PathNotAllowed as error:
         raise InvalidInput(str(error), field=field_name) from error
+    if not isinstance(folder, Path):
+        raise InvalidInput(f"{location} is not a local folder", field=field_name)
     if not folder.exists():
         raise InvalidInput(f"{location} does not exist", field=field_name)
     if not folder.is_dir():
@@ -221,8 +376,13 @@ def _confined_existing_folder(location: str, *, field_name: str) -> Path:
 
 
 def _normalised_location(location: str) -> str:
+    """The form a location is stored in: a resolved local path, or a normalised URI (a catalog's
+    table whose key ``normalise`` refuses keeps its own spelling, minus a trailing slash)."""
     if not is_local(location):
-        return location.rstrip("/")
+        try:
+            return normalise(location)
+        except PathNotAllowed:
+            return location.rstrip("/")
     return str(local_path(location).resolve())
 
 

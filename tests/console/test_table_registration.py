@@ -63,7 +63,7 @@ def test_registering_a_hudi_table_written_by_spark_detects_the_format(hudi_fixtu
         (lambda root: "/etc", "outside the allowed roots"),
         (lambda root: str(root / ".." / ".." / "etc"), "outside the allowed roots"),
         (lambda root: "relative/path", "not an absolute path"),
-        (lambda root: "s3://bucket/table", "only local paths"),
+        (lambda root: "s3://bucket/table", "outside the allowed roots"),
         (lambda root: "", "give a location"),
     ],
     ids=["missing", "outside", "dot-dot", "relative", "object-store", "empty"],

@@ -169,3 +169,23 @@ def celery_processes(tmp_path, settings, transactional_db):
     processes = CeleryProcesses(tmp_path, settings)
     yield processes
     processes.stop()
+
+
+def only_factory(factory: str, **properties) -> None:
+    """Only ``factory`` schedules (interval 1 s unless given), so a test sees just its own work."""
+    from processes.models import PluginConfig
+    from processes.registry import configured_factories
+
+    configured_factories()
+    PluginConfig.objects.exclude(name=factory).update(enabled=False)
+    config = PluginConfig.objects.get(name=factory)
+    config.enabled = True
+    config.properties = {**config.properties, "interval": 1, **properties}
+    config.save()
+
+
+def process_status(pk: int):
+    """The Process row as it is now."""
+    from processes.models import Process
+
+    return Process.objects.get(pk=pk)

@@ -9,7 +9,7 @@ import pytest
 from processes.models import PluginConfig, Process, ProcessStatus, ProcessTrigger
 from processes.registry import configured_factories
 from processes.services import STAGING_FOLDER
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import only_factory, process_status, wait_for
 from tests.processes.conftest import (  # noqa: F401  (fixtures)
     iceberg_catalog,
     iceberg_files,
@@ -22,24 +22,10 @@ from tests.processes.conftest import (  # noqa: F401  (fixtures)
 pytestmark = pytest.mark.e2e
 
 
-def _only(factory: str, **properties) -> None:
-    """Only ``factory`` schedules (interval 1 s), so each test sees just the work it is about."""
-    configured_factories()
-    PluginConfig.objects.exclude(name=factory).update(enabled=False)
-    config = PluginConfig.objects.get(name=factory)
-    config.enabled = True
-    config.properties = {**config.properties, "interval": 1, **properties}
-    config.save()
-
-
-def _status(pk: int) -> Process:
-    return Process.objects.get(pk=pk)
-
-
 def test_a_table_of_two_hundred_small_files_is_compacted_by_the_trigger_alone(celery_processes, make_iceberg):
     table, iceberg = make_iceberg(files=200, rows_per_file=5, partitioned=True)
     before_rows, before_files = multiset(iceberg_rows(iceberg)), iceberg_files(iceberg)
-    _only("iceberg-rewrite")
+    only_factory("iceberg-rewrite")
     celery_processes.start_worker(name="light", queues="light", concurrency=1)
     celery_processes.start_worker(name="heavy", queues="heavy", concurrency=1)
     celery_processes.start_beat()
@@ -72,7 +58,7 @@ def test_a_worker_killed_mid_rewrite_leaves_the_table_as_it_was_and_the_retry_su
     table, iceberg = make_iceberg(files=40, rows_per_file=5, partitioned=False)
     snapshot_before = iceberg.current_snapshot().snapshot_id
     rows_before = multiset(iceberg_rows(iceberg))
-    _only("iceberg-rewrite", interval=3600)
+    only_factory("iceberg-rewrite", interval=3600)
     celery_processes.start_worker(name="light", queues="light", concurrency=1)
     doomed = celery_processes.start_worker(
         name="doomed", queues="heavy", concurrency=1, extra_env={"LAKEWARDEN_FAILPOINTS": f"{step}=hang:600"}
@@ -93,11 +79,13 @@ def test_a_worker_killed_mid_rewrite_leaves_the_table_as_it_was_and_the_retry_su
         message="the rewrite to stage its files\n" + celery_processes.logs(),
     )
     if step == "before-commit":
-        wait_for(lambda: _status(process.pk).progress_message == "committing", message="the commit step")
+        wait_for(
+            lambda: process_status(process.pk).progress_message == "committing", message="the commit step"
+        )
 
     celery_processes.kill_hard(doomed)
     failed = wait_for(
-        lambda: (p := _status(process.pk)).status == ProcessStatus.FAILED and p,
+        lambda: (p := process_status(process.pk)).status == ProcessStatus.FAILED and p,
         timeout=10,
         message="the lost worker's process to be failed\n" + celery_processes.logs(),
     )
@@ -114,7 +102,7 @@ def test_a_worker_killed_mid_rewrite_leaves_the_table_as_it_was_and_the_retry_su
     celery_processes.start_worker(name="rescuer", queues="heavy", concurrency=1)
     retry = wait_for(lambda: Process.objects.filter(retry_of=failed).first(), message="an automatic retry")
     finished = wait_for(
-        lambda: (p := _status(retry.pk)).status in ("SUCCESS", "FAILED") and p,
+        lambda: (p := process_status(retry.pk)).status in ("SUCCESS", "FAILED") and p,
         timeout=180,
         message="the retry to finish\n" + celery_processes.logs(),
     )
@@ -142,11 +130,13 @@ def test_two_maintenance_processes_on_one_delta_table_never_overlap(celery_proce
     celery_processes.wait_for_workers(count=2)
 
     rewrite = process_create(table=table, action="rewrite", params={})
-    wait_for(lambda: _status(rewrite.pk).status == ProcessStatus.RUNNING, message="the rewrite to start")
+    wait_for(
+        lambda: process_status(rewrite.pk).status == ProcessStatus.RUNNING, message="the rewrite to start"
+    )
     vacuum = process_create(table=table, action="vacuum", params={"dry-run": True})
     finished = wait_for(
         lambda: (
-            (ps := [_status(rewrite.pk), _status(vacuum.pk)])
+            (ps := [process_status(rewrite.pk), process_status(vacuum.pk)])
             and all(p.status in ("SUCCESS", "FAILED") for p in ps)
             and ps
         ),

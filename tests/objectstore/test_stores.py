@@ -82,7 +82,9 @@ def test_round_trip_on_the_object_store(s3_options, s3_prefix):
 
 
 def test_wrong_secret_is_refused_quickly(seaweedfs, s3_prefix):
-    wrong = StoreOptions.from_properties({**seaweedfs.s3_properties(), "s3.secret-access-key": "nope"}, environ={})
+    wrong = StoreOptions.from_properties(
+        {**seaweedfs.s3_properties(), "s3.secret-access-key": "nope"}, environ={}
+    )
     fs, path = filesystem(s3_prefix, wrong)
     with pytest.raises(OSError) as raised:
         fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
@@ -91,8 +93,13 @@ def test_wrong_secret_is_refused_quickly(seaweedfs, s3_prefix):
 
 def test_unreachable_endpoint_fails_within_the_timeouts():
     options = StoreOptions.from_properties(
-        {"s3.endpoint": "http://127.0.0.1:9", "s3.access-key-id": "k", "s3.secret-access-key": "s",
-         "s3.connect-timeout": "1", "s3.request-timeout": "2"},
+        {
+            "s3.endpoint": "http://127.0.0.1:9",
+            "s3.access-key-id": "k",
+            "s3.secret-access-key": "s",
+            "s3.connect-timeout": "1",
+            "s3.request-timeout": "2",
+        },
         environ={},
     )
     fs, path = filesystem("s3://lake/x", options)

@@ -77,7 +77,13 @@ class ConformanceCase:
 
 
 def normalise(path: str, root: str) -> str:
-    """An absolute local path from a ``file:`` URI, an absolute path or a path relative to ``root``."""
+    """An absolute local path from a ``file:`` URI, an absolute path or a path relative to ``root``;
+    an object-store URI as it is (relative paths under an object-store ``root`` are joined to it,
+    so tests/objectstore can run this suite on copies of the tables uploaded to S3)."""
+    if "://" in path and not path.startswith("file:"):
+        return path.rstrip("/")
+    if "://" in root and not root.startswith("file:"):
+        return f"{root.rstrip('/')}/{path.lstrip('/')}"
     if path.startswith("file:"):
         path = unquote(urlparse(path).path)
     elif not os.path.isabs(path):

@@ -10,6 +10,12 @@ back-off (1 s, doubling up to 30 s, back to 1 s once a child has run for a minut
 start and exit is logged with the pid and exit code. Only Ctrl-C or SIGTERM stops everything: the
 signal is forwarded to every child, and a child still running after ``--stop-timeout`` seconds is
 killed with everything it started (each child runs in its own process group).
+
+With ``LAKEWARDEN_DEMO_STORAGE=s3`` the demo's SeaweedFS (``console.seaweedfs.demo_store``: data
+under ``var/seaweedfs``, fixed ports checked free first) is one more supervised child, started first
+and waited for (its S3 API answering, its buckets there) before the others, which reach the demo
+tables through it. It lives here rather than in the Makefile so that it is restarted like any other
+child and stops with Ctrl-C; its output goes to ``var/seaweedfs/weed.log``.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from console.preflight import missing_services
+from console.seaweedfs import PortsBusy, SeaweedFS, demo_storage, demo_store
 
 #: Restart back-off: the first restart waits this long, each quick crash doubles it up to the cap.
 FIRST_BACKOFF_SECONDS = 1.0
@@ -106,6 +113,8 @@ class Child:
     restart_at: float | None = None
     restarts: int = 0
     groups: set[int] = field(default_factory=set)
+    #: Where its output goes (appended); None: this command's own stdout/stderr.
+    log: str | None = None
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -219,6 +228,25 @@ class Command(BaseCommand):
             ],
         }
 
+    def demo_store(self) -> SeaweedFS | None:
+        """The demo's SeaweedFS when ``LAKEWARDEN_DEMO_STORAGE=s3``, its ports checked free."""
+        try:
+            if demo_storage() != "s3":
+                return None
+            store = demo_store(settings.LAKEWARDEN_VAR_DIR)
+            store.check_ports()
+        except (PortsBusy, ValueError) as error:
+            raise CommandError(str(error)) from None
+        return store
+
+    def wait_for_store(self, store: SeaweedFS, child: Child) -> None:
+        try:
+            store.wait_ready(child.process)
+            store.ensure_buckets()
+        except RuntimeError as error:
+            raise CommandError(f"SeaweedFS did not start: {error}") from None
+        self.log(f"seaweedfs answers: S3 at {store.endpoint}, Iceberg REST at {store.rest_uri}")
+
     def log(self, message: str) -> None:
         self.stderr.write(f"lakewarden_serve: {message}")
         self.stderr.flush()
@@ -252,6 +280,9 @@ class Command(BaseCommand):
         )
         os.makedirs(settings.LAKEWARDEN_VAR_DIR, exist_ok=True)
         children = [Child(name, command) for name, command in commands.items()]
+        store = self.demo_store()
+        if store is not None:
+            children.insert(0, Child("seaweedfs", store.prepare(), log=str(store.folder / "weed.log")))
         self.preexec = _parent_death_signal()
 
         received: list[int] = []
@@ -264,6 +295,8 @@ class Command(BaseCommand):
         try:
             for child in children:
                 self.start(child)
+                if store is not None and child.name == "seaweedfs":
+                    self.wait_for_store(store, child)
             self.announce(host, port, web_workers, web_threads, light_concurrency, concurrency)
             while not received:
                 self.supervise(children)
@@ -293,7 +326,18 @@ class Command(BaseCommand):
     def start(self, child: Child) -> None:
         # A process group per child: signals from the terminal reach only this command, which
         # forwards them, and a stuck child is killed with everything it started.
-        child.process = subprocess.Popen(child.command, start_new_session=True, preexec_fn=self.preexec)
+        output = open(child.log, "ab") if child.log else None  # noqa: SIM115 - handed to the child
+        try:
+            child.process = subprocess.Popen(
+                child.command,
+                start_new_session=True,
+                preexec_fn=self.preexec,
+                stdout=output,
+                stderr=subprocess.STDOUT if output else None,
+            )
+        finally:
+            if output is not None:
+                output.close()
         child.groups.add(child.process.pid)
         child.started_at = time.monotonic()
         child.restart_at = None

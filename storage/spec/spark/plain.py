@@ -1,16 +1,27 @@
 """The plain-parquet fast path: Spark's own parquet reader over a table's files when nothing needs
 merging, and ``read_table``, which takes it when it can and the ``lakewarden`` data source
-otherwise."""
+otherwise.
+
+On an object store the fast path would read through the Spark cluster's own file systems, which
+need ``s3a`` support (hadoop-aws and its AWS SDK on the classpath, ``fs.s3a.*`` credentials): a
+cluster Lakewarden does not assume. ``read_table`` says so once per process and reads object-store
+tables through the ``lakewarden`` data source, whose tasks reach the store through pyarrow with
+the credentials given as ``storage`` (``StoreOptions``, shipped to the tasks as the ``storage``
+option; the plans Spark shows name the source, not its options).
+"""
 
 from __future__ import annotations
 
 import json
+import logging
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql import types as T
 
+from storage.io.stores import StoreOptions, is_object_store
 from storage.spec.errors import SpecError
 from storage.spec.models import FileSlice
 from storage.spec.spark.source import SOURCE_NAME, projected_schema, register
@@ -28,6 +39,22 @@ if TYPE_CHECKING:
 
 # Spark's parquet reader refuses TIME columns, intervals, nulls and fixed-length (UUID) binaries.
 _UNREADABLE_SPARK_TYPES = (T.TimeType, T.DayTimeIntervalType, T.NullType)
+
+logger = logging.getLogger(__name__)
+
+S3A_FALLBACK = (
+    "the plain-parquet fast path reads object-store tables (%s) through Spark's own file systems, "
+    "which need s3a support on the Spark cluster (hadoop-aws with its AWS SDK on the classpath and "
+    "fs.s3a.* settings); reading object-store tables through the lakewarden data source instead "
+    "(its tasks reach the store through pyarrow). Said once per process."
+)
+_fallback_said = threading.Event()
+
+
+def _say_fast_path_needs_s3a(location: str) -> None:
+    if not _fallback_said.is_set():
+        _fallback_said.set()
+        logger.warning(S3A_FALLBACK, location)
 
 
 def parquet_paths_if_plain(
@@ -79,23 +106,33 @@ def read_table(
     columns: Sequence[str] | None = None,
     *,
     target_size: int | None = None,
+    storage: StoreOptions | None = None,
 ) -> DataFrame:
     """The table as a DataFrame: Spark's parquet reader over the plain files when nothing needs
     merging (``parquet_paths_if_plain``), else the ``lakewarden`` data source.
 
+    ``storage`` holds the credentials of an object-store table (when None, the driver's
+    environment's, shipped to the tasks as well); such a table is always read through the data
+    source (see the module's docstring).
     Bad filters, instants and columns raise here, on the driver, with the parser's message.
     """
     from storage.spec.expressions import bind_filter, to_spark, to_sql
     from storage.spec.models import Instant
     from storage.spec.registry import load_table
 
-    table = load_table(location, format=format)
+    if storage is None and is_object_store(location):
+        # the driver's environment, resolved here: executors on other machines do not share it
+        storage = StoreOptions.from_env()
+    table = load_table(location, format=format, storage=storage)
     if instant is not None:
         instant = table.timeline().get(instant)
     schema = table.schema_at(instant) if instant is not None else table.schema
     expr = bind_filter(filters, schema)
     projected = projected_schema(table, columns, instant)
-    paths = parquet_paths_if_plain(table, instant, expr)
+    on_object_store = is_object_store(location) or is_object_store(table.location)
+    if on_object_store:
+        _say_fast_path_needs_s3a(location)
+    paths = None if on_object_store else parquet_paths_if_plain(table, instant, expr)
     if paths is not None:
         frame = _parquet_frame(spark, schema, paths)
         if expr is not None:
@@ -111,6 +148,8 @@ def read_table(
         reader = reader.option("columns", json.dumps(projected.names))
     if target_size is not None:
         reader = reader.option("target_size", str(target_size))
+    if storage is not None:
+        reader = reader.option("storage", storage.to_json())
     return reader.load()
 
 
@@ -127,4 +166,4 @@ def _spark_column(name: str) -> Any:
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-__all__ = ["parquet_paths_if_plain", "read_table"]
+__all__ = ["S3A_FALLBACK", "parquet_paths_if_plain", "read_table"]

@@ -53,8 +53,9 @@ class SourceOptions:
     target_size: int = DEFAULT_TARGET_SIZE
     open_file_cost: int = DEFAULT_OPEN_FILE_COST
     pushdown: bool = True
-    #: The object store's credentials as ``StoreOptions.to_json()`` (empty: the environment's).
-    storage: str = ""
+    #: The object store's credentials as ``StoreOptions.to_json()`` (empty: the environment's);
+    #: kept out of ``repr`` so an options object in a log or traceback shows no secret.
+    storage: str = dataclasses.field(default="", repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
