@@ -85,7 +85,6 @@ def timeline_series(spec_table: SpecTable) -> list[dict[str, Any]]:
         all(key in instant.summary for key in ("total-records", "total-data-files", "total-files-size"))
         for instant in instants
     )
-    running = {"records": 0, "files": 0, "bytes": 0}
     per_instant: dict[str, dict[str, int]] = {}
     if totals_known:
         for instant in instants:
@@ -96,24 +95,7 @@ def timeline_series(spec_table: SpecTable) -> list[dict[str, Any]]:
                 "bytes": int(instant.summary["total-files-size"]),
             }
     else:
-        changes: dict[str, list] = {}
-        for change in spec_table.file_index().list_files_between(None, instants[-1]):
-            base = change.file_slice.base_file
-            if base is None:
-                continue
-            sign = 1 if change.kind.value == "added" else -1
-            entry = changes.setdefault(str(change.instant_id), [0, 0, 0])
-            entry[0] += sign * base.record_count
-            entry[1] += sign
-            entry[2] += sign * base.size_bytes
-        for instant in instants:
-            delta = changes.get(str(instant.id), [0, 0, 0])
-            running = {
-                "records": running["records"] + delta[0],
-                "files": running["files"] + delta[1],
-                "bytes": running["bytes"] + delta[2],
-            }
-            per_instant[str(instant.id)] = dict(running)
+        per_instant = _replayed_totals(spec_table, instants)
     series = []
     for instant in instants[-TIMELINE_INSTANTS:]:
         point = per_instant[str(instant.id)]
@@ -126,3 +108,36 @@ def timeline_series(spec_table: SpecTable) -> list[dict[str, Any]]:
             }
         )
     return series
+
+
+def _replayed_totals(spec_table: SpecTable, instants: list[Any]) -> dict[str, dict[str, int]]:
+    """Records, files and bytes after each instant, replayed from the change stream."""
+    changes: dict[str, list] = {}
+    # A removal may carry no statistics (Delta's remove actions need not): it takes the records
+    # and bytes its file was added with, seen earlier in the same stream.
+    live: dict[str, tuple[int, int]] = {}
+    for change in spec_table.file_index().list_files_between(None, instants[-1]):
+        base = change.file_slice.base_file
+        if base is None:
+            continue
+        if change.kind.value == "added":
+            sign, records, size = 1, base.record_count, base.size_bytes
+            live[base.path] = (records, size)
+        else:
+            sign = -1
+            records, size = live.pop(base.path, (base.record_count, base.size_bytes))
+        entry = changes.setdefault(str(change.instant_id), [0, 0, 0])
+        entry[0] += sign * records
+        entry[1] += sign
+        entry[2] += sign * size
+    running = {"records": 0, "files": 0, "bytes": 0}
+    per_instant: dict[str, dict[str, int]] = {}
+    for instant in instants:
+        delta = changes.get(str(instant.id), [0, 0, 0])
+        running = {
+            "records": running["records"] + delta[0],
+            "files": running["files"] + delta[1],
+            "bytes": running["bytes"] + delta[2],
+        }
+        per_instant[str(instant.id)] = dict(running)
+    return per_instant

@@ -136,3 +136,21 @@ def test_a_table_with_column_mapping_is_not_offered_and_fails_clearly(external_t
 
     assert process.status == ProcessStatus.FAILED
     assert "column mapping" in process.failure
+
+
+def test_the_records_chart_stays_flat_across_a_compaction_whose_removes_carry_no_statistics(
+    make_delta, run_now
+):
+    """Delta remove actions need not carry stats (ours do not): the timeline series takes each
+    removed file's records from its add, so the records line does not jump at a compaction."""
+    from storage.metrics import timeline_series
+    from storage.spec import load_table
+
+    table, path = make_delta(files=12, rows_per_file=5)
+    process = run_now(table, "rewrite")
+    assert process.status == ProcessStatus.SUCCESS, process.failure
+
+    series = timeline_series(load_table(str(path), format="delta"))
+    assert [point["records"] for point in series] == [5 * n for n in range(1, 13)] + [60]
+    assert [point["files"] for point in series][-2:] == [12, 1]
+    assert series[-1]["bytes"] == load_table(str(path), format="delta").summary().total_bytes

@@ -304,6 +304,17 @@ def test_a_legacy_v1_table_lists_and_reads(tmp_path, inline):
         (3, "us"),
     ]
     assert _rows(table.read_arrow(ids[1], filters="id > 1")) == [(2, "eu"), (3, "us")]
+    # The changes of each snapshot are its own files, inline manifest lists too (they do not say
+    # which snapshot added a manifest: the entries do).
+    changes = list(table.file_index().list_files_between(ids[0], ids[1]))
+    assert [(c.kind.value, c.instant_id, c.file_slice.partition.values) for c in changes] == [
+        ("added", ids[1], {"region": "us"})
+    ]
+    everything = list(table.file_index().list_files_between(None, ids[1]))
+    assert sorted((c.instant_id, c.file_slice.base_file.record_count) for c in everything) == [
+        (ids[0], 2),
+        (ids[1], 1),
+    ]
 
 
 def test_legacy_fields_the_java_parser_accepts(tmp_path):

@@ -242,7 +242,9 @@ class IcebergFileIndex(FileIndex):
         for snapshot in snapshots:
             snapshot_id = snapshot.snapshot_id
             for manifest in self._manifests(snapshot):
-                if manifest.added_snapshot_id != snapshot_id:
+                # Inline v1 manifest lists do not say which snapshot added a manifest: read its
+                # entries, which name their own snapshot (checked below).
+                if manifest.added_snapshot_id is not None and manifest.added_snapshot_id != snapshot_id:
                     continue
                 if not self._manifest_might_match(manifest, expr):
                     continue
