@@ -153,6 +153,12 @@ def connect_server(tmp_path_factory):
         "spark.driver.extraJavaOptions=-Duser.timezone=UTC",
         "--conf",
         "spark.sql.reflect.allowList=(?!)",  # as the README tells deployments to start it
+        # Task kills are cooperative: a task notices one when it asks its input for the next row
+        # (or batch). The slow queries below spend ~1 s of CPU per input row, and the vectorized
+        # reader hands a whole 60-row file over as one batch, so a killed task ran on for up to a
+        # minute, holding the cores. The row reader lets it notice the kill within a row.
+        "--conf",
+        "spark.sql.parquet.enableVectorizedReader=false",
     ]
     server = Daemon("Spark Connect server", command, folder / "server.log", _spark_env(folder))
     started = time.monotonic()
