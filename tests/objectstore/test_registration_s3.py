@@ -67,15 +67,6 @@ def env_credentials(monkeypatch, seaweedfs):
     return properties
 
 
-@pytest.fixture
-def no_env_credentials(monkeypatch):
-    for name in ("ENDPOINT", "ACCESS_KEY_ID", "SECRET_ACCESS_KEY", "SESSION_TOKEN"):
-        monkeypatch.delenv(f"LAKEWARDEN_S3_{name}", raising=False)
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
 def test_a_delta_table_on_s3_is_detected_by_listing_and_stored_under_its_normalised_uri(
     roots, env_credentials, s3_options
 ):

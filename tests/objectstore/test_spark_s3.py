@@ -26,14 +26,6 @@ SECRET = "lakewarden-secret-key"
 
 
 @pytest.fixture
-def no_env_credentials(monkeypatch):
-    for name in ("ENDPOINT", "ACCESS_KEY_ID", "SECRET_ACCESS_KEY", "SESSION_TOKEN"):
-        monkeypatch.delenv(f"LAKEWARDEN_S3_{name}", raising=False)
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
 def fresh_fallback_note(monkeypatch):
     """The once-per-process s3a note, as if this process had not said it yet."""
     monkeypatch.setattr(plain, "_fallback_said", type(plain._fallback_said)())
