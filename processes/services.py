@@ -192,13 +192,16 @@ def process_enforce_kill(*, process_id: int) -> Process | None:
         return process
     _revoke(process, terminate=True)
     try:
-        process = transition(
-            process, ProcessStatus.KILLED, failure="killed by an operator after the grace period"
-        )
+        # One transaction: KILLED becomes visible only once the staging folder is gone, so whoever
+        # sees the terminal status (an operator, a retry, a test) never sees the killed run's files.
+        with transaction.atomic():
+            process = transition(
+                process, ProcessStatus.KILLED, failure="killed by an operator after the grace period"
+            )
+            clean_staging(process)
     except Conflict:
         process.refresh_from_db()
         return process  # it finished on its own in the meantime
-    clean_staging(process)
     return process
 
 
