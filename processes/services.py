@@ -202,6 +202,7 @@ def process_enforce_kill(*, process_id: int) -> Process | None:
     except Conflict:
         process.refresh_from_db()
         return process  # it finished on its own in the meantime
+    clean_staging(process)  # again: whatever the terminated task still wrote meanwhile (as process_fail)
     return process
 
 
