@@ -115,3 +115,37 @@ def test_the_lookup_box_shows_bad_input(client_as, viewer, orders):
     response = client_as(viewer).get(f"/tables/{orders.pk}/records/", {"keys": "5"}, HTTP_HX_REQUEST="true")
 
     assert response.status_code == 400 and "declares no record key" in response.content.decode()
+
+
+def test_a_hudi_table_with_a_metadata_record_index_is_answered_from_it(
+    api_as, viewer, hudi_fixture, warehouse
+):
+    """The API reports which path answered: Hudi's metadata-table record index, no data file read."""
+    import shutil
+
+    from storage.formats.hudi._metadata_index import file_group_index
+    from tests.spec.hudi_metadata_writer import Location, MetadataTable, hfile_log_block
+    from tests.spec.test_hudi_record_index_metadata import COW, FIRST, INIT, P10, P20, P30, SECOND
+
+    root = warehouse / "hudi_cow"
+    shutil.copytree(hudi_fixture(COW), root)
+    metadata = MetadataTable(root, 2, version=8).create()
+    metadata.complete(FIRST)
+    metadata.complete(INIT)
+    metadata.write_base(
+        INIT, {"1": Location("10", P10, 1), "2": Location("20", P20, 1), "3": Location("10", P10, 1)}
+    )
+    metadata.append(file_group_index("4", 2), INIT, hfile_log_block(SECOND, {"4": Location("30", P30, 2)}))
+    metadata.complete(SECOND)
+    table = services.table_register(location=str(root))
+
+    response = api_as(viewer).get(_url(table), {"key": ["2", "4", "99"]})
+
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["method"].startswith("the metadata table's record index") and body["files_read"] == 0
+    records = {r["key"]: r for r in body["records"]}
+    assert (records[2]["partition"], records[2]["file_group_id"]) == ("20", P20)
+    assert records[2]["file_path"].endswith(f"_{FIRST}.parquet")
+    assert (records[4]["partition"], records[4]["file_group_id"]) == ("30", P30)
+    assert records[99]["found"] is False and body["instant"]["id"] == SECOND
