@@ -5,6 +5,8 @@ Planning (format-neutral, on ``FileSlice`` listings): per partition, files small
 files) are bin-packed, first fit by decreasing size, into groups of at most the target size. A
 partition is only rewritten when it has ``min-input-files`` candidates, or candidates worth a whole
 target file; a group of one file without deletes is dropped (rewriting it changes nothing).
+Files the caller marks ``always`` (an Iceberg file of another partition spec than the output's)
+are candidates whatever their size, and their partitions are rewritten whatever their count.
 
 Writing the groups is ``group_writer``'s; committing them is each format's rewrite module.
 """
@@ -184,6 +186,7 @@ def plan_compaction(
     instant: int | str | None,
     eligible: Callable[[FileSlice], bool] = lambda s: True,
     partition_key: Callable[[FileSlice], Any] = lambda s: s.partition.path,
+    always: Callable[[FileSlice], bool] = lambda s: False,
 ) -> CompactionPlan:
     """The groups worth rewriting (see the module docstring for the rules)."""
     candidates: dict[Any, list[FileSlice]] = defaultdict(list)
@@ -195,7 +198,7 @@ def plan_compaction(
             continue
         small = base.size_bytes < settings.small_file_size
         many_deletes = threshold > 0 and len(file_slice.delete_files) >= threshold
-        if small or many_deletes:
+        if small or many_deletes or always(file_slice):
             key = partition_key(file_slice)
             candidates[key].append(file_slice)
             partitions.setdefault(key, file_slice.partition)
@@ -203,13 +206,16 @@ def plan_compaction(
     for key in sorted(candidates, key=str):
         members = candidates[key]
         total = sum(s.size_bytes for s in members)
-        if len(members) < settings.min_input_files and not (
-            len(members) >= 2 and total >= settings.target_file_size
+        forced = any(always(s) for s in members)
+        if (
+            len(members) < settings.min_input_files
+            and not forced
+            and not (len(members) >= 2 and total >= settings.target_file_size)
         ):
             if not (threshold > 0 and any(len(s.delete_files) >= threshold for s in members)):
                 continue
         for packed in bin_pack(members, settings.target_file_size):
-            if len(packed) < 2 and not packed[0].delete_files:
+            if len(packed) < 2 and not packed[0].delete_files and not forced:
                 continue
             plan.groups.append(RewriteGroup(len(plan.groups), partitions[key], packed))
     return plan

@@ -58,11 +58,15 @@ class WrittenGroup:
     files: list[str]
     engine: str
     sizes: list[int] = field(default_factory=list)
+    # per file: the partition key the group's partitioner gave its rows (None: not split)
+    partitions: list[str | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.files = [str(f) for f in self.files]
         if not self.sizes:
             self.sizes = [os.path.getsize(f) for f in self.files]
+        if not self.partitions:
+            self.partitions = [None] * len(self.files)
 
     @property
     def size_bytes(self) -> int:
@@ -80,37 +84,26 @@ def write_arrow_group(
     rows_per_file: int,
     name_prefix: str = "",
     storage_json: str = "",
-) -> list[tuple[str, int, int]]:
+    partitioner: Callable[[pa.Table], list[tuple[str, pa.Table]]] | None = None,
+) -> list[tuple[str, int, int, str | None]]:
     """Read ``slices`` (deletes applied) and write them as ``<name_prefix>part-NNNNN.parquet``
     files of at most ``rows_per_file`` rows under ``out`` (a local folder, or an object-store prefix
-    reached with the ``StoreOptions`` in ``storage_json``): [(path or URI, bytes, rows)]. Field ids
-    travel in the schema's field metadata; timestamps are written as TIMESTAMP_MICROS."""
+    reached with the ``StoreOptions`` in ``storage_json``): [(path or URI, bytes, rows, key)]. Field
+    ids travel in the schema's field metadata; timestamps are written as TIMESTAMP_MICROS. With a
+    ``partitioner`` (rows -> [(key, rows)]) each key's rows go to files of their own, whose key is
+    returned (None without one)."""
     storage = StoreOptions.from_json(storage_json) if storage_json else None
     fs, root = filesystem(out, storage)
     if is_local(out):
         os.makedirs(root, exist_ok=True)
     batches = _sorted_batches(reader(slices), sort_columns)
-    written: list[list[Any]] = []  # [path, rows]
-    state: dict[str, Any] = {"writer": None}
+    files = _OutputFiles(fs, f"{root}/{name_prefix}", schema, compression, rows_per_file)
 
     def flush(buffer: list[pa.RecordBatch]) -> None:
         # One write per row group: readers batch small files' 64k-row batches into few row groups.
         table = pa.Table.from_batches(buffer).select(schema.names).cast(schema)
-        offset = 0
-        while offset < table.num_rows:
-            if state["writer"] is None:
-                path = f"{root}/{name_prefix}part-{len(written):05d}.parquet"
-                state["writer"] = pq.ParquetWriter(
-                    path, schema, compression=compression, coerce_timestamps="us", filesystem=fs
-                )
-                written.append([path, 0])
-            take = min(rows_per_file - written[-1][1], table.num_rows - offset)
-            state["writer"].write_table(table.slice(offset, take), row_group_size=ROW_GROUP_ROWS)
-            offset += take
-            written[-1][1] += take
-            if written[-1][1] >= rows_per_file:
-                state["writer"].close()
-                state["writer"] = None
+        for key, rows in partitioner(table) if partitioner is not None else [(None, table)]:
+            files.write(key, rows)
 
     try:
         buffer: list[pa.RecordBatch] = []
@@ -125,10 +118,50 @@ def write_arrow_group(
         if buffer:
             flush(buffer)
     finally:
-        if state["writer"] is not None:
-            state["writer"].close()
-    sizes = [info.size for info in fs.get_file_info([path for path, _ in written])]
-    return [(uri(out, path), int(size), rows) for (path, rows), size in zip(written, sizes, strict=True)]
+        files.close()
+    written = files.written
+    sizes = [info.size for info in fs.get_file_info([path for path, _, _ in written])]
+    return [
+        (uri(out, path), int(size), rows, key) for (path, rows, key), size in zip(written, sizes, strict=True)
+    ]
+
+
+class _OutputFiles:
+    """The files one task writes: ``<prefix>part-NNNNN.parquet``, one open per partition key, the
+    next one started when it holds ``rows_per_file`` rows; ``written``: [path, rows, key]."""
+
+    def __init__(self, fs: Any, prefix: str, schema: pa.Schema, compression: str, rows_per_file: int) -> None:
+        self.fs, self.prefix, self.schema = fs, prefix, schema
+        self.compression, self.rows_per_file = compression, rows_per_file
+        self.written: list[list[Any]] = []
+        self._open: dict[str | None, tuple[Any, list[Any]]] = {}
+
+    def write(self, key: str | None, table: pa.Table) -> None:
+        offset = 0
+        while offset < table.num_rows:
+            if key not in self._open:
+                path = f"{self.prefix}part-{len(self.written):05d}.parquet"
+                parquet = pq.ParquetWriter(
+                    path,
+                    self.schema,
+                    compression=self.compression,
+                    coerce_timestamps="us",
+                    filesystem=self.fs,
+                )
+                self.written.append([path, 0, key])
+                self._open[key] = (parquet, self.written[-1])
+            parquet, row = self._open[key]
+            take = min(self.rows_per_file - row[1], table.num_rows - offset)
+            parquet.write_table(table.slice(offset, take), row_group_size=ROW_GROUP_ROWS)
+            offset += take
+            row[1] += take
+            if row[1] >= self.rows_per_file:
+                self._open.pop(key)[0].close()
+
+    def close(self) -> None:
+        for parquet, _ in self._open.values():
+            parquet.close()
+        self._open = {}
 
 
 def _sorted_batches(batches: Iterable[pa.RecordBatch], sort_columns: list[str]) -> Iterable[pa.RecordBatch]:
@@ -146,14 +179,14 @@ class ArrowGroupTask:
     """The body of the Spark task that rewrites one group with the spec reader and pyarrow;
     picklable, run in a Spark Python worker."""
 
-    RESULT_SCHEMA = "path string, size long, rows long"
+    RESULT_SCHEMA = "path string, size long, rows long, partition string"
 
     def __init__(
         self, reader: Any, slices: list[FileSlice], schema: pa.Schema, out: str, **options: Any
     ) -> None:
         self.reader, self.slices, self.schema, self.out, self.options = reader, slices, schema, out, options
 
-    def __call__(self, items: Iterator[Any]) -> Iterator[tuple[str, int, int]]:
+    def __call__(self, items: Iterator[Any]) -> Iterator[tuple[str, int, int, str | None]]:
         for _ in items:
             pass
         yield from write_arrow_group(self.reader, self.slices, self.schema, self.out, **self.options)
@@ -162,11 +195,18 @@ class ArrowGroupTask:
         """The same for ``mapInArrow`` (Spark Connect, where there are no RDDs)."""
         rows = list(self(batches))
         yield pa.RecordBatch.from_pylist(
-            [{"path": p, "size": size, "rows": n} for p, size, n in rows],
-            schema=pa.schema([("path", pa.string()), ("size", pa.int64()), ("rows", pa.int64())]),
+            [{"path": p, "size": size, "rows": n, "partition": key} for p, size, n, key in rows],
+            schema=pa.schema(
+                [
+                    ("path", pa.string()),
+                    ("size", pa.int64()),
+                    ("rows", pa.int64()),
+                    ("partition", pa.string()),
+                ]
+            ),
         )
 
-    def run(self, spark: Any) -> list[tuple[str, int, int]]:
+    def run(self, spark: Any) -> list[tuple[str, int, int, str | None]]:
         """One Spark job of one task."""
         try:
             context = spark.sparkContext
@@ -176,7 +216,7 @@ class ArrowGroupTask:
             # An RDD task needs neither pandas nor Arrow on the JVM side.
             return context.parallelize([0], 1).mapPartitions(self).collect()
         frame = spark.range(1, numPartitions=1).mapInArrow(self.arrow, self.RESULT_SCHEMA)
-        return [(r["path"], r["size"], r["rows"]) for r in frame.collect()]
+        return [(r["path"], r["size"], r["rows"], r["partition"]) for r in frame.collect()]
 
 
 class GroupWriter:
@@ -184,7 +224,8 @@ class GroupWriter:
     Spark job per group (see the module docstring). ``reader`` reads slices with deletes applied
     and must be picklable: it runs in Spark tasks. ``engine`` "arrow" (default) runs the spec
     reader and pyarrow in the task; "spark-sql" lets Spark's parquet reader and writer do groups
-    without deletes (local tables only)."""
+    without deletes (local tables only). ``partitioner(group)`` may give a group a picklable
+    splitter of its rows by partition (``write_arrow_group``); such a group is written by arrow."""
 
     def __init__(
         self,
@@ -197,6 +238,7 @@ class GroupWriter:
         field_ids: bool,
         sort_columns: Iterable[str] = (),
         compression: str = "snappy",
+        partitioner: Callable[[RewriteGroup], Any] | None = None,
     ) -> None:
         self.context = context
         self.reader = reader
@@ -206,6 +248,7 @@ class GroupWriter:
         self.field_ids = field_ids
         self.sort_columns = [c for c in sort_columns if c in schema.names]
         self.compression = compression
+        self.partitioner = partitioner
         self._spark_schema: Any = None
         self.notes: list[str] = []
         self.engine = settings.engine
@@ -267,7 +310,8 @@ class GroupWriter:
 
     def write_group(self, group: RewriteGroup) -> WrittenGroup:
         out, name_prefix = self.outputs.target(group)
-        if self.engine == "spark-sql" and self._spark_sql_can_write(group):
+        split = self.partitioner(group) if self.partitioner is not None else None
+        if self.engine == "spark-sql" and split is None and self._spark_sql_can_write(group):
             try:
                 return WrittenGroup(group, self._write_spark_sql(group, Path(out)), "spark-sql")
             except Exception:
@@ -287,9 +331,16 @@ class GroupWriter:
             rows_per_file=max(1, math.ceil(group.record_count / self._outputs(group))),
             name_prefix=name_prefix,
             storage_json=storage.to_json() if storage is not None else "",
+            partitioner=split,
         )
         results = task.run(self.context.spark)
-        return WrittenGroup(group, [p for p, _, _ in results], "arrow", [int(n) for _, n, _ in results])
+        return WrittenGroup(
+            group,
+            [p for p, _, _, _ in results],
+            "arrow",
+            [int(n) for _, n, _, _ in results],
+            [key for _, _, _, key in results],
+        )
 
     def _spark_sql_can_write(self, group: RewriteGroup) -> bool:
         from processes.factories.spark_types import spark_schema

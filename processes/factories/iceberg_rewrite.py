@@ -1,15 +1,30 @@
-"""Iceberg ``rewrite``: compaction of small files, committed as one atomic pyiceberg snapshot.
+"""Iceberg ``rewrite``: compaction of small files, committed as one atomic ``replace`` snapshot.
 
-The run plans from the current snapshot (see ``compaction``), writes the groups into staging with
-Spark, then validates against a freshly loaded table before committing: the planned snapshot must
-still be an ancestor of the head, no delete file may have been committed since (it could apply to
-rows the new files carry), and every file to remove must still be live. If the head moved and the
-plan still holds, the commit goes on top of the head (appends landed meanwhile stay as they are);
-if not, the run re-plans once from the new head, and fails cleanly if that conflicts too. The
-commit is the catalog's atomic commit (a SQL catalog's compare-and-swap, a REST catalog's
-``POST .../tables/{t}`` with the head snapshot as a requirement): when another writer commits
-between the validation and the commit, the catalog refuses it and the run validates again at the
-new head and commits again (up to ``COMMIT_ATTEMPTS`` times), without rewriting anything.
+The run plans from the current snapshot (see ``compaction``): files of every partition spec,
+grouped by (spec, partition); a file of another spec than the output spec (param
+``output-spec-id``, default the table's default spec; an id the table does not have fails the run
+before anything is done) is always rewritten, its rows split by their partition in the output spec
+as they are written. Data files with Iceberg v3 deletion vectors are rewritten like files with
+position deletes: the group reader applies the vectors, and the commit removes exactly the
+rewritten files' vectors, keeping the other vectors of the same Puffin file.
+
+The groups are written into staging with Spark, then validated against a freshly loaded table
+before committing: the planned snapshot must still be an ancestor of the head, no delete file or
+deletion vector may have been committed since (it could apply to rows the new files carry), and
+every file and vector to remove must still be live. If the head moved and the plan still holds,
+the commit goes on top of the head (appends landed meanwhile stay as they are); if not, the run
+re-plans once from the new head, and fails cleanly if that conflicts too.
+
+The commit is ``iceberg_commit.RewriteFiles``: a ``replace`` snapshot like Iceberg's own
+RewriteFiles (streaming readers skip it), committed through the catalog's atomic commit (a SQL
+catalog's compare-and-swap, a REST catalog's ``POST .../tables/{t}`` with the head snapshot as a
+requirement): when another writer commits between the validation and the commit, the catalog
+refuses it and the run validates again at the new head and commits again (up to
+``COMMIT_ATTEMPTS`` times), without rewriting anything. v3 tables in a SQL catalog are committed
+with ``iceberg_commit.v3_metadata_writes`` (pyiceberg 0.12 cannot serialise v3 metadata); a v3
+table whose metadata holds fields pyiceberg's model would drop is refused before anything is
+done. v3 row lineage: data files kept in a rewritten manifest keep their row ids, but the rows of
+the rewritten files get new ones (the new files carry no ``_row_id`` column).
 
 Local tables: new files are moved out of staging into the table's data folder only just before the
 commit. Object stores: they are written in place under unique names (``outputs``). Either way
@@ -22,11 +37,6 @@ object store, the "latest ``vN.metadata.json``" convention cannot refuse a secon
 writers both write ``v6``, or one overwrites the other's, and a snapshot is lost.) The factory
 does not trigger them and a manual run fails with a message saying to register the table through
 a catalog.
-
-Data files with an Iceberg v3 deletion vector are left out of the plan: the rewrite would have to
-remove the vector in the same commit, and pyiceberg 0.12 cannot (it matches files to remove by
-path, and the vectors of several data files share one Puffin file path, so it would drop them
-all). The run's summary counts them (``skipped_deletion_vector_files``) with a ``note``.
 """
 
 from __future__ import annotations
@@ -46,6 +56,14 @@ from processes.factories.compaction import (
     RewriteConflict,
 )
 from processes.factories.group_writer import GroupWriter, WrittenGroup
+from processes.factories.iceberg_commit import (
+    DVKey,
+    OutputPartitioner,
+    RewriteFiles,
+    check_v3_metadata,
+    decode_partition,
+    v3_metadata_writes,
+)
 from processes.factories.outputs import RewriteOutputs, rewrite_outputs, sweep_leftovers
 from processes.plugin import (
     REWRITE,
@@ -67,7 +85,21 @@ DELETE_FILE_SUMMARY_KEYS = (
     "added-delete-files",
     "added-position-delete-files",
     "added-equality-delete-files",
+    "added-dvs",
 )
+OUTPUT_SPEC_ID = "output-spec-id"
+ICEBERG_REWRITE_PARAMS_SCHEMA: dict[str, Any] = {
+    **REWRITE_PARAMS_SCHEMA,
+    "properties": {
+        **REWRITE_PARAMS_SCHEMA["properties"],
+        OUTPUT_SPEC_ID: {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Partition spec of the rewritten files (default: the table's default spec);"
+            " files of every other spec are rewritten into it",
+        },
+    },
+}
 
 
 class IcebergSliceReader:
@@ -97,59 +129,66 @@ class IcebergRewriteProcess(TableProcess):
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
         table = _catalog_table(context.table)
+        output_spec(table, self.params.get(OUTPUT_SPEC_ID))  # refused before anything is done
+        check_v3_metadata(table)
         swept = _sweep(table, context)
         for attempt in (1, 2):
-            table.refresh()
-            spec = spec_view(table)
-            skipped: list[str] = []
-            plan = plan_rewrite(spec, self.settings, skipped)
-            if plan.empty:
-                return compaction.rewrite_summary(
-                    plan, [], snapshot_id=plan.instant, attempts=attempt, **skip_summary(skipped)
-                )
-            outputs = rewrite_outputs(
-                table.location(),
-                context.staging_dir / f"attempt-{attempt}",
-                _store_options(context),
-                context.process_id,
-            )
-            writer = GroupWriter(
-                context,
-                IcebergSliceReader(table.io, spec.schema),
-                spec.schema,
-                outputs,
-                settings=self.settings,
-                field_ids=True,
-                sort_columns=spec.definition.sort_columns,
-                compression=_codec(self.settings, table.metadata.properties),
-            )
-            try:
-                written = writer.write_all(plan.groups, progress_total=len(plan.groups) + 1)
-                context.checkpoint("after-write")
-                self.before_commit(context, plan)
-                context.report_progress(len(plan.groups), len(plan.groups) + 1, "committing")
-                context.checkpoint("before-commit")
-                snapshot_id, commits = commit_rewrite(table, plan, written, context.process_id, outputs)
-            except RewriteConflict as conflict:
-                outputs.discard()
-                if attempt == 2:
-                    raise RewriteConflict(f"the table changed during the rewrite twice: {conflict}") from None
-                logger.info("rewrite of %s re-plans: %s", table.name(), conflict)
-                continue
-            except BaseException:
-                outputs.discard()
-                raise
-            outputs.finish()
-            context.report_progress(len(plan.groups) + 1, len(plan.groups) + 1, "committed")
-            extra = {"commit_attempts": commits, **skip_summary(skipped)}
-            if swept:
-                extra["swept_leftover_objects"] = len(swept)
-            if writer.notes:
-                extra["engine_note"] = writer.notes[0]
-            return compaction.rewrite_summary(
-                plan, written, snapshot_id=snapshot_id, attempts=attempt, **extra
-            )
+            summary = self._attempt(context, table, attempt)
+            if summary is not None:
+                if swept:
+                    summary["swept_leftover_objects"] = len(swept)
+                return summary
         raise AssertionError("unreachable")
+
+    def _attempt(self, context: ProcessContext, table: Any, attempt: int) -> dict[str, Any] | None:
+        """One plan, write and commit: the run's summary, or None to plan again (the table
+        changed under the first attempt)."""
+        table.refresh()
+        spec_id = output_spec(table, self.params.get(OUTPUT_SPEC_ID))
+        spec = spec_view(table)
+        plan = plan_rewrite(spec, self.settings, output_spec_id=spec_id)
+        if plan.empty:
+            return compaction.rewrite_summary(plan, [], snapshot_id=plan.instant, attempts=attempt)
+        outputs = rewrite_outputs(
+            table.location(),
+            context.staging_dir / f"attempt-{attempt}",
+            _store_options(context),
+            context.process_id,
+        )
+        writer = GroupWriter(
+            context,
+            IcebergSliceReader(table.io, spec.schema),
+            spec.schema,
+            outputs,
+            settings=self.settings,
+            field_ids=True,
+            sort_columns=spec.definition.sort_columns,
+            compression=_codec(self.settings, table.metadata.properties),
+            partitioner=group_partitioner(table, spec_id),
+        )
+        steps = len(plan.groups) + 1
+        try:
+            written = writer.write_all(plan.groups, progress_total=steps)
+            context.checkpoint("after-write")
+            self.before_commit(context, plan)
+            context.report_progress(len(plan.groups), steps, "committing")
+            context.checkpoint("before-commit")
+            snapshot_id, commits = commit_rewrite(table, plan, written, context.process_id, outputs, spec_id)
+        except RewriteConflict as conflict:
+            outputs.discard()
+            if attempt == 2:
+                raise RewriteConflict(f"the table changed during the rewrite twice: {conflict}") from None
+            logger.info("rewrite of %s re-plans: %s", table.name(), conflict)
+            return None
+        except BaseException:
+            outputs.discard()
+            raise
+        outputs.finish()
+        context.report_progress(steps, steps, "committed")
+        extra: dict[str, Any] = {"commit_attempts": commits, "output_spec_id": spec_id}
+        if writer.notes:
+            extra["engine_note"] = writer.notes[0]
+        return compaction.rewrite_summary(plan, written, snapshot_id=snapshot_id, attempts=attempt, **extra)
 
 
 def _sweep(table: Any, context: ProcessContext) -> list[str]:
@@ -211,66 +250,108 @@ def _codec(settings: CompactionSettings, properties: dict[str, str]) -> str:
     return "none" if codec == "uncompressed" else codec
 
 
-def plan_rewrite(spec: Any, settings: CompactionSettings, skipped: list[str] | None = None) -> CompactionPlan:
-    """The compaction plan at the table's current snapshot (files of the current spec only: a
-    file of an older partition spec may hold rows of several current partitions). Data files
-    with a deletion vector are left out, their paths appended to ``skipped`` (module docstring)."""
+def output_spec(table: Any, requested: int | None) -> int:
+    """The partition spec the rewritten files are written in: ``requested``, else the table's
+    default spec; ``ValueError`` for a spec the table does not have."""
+    specs = table.metadata.specs()
+    if requested is None:
+        return int(table.metadata.default_spec_id)
+    if requested not in specs:
+        raise ValueError(
+            f"output-spec-id {requested} is not a partition spec of this table"
+            f" (its specs: {', '.join(str(s) for s in sorted(specs))}); nothing was rewritten"
+        )
+    return int(requested)
+
+
+def plan_rewrite(
+    spec: Any, settings: CompactionSettings, *, output_spec_id: int | None = None
+) -> CompactionPlan:
+    """The compaction plan at the table's current snapshot. Files of every partition spec are
+    planned, grouped by (spec, partition); a file of another spec than the output spec (default:
+    the table's default spec) is always rewritten, into the output spec. Data files with deletion
+    vectors are planned like any other (the commit removes their vectors)."""
     metadata = spec.pyiceberg_table.metadata
     snapshot = metadata.current_snapshot()
     if snapshot is None:
         return CompactionPlan(instant=None)
-    spec_id = metadata.default_spec_id
+    output = metadata.default_spec_id if output_spec_id is None else output_spec_id
 
-    def eligible(file_slice: Any) -> bool:
-        if any(f.content is FileContent.DELETION_VECTOR for f in file_slice.delete_files):
-            if skipped is not None:
-                skipped.append(file_slice.base_file.path)
-            return False
-        return bool(file_slice.base_file.extra.get("spec_id", spec_id) == spec_id)
+    def spec_of(file_slice: Any) -> int:
+        return int(file_slice.base_file.extra.get("spec_id", output))
 
     return compaction.plan_compaction(
         spec.file_index().list_files_at(snapshot.snapshot_id),
         settings,
         instant=snapshot.snapshot_id,
-        eligible=eligible,
+        eligible=_removable,
+        partition_key=lambda s: (spec_of(s), s.partition.path),
+        always=lambda s: spec_of(s) != output,
     )
 
 
-def skip_summary(skipped: list[str]) -> dict[str, Any]:
-    """The summary lines of the data files left out because of their deletion vectors."""
-    if not skipped:
-        return {}
+def _removable(file_slice: Any) -> bool:
+    """Whether the commit can remove the slice's deletion vectors exactly: a vector entry without
+    ``referenced_data_file`` (out of spec) cannot be told from the other vectors of its Puffin
+    file, so its data file is left out (and logged)."""
+    for delete_file in file_slice.delete_files:
+        if delete_file.content is FileContent.DELETION_VECTOR and not delete_file.extra.get(
+            "referenced_data_file"
+        ):
+            logger.warning(
+                "%s is not rewritten: its deletion vector entry lacks referenced_data_file",
+                file_slice.base_file.path,
+            )
+            return False
+    return True
+
+
+def planned_vectors(plan: CompactionPlan) -> set[DVKey]:
+    """The deletion vectors of the planned data files, as the commit removes them."""
     return {
-        "skipped_deletion_vector_files": len(skipped),
-        "note": f"{len(skipped)} data file(s) with a deletion vector (Iceberg v3) were not rewritten:"
-        " pyiceberg cannot commit the removal of a deletion vector",
+        (d.path, d.extra.get("referenced_data_file"), d.extra.get("content_offset"))
+        for group in plan.groups
+        for file_slice in group.slices
+        for d in file_slice.delete_files
+        if d.content is FileContent.DELETION_VECTOR
     }
+
+
+def group_partitioner(table: Any, spec_id: int) -> Any:
+    """``GroupWriter``'s partitioner: groups of files of another spec than ``spec_id`` are split
+    by the output spec's partitions (a group of the output spec is one partition already)."""
+    splitter = OutputPartitioner(table.metadata.specs()[spec_id], table.metadata.schema())
+
+    def partitioner(group: Any) -> OutputPartitioner | None:
+        group_spec = group.slices[0].base_file.extra.get("spec_id", spec_id)
+        return splitter if group_spec != spec_id else None
+
+    return partitioner
 
 
 def validate_rewrite(table: Any, plan: CompactionPlan) -> dict[str, Any]:
     """The live pyiceberg DataFiles to remove, keyed by path; ``RewriteConflict`` when the plan no
-    longer holds at the table's (refreshed) head."""
-    metadata = table.metadata
-    head = metadata.current_snapshot()
-    if head is None:
-        raise RewriteConflict("the table has no current snapshot any more")
-    chain = []
-    current = head
-    while current is not None and current.snapshot_id != plan.instant:
-        chain.append(current)
-        parent = current.parent_snapshot_id
-        current = metadata.snapshot_by_id(parent) if parent is not None else None
-    if current is None:
-        raise RewriteConflict(f"the planned snapshot {plan.instant} is no longer an ancestor of the head")
-    for snapshot in chain:
-        summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
-        if any(int(summary.get(key, 0) or 0) for key in DELETE_FILE_SUMMARY_KEYS):
-            raise RewriteConflict(f"snapshot {snapshot.snapshot_id} added delete files after the plan")
-    wanted = {path for group in plan.groups for path in group.paths}
-    live: dict[str, Any] = {}
+    longer holds at the table's (refreshed) head: the planned snapshot is no ancestor of it, a
+    delete file or deletion vector was committed since (by the summary, or by a delete manifest
+    adding files in a snapshot since), or a planned file is not live. (The deletion vectors to
+    remove are checked by the commit itself: ``RewriteFiles``.)"""
     from pyiceberg.manifest import ManifestContent
 
-    for manifest in head.manifests(table.io):
+    head = table.metadata.current_snapshot()
+    if head is None:
+        raise RewriteConflict("the table has no current snapshot any more")
+    since = _snapshots_since(table.metadata, head, plan.instant)
+    manifests = head.manifests(table.io)
+    for manifest in manifests:
+        if (
+            manifest.content == ManifestContent.DELETES
+            and manifest.added_snapshot_id in since
+            and (manifest.added_files_count or 0) > 0
+        ):
+            raise RewriteConflict(f"snapshot {manifest.added_snapshot_id} added delete files after the plan")
+    wanted = {path for group in plan.groups for path in group.paths}
+    live: dict[str, Any] = {}
+    for manifest in manifests:
         if manifest.content != ManifestContent.DATA:
             continue
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
@@ -280,6 +361,23 @@ def validate_rewrite(table: Any, plan: CompactionPlan) -> dict[str, Any]:
     if missing:
         raise RewriteConflict(f"{len(missing)} planned file(s) are no longer live, e.g. {sorted(missing)[0]}")
     return live
+
+
+def _snapshots_since(metadata: Any, head: Any, instant: Any) -> set[int]:
+    """The ids of the snapshots from ``instant`` (exclusive) to ``head``; ``RewriteConflict`` when
+    ``instant`` is not an ancestor of the head or one of them added delete files."""
+    since: set[int] = set()
+    current = head
+    while current is not None and current.snapshot_id != instant:
+        summary = current.summary.additional_properties if current.summary is not None else {}
+        if any(int(summary.get(key, 0) or 0) for key in DELETE_FILE_SUMMARY_KEYS):
+            raise RewriteConflict(f"snapshot {current.snapshot_id} added delete files after the plan")
+        since.add(current.snapshot_id)
+        parent = current.parent_snapshot_id
+        current = metadata.snapshot_by_id(parent) if parent is not None else None
+    if current is None:
+        raise RewriteConflict(f"the planned snapshot {instant} is no longer an ancestor of the head")
+    return since
 
 
 def iceberg_data_file(table: Any, path: str, partition: Any, spec_id: int, size: int) -> Any:
@@ -305,72 +403,68 @@ def iceberg_data_file(table: Any, path: str, partition: Any, spec_id: int, size:
         stats_columns=compute_statistics_plan(schema, metadata.properties),
         parquet_column_mapping=parquet_path_to_id_mapping(schema),
     )
-    return DataFile.from_args(
+    data_file = DataFile.from_args(
+        _table_format_version=3,
         content=DataFileContent.DATA,
         file_path=path,
         file_format=FileFormat.PARQUET,
         partition=partition,
         file_size_in_bytes=size,
         sort_order_id=None,
-        spec_id=spec_id,
         equality_ids=None,
         key_metadata=None,
         **statistics.to_serialized_dict(),
     )
+    data_file.spec_id = spec_id
+    return data_file
 
 
 def commit_rewrite(
-    table: Any, plan: CompactionPlan, written: list[WrittenGroup], process_id: int, outputs: RewriteOutputs
+    table: Any,
+    plan: CompactionPlan,
+    written: list[WrittenGroup],
+    process_id: int,
+    outputs: RewriteOutputs,
+    spec_id: int | None = None,
 ) -> tuple[int, int]:
-    """Validate at the head, publish, commit one overwrite through the catalog (again at the new
-    head when another writer got in first): (snapshot id, commits tried); ``RewriteConflict`` when
-    the plan no longer holds. ``outputs.keep`` is set when the commit landed despite an error or
-    its outcome is unknown (the caller discards the files otherwise)."""
+    """Validate at the head, publish, commit one ``replace`` snapshot (``RewriteFiles``: the new
+    files in partition spec ``spec_id``, default the table's) through the catalog, again at the
+    new head when another writer got in first: (snapshot id, commits tried); ``RewriteConflict``
+    when the plan no longer holds. ``outputs.keep`` is set when the commit landed despite an
+    error or its outcome is unknown (the caller discards the files otherwise)."""
     from pyiceberg.exceptions import CommitFailedException, ValidationException
 
     table.refresh()
+    spec_id = table.metadata.default_spec_id if spec_id is None else spec_id
     live = validate_rewrite(table, plan)
     head_before = table.metadata.current_snapshot().snapshot_id
     added_paths = [
-        (result, outputs.publish(path, result.group.paths[0]), size)
+        (result, outputs.publish(path, result.group.paths[0]), size, key)
         for result in written
-        for path, size in zip(result.files, result.sizes, strict=True)
+        for path, size, key in zip(result.files, result.sizes, result.partitions, strict=True)
     ]
     properties = {"lakewarden.process-id": str(process_id), "lakewarden.operation": "rewrite"}
-    transaction = None
+    state: dict[str, Any] = {}
     for commit in range(1, COMMIT_ATTEMPTS + 1):
         try:
             if commit > 1:
                 table.refresh()
                 live = validate_rewrite(table, plan)
-            removed = [live[path] for group in plan.groups for path in group.paths]
-            added = []
-            for result, path, size in added_paths:
-                first = live[result.group.paths[0]]
-                added.append(iceberg_data_file(table, path, first.partition, first.spec_id, size))
-            transaction = table.transaction()
-            with transaction.update_snapshot(snapshot_properties=properties).overwrite() as rewrite:
-                for data_file in removed:
-                    rewrite.delete_data_file(data_file)
-                for data_file in added:
-                    rewrite.append_data_file(data_file)
-            transaction.commit_transaction()
+            _commit_once(table, plan, live, added_paths, spec_id, properties, state)
             return table.metadata.current_snapshot().snapshot_id, commit
         except (CommitFailedException, ValidationException) as error:
-            # Refused by the catalog (another writer got in first), or by pyiceberg's own retry,
-            # whose serializable check refuses any concurrent append: a rewrite only conflicts
-            # with what ``validate_rewrite`` checks, so it validates at the new head and tries again.
+            # Refused by the catalog (another writer got in first), or by the producer at a new
+            # head (a planned file or vector is not live): validate at the new head, try again.
             if _landed(table, head_before, process_id):
                 outputs.keep = True
                 return table.metadata.current_snapshot().snapshot_id, commit
-            _delete_refused_metadata(table.io, transaction)
+            if "producer" in state:
+                state["producer"]._clean_all_uncommitted()
+            _delete_refused_metadata(table.io, state.get("transaction"))
             if commit == COMMIT_ATTEMPTS:
                 raise RewriteConflict(f"the catalog refused the commit {commit} times: {error}") from error
             logger.info(
-                "rewrite of %s: commit %s was refused (%s); validating and committing again",
-                table.name(),
-                commit,
-                error,
+                "rewrite of %s: commit %s was refused (%s); committing again", table.name(), commit, error
             )
         except RewriteConflict:
             raise
@@ -379,6 +473,43 @@ def commit_rewrite(
                 outputs.keep = True
             raise
     raise AssertionError("unreachable")
+
+
+def _commit_once(
+    table: Any,
+    plan: CompactionPlan,
+    live: dict[str, Any],
+    added_paths: list[tuple[WrittenGroup, str, int, str | None]],
+    spec_id: int,
+    properties: dict[str, str],
+    state: dict[str, Any],
+) -> None:
+    """One catalog commit of the rewrite (``state`` keeps its transaction and producer, for
+    the cleanup of a refused one)."""
+    added = [
+        iceberg_data_file(table, path, _partition(result, key, live), spec_id, size)
+        for result, path, size, key in added_paths
+    ]
+    state["transaction"] = transaction = table.transaction()
+    state["producer"] = producer = RewriteFiles(
+        transaction,
+        removed=[live[path] for group in plan.groups for path in group.paths],
+        removed_dvs=planned_vectors(plan),
+        added=added,
+        spec_id=spec_id,
+        snapshot_properties=properties,
+    )
+    producer.commit()
+    with v3_metadata_writes(table):
+        transaction.commit_transaction()
+
+
+def _partition(result: WrittenGroup, key: str | None, live: dict[str, Any]) -> Any:
+    """A new file's partition record: its rows' key when the group was split by the output
+    spec, else its group's (whose files are all of the output spec and one partition)."""
+    if key is not None:
+        return decode_partition(key)
+    return live[result.group.paths[0]].partition
 
 
 def _delete_refused_metadata(io: Any, transaction: Any) -> None:
@@ -427,7 +558,7 @@ class IcebergRewriteFactory(ProcessFactory):
     description = "Compacts small Iceberg data files into files of the target size (Spark)"
     properties_schema = REWRITE_PROPERTIES_SCHEMA
     default_properties = REWRITE_DEFAULTS
-    params_schema = REWRITE_PARAMS_SCHEMA
+    params_schema = ICEBERG_REWRITE_PARAMS_SCHEMA
 
     def supported_actions(self) -> dict[str, set[str]]:
         return {"iceberg": {REWRITE}}

@@ -250,22 +250,6 @@ def test_a_vector_found_through_the_footer_when_the_entry_lacks_its_offset(v3):
 # -- compaction ------------------------------------------------------------------------------------
 
 
-def test_the_rewrite_plan_leaves_files_with_vectors_and_says_so(tmp_path):
-    from processes.factories.compaction import CompactionSettings
-    from processes.factories.iceberg_rewrite import plan_rewrite, skip_summary
-
-    v3 = write_v3_table(tmp_path / "t", sizes=(10, 10, 5, 3))
-    spec = load_table(str(v3.location))
-    skipped: list[str] = []
-    plan = plan_rewrite(spec, CompactionSettings.from_config({"min-input-files": 2}), skipped)
-    assert skipped == v3.data_paths[:2]
-    assert [sorted(s.base_file.path for s in g.slices) for g in plan.groups] == [v3.data_paths[2:]]
-    summary = skip_summary(skipped)
-    assert summary["skipped_deletion_vector_files"] == 2
-    assert "deletion vector" in summary["note"]
-    assert skip_summary([]) == {}
-
-
 def test_the_summary_counts_each_vector_of_a_shared_puffin_file_once(v3):
     """The snapshot summary here lacks the size totals, so the summary counts by listing: both
     vectors live in one Puffin file, and each must be subtracted and weighed."""
