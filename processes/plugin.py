@@ -49,12 +49,16 @@ REWRITE = "rewrite"
 EXPIRE_SNAPSHOTS = "expire-snapshots"
 CLEAN_ORPHAN_FILES = "clean-orphan-files"
 VACUUM = "vacuum"
+COMPUTE_STATISTICS = "compute-statistics"
+REWRITE_MANIFESTS = "rewrite-manifests"
 
 _ACTIONS: dict[str, str] = {
     REWRITE: "Compact small files into files of the target size",
     EXPIRE_SNAPSHOTS: "Expire old snapshots and delete the files only they reference",
     CLEAN_ORPHAN_FILES: "Delete files under the table location that no snapshot references",
     VACUUM: "Delete files the Delta log no longer references, then clean up the log",
+    COMPUTE_STATISTICS: "Compute per-column distinct-value sketches into a Puffin statistics file",
+    REWRITE_MANIFESTS: "Rewrite data manifests clustered by partition, at the target manifest size",
 }
 
 
