@@ -49,6 +49,8 @@ REWRITE = "rewrite"
 EXPIRE_SNAPSHOTS = "expire-snapshots"
 CLEAN_ORPHAN_FILES = "clean-orphan-files"
 VACUUM = "vacuum"
+PURGE_DELETION_VECTORS = "purge-deletion-vectors"
+CHECKPOINT = "checkpoint"
 COMPUTE_STATISTICS = "compute-statistics"
 REWRITE_MANIFESTS = "rewrite-manifests"
 
@@ -57,6 +59,8 @@ _ACTIONS: dict[str, str] = {
     EXPIRE_SNAPSHOTS: "Expire old snapshots and delete the files only they reference",
     CLEAN_ORPHAN_FILES: "Delete files under the table location that no snapshot references",
     VACUUM: "Delete files the Delta log no longer references, then clean up the log",
+    PURGE_DELETION_VECTORS: "Rewrite files whose deletion vectors delete a large share of their rows",
+    CHECKPOINT: "Write a checkpoint of the Delta log and remove log files older than the log retention",
     COMPUTE_STATISTICS: "Compute per-column distinct-value sketches into a Puffin statistics file",
     REWRITE_MANIFESTS: "Rewrite data manifests clustered by partition, at the target manifest size",
 }

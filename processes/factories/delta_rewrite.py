@@ -1,40 +1,52 @@
-"""Delta ``rewrite``: compaction of small files, committed as remove + add actions with
-``dataChange=false`` (readers of the change feed and streaming readers skip it: no data changed).
+"""Delta ``rewrite`` (compaction of small files) and ``purge-deletion-vectors``: new files hold the
+same rows, committed as remove + add actions with ``dataChange=false`` (change-feed and streaming
+readers skip the commit: no data changed).
 
-Planning and writing are the Iceberg rewrite's (``compaction``); files are read without their
-partition columns (Delta keeps those in the log, not in the files). Files
-with deletion vectors are not rewritten (see ``plan_delta``). Before committing,
-the latest version is read: every file to remove must still be live there with the same deletion
-vector (a vector added meanwhile deletes rows the new file would bring back), else the run
-re-plans once and then fails cleanly. The add actions carry statistics read from the footers of
-the written files (numRecords, nullCount, min/max of integer, string and date columns).
+Planning and writing are the Iceberg rewrite's (``compaction``, ``group_writer``); files are read
+through the spec API (``DeltaSliceReader``): deletion vectors applied, columns found by physical
+name under column mapping, partition columns left out (Delta keeps them in the log). Files with
+deletion vectors are compacted like any small file (and, with ``delete-file-threshold`` 1, however
+large); ``purge-deletion-vectors`` rewrites the files whose vectors delete at least
+``deleted-ratio-threshold`` of their rows (Delta Spark's ``REORG TABLE ... APPLY (PURGE)``).
+Column-mapped tables are written with the physical column names and the field ids in the parquet
+schema, and their statistics and partition values keyed by physical names, as Delta requires.
 
-Two compactions of one Delta table must never run at once (both would commit and duplicate rows):
-the executor's per-table lock guarantees it; this process relies on it.
+Local tables commit through our own commit writer (``delta_commit``: the removes carry the
+deletion vectors of the adds they remove; operation ``OPTIMIZE``, or ``REORG`` for a purge;
+put-if-absent by hard link). Before committing, the latest version is read: every file to remove
+must still be live there with the same deletion vector (a vector added meanwhile deletes rows the
+new file would bring back) and the protocol and metadata must be unchanged, else the run re-plans
+once and then fails cleanly.
 
 Object stores: new files are written in place under unique names (``outputs``) and deleted when
-the commit does not land. The commit is deltalake's: the next ``_delta_log/NNN.json`` is created
-with a conditional put (``If-None-Match: *``, ``conditional_put`` in ``StoreOptions.delta_options``),
-so when another writer took that version first the store refuses ours (412), deltalake checks the
-winner for conflicts and commits at the next version, or raises (the run re-plans). A store that
-ignores ``If-None-Match`` would let the second put overwrite the first commit: such a store is
-only safe with a single writer per table.
+the commit does not land. No library here offers a put-if-absent on S3 except deltalake's own
+commit, whose ``RemoveAction`` cannot name a deletion vector: so there the rewrite commits through
+deltalake (a ``WRITE`` commit with ``dataChange=false``; the next ``_delta_log/NNN.json`` is
+created with ``If-None-Match: *``, ``conditional_put`` in ``StoreOptions.delta_options``; a
+version another writer took is refused with 412, deltalake checks the winner for conflicts and
+commits at the next version, or raises and the run re-plans), files with deletion vectors are left
+out of the plan (the summary counts them), and ``purge-deletion-vectors`` is refused. A store
+that ignores ``If-None-Match`` would let the second put overwrite the first commit: such a store
+is only safe with a single writer per table.
+
+Two rewrites of one Delta table must never run at once (both would commit and duplicate rows):
+the executor's per-table lock guarantees it; these processes rely on it.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
+import dataclasses
 import logging
 import os
 import time
+from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from processes.factories import compaction
+from processes.factories import compaction, delta_commit
 from processes.factories.compaction import (
     REWRITE_DEFAULTS,
     REWRITE_PARAMS_SCHEMA,
@@ -42,10 +54,22 @@ from processes.factories.compaction import (
     CompactionPlan,
     CompactionSettings,
     RewriteConflict,
+    RewriteGroup,
+)
+from processes.factories.delta_commit import (
+    CommitRefused,
+    CommitUnsupported,
+    RewriteCommit,
+    add_action,
+    check_writable,
+    delta_stats,
+    live_files,
+    open_version,
 )
 from processes.factories.group_writer import GroupWriter, WrittenGroup
 from processes.factories.outputs import RewriteOutputs, rewrite_outputs
 from processes.plugin import (
+    PURGE_DELETION_VECTORS,
     REWRITE,
     ProcessContext,
     ProcessFactory,
@@ -53,15 +77,54 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
+from storage.formats.delta._dv import unique_id
+from storage.formats.delta._evolve import has_variant
 from storage.io import StoreOptions, filesystem, is_local
+from storage.spec.models import FileSlice
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["DeltaPurgeDeletionVectorsFactory", "DeltaRewriteFactory", "open_version"]
 
-def open_version(location: str, version: int | None = None, storage: StoreOptions | None = None) -> Any:
-    from storage.formats.delta import DeltaAdapter
-
-    return DeltaAdapter.open(location, storage=storage, version=version)
+DEFAULT_DELETED_RATIO = 0.1
+_RATIO = {
+    "type": "number",
+    "minimum": 0,
+    "maximum": 1,
+    "description": "Rewrite a file once its deletion vector deletes at least this share of its rows "
+    "(deleted rows / numRecords; 0: every file with a deletion vector)",
+}
+PURGE_PROPERTIES_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        **{
+            key: REWRITE_PROPERTIES_SCHEMA["properties"][key]
+            for key in ("interval", "parallelism", "target-file-size", "max-concurrent-groups")
+        },
+        "compression-codec": REWRITE_PROPERTIES_SCHEMA["properties"]["compression-codec"],
+        "deleted-ratio-threshold": _RATIO,
+    },
+}
+PURGE_DEFAULTS: dict[str, Any] = {
+    "interval": 3600,
+    "parallelism": 1,
+    "target-file-size": REWRITE_DEFAULTS["target-file-size"],
+    "max-concurrent-groups": 0,
+    "compression-codec": "",
+    "deleted-ratio-threshold": DEFAULT_DELETED_RATIO,
+}
+PURGE_PARAMS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "deleted-ratio-threshold": _RATIO,
+        "target-file-size": REWRITE_PROPERTIES_SCHEMA["properties"]["target-file-size"],
+    },
+    "additionalProperties": False,
+}
+VECTORS_ON_OBJECT_STORES = (
+    "files with deletion vectors are not rewritten on object stores: removing one needs a commit "
+    "naming its vector, and no put-if-absent commit but deltalake's (which cannot name it) is available"
+)
 
 
 def delta_table(location: str, storage: StoreOptions | None = None) -> Any:
@@ -79,88 +142,299 @@ def store_options(context: ProcessContext) -> StoreOptions | None:
     return options() if callable(options) else None
 
 
-def column_mapping(spec: Any) -> str:
-    return str(spec.definition.properties.get("delta.columnMapping.mode") or "none").lower()
+@dataclass(frozen=True)
+class WriteLayout:
+    """How one version's data columns are read (logical names) and written (the file schema:
+    physical names and field ids under column mapping)."""
+
+    columns: list[str]
+    schema: pa.Schema
+    mapped: bool
+
+    @classmethod
+    def of(cls, spec: Any) -> WriteLayout:
+        """The layout, or ``CommitRefused`` for a table the rewrite cannot write."""
+        state = spec.state(spec.version)
+        check_writable(state.snapshot.protocol, f"Delta table {spec.location_uri}")
+        schema = state.schema
+        variants = [f["name"] for f in schema.fields if has_variant(f["type"])]
+        if variants:
+            raise CommitRefused(
+                f"Delta table {spec.location_uri} holds variant columns ({', '.join(variants)}), "
+                "which the rewrite does not write: the table is left as it is"
+            )
+        if schema.mapped and not mapping_supported(state.snapshot.protocol):
+            raise CommitRefused(
+                f"Delta table {spec.location_uri} sets delta.columnMapping.mode={schema.mapping_mode} but its "
+                "protocol does not support the columnMapping feature (deltalake 1.6 writes such tables when "
+                "deletion vectors are enabled with column mapping): its files hold logical names, which the "
+                "reader would not resolve, so the table is left as it is"
+            )
+        partition_columns = set(schema.partition_columns)
+        columns = [f.name for f in schema.arrow if f.name not in partition_columns]
+        if schema.mapped:
+            return cls(columns, pa.schema([schema.physical_field(c) for c in columns]), True)
+        return cls(columns, pa.schema([schema.arrow.field(c) for c in columns]), False)
 
 
-def plan_delta(spec: Any, settings: CompactionSettings) -> CompactionPlan:
-    """Files with a deletion vector are left out: deltalake's RemoveAction cannot name the vector,
-    and a remove without it does not match the add (the file would stay live next to its copy)."""
+def mapping_supported(protocol: Any) -> bool:
+    """Whether the protocol supports column mapping (PROTOCOL.md "Column Mapping": reader version 2,
+    or 3 naming the ``columnMapping`` feature; writer version 5 or 6, or 7 naming it); only then is
+    ``delta.columnMapping.mode`` honoured."""
+    reader, writer = int(protocol.get("minReaderVersion", 1)), int(protocol.get("minWriterVersion", 1))
+    reads = reader == 2 or (reader >= 3 and "columnMapping" in (protocol.get("readerFeatures") or ()))
+    writes = writer in (5, 6) or (writer >= 7 and "columnMapping" in (protocol.get("writerFeatures") or ()))
+    return reads and writes
+
+
+def plan_delta(spec: Any, settings: CompactionSettings, *, vectors: bool = True) -> CompactionPlan:
+    """The compaction plan; without ``vectors``, files with a deletion vector are left out."""
     return compaction.plan_compaction(
         spec.file_index().list_files_at(),
         settings,
         instant=spec.version,
-        eligible=lambda s: not s.delete_files and not s.base_file.extra.get("deletion_vector"),
+        eligible=lambda s: vectors or not s.delete_files,
     )
 
 
-class DeltaSliceReader:
-    """Reads slices through the spec table (picklable: Spark tasks reopen it at its version)."""
+def deleted_ratio(spec: Any, file_slice: FileSlice) -> float:
+    """Rows the slice's deletion vector deletes / rows of its file (footer when stats lack it)."""
+    base = file_slice.base_file
+    assert base is not None
+    deleted = sum(d.record_count for d in file_slice.delete_files)
+    rows = base.record_count
+    if not base.extra.get("record_count_known", True):
+        fs, path = filesystem(base.path, spec.store.storage)
+        with fs.open_input_file(path) as handle:
+            rows = pq.read_metadata(handle).num_rows
+    return deleted / rows if rows else 1.0
 
-    def __init__(self, spec: Any, columns: list[str]) -> None:
-        self.spec, self.columns = spec, columns
+
+def plan_purge(spec: Any, settings: CompactionSettings, threshold: float) -> CompactionPlan:
+    """Files whose deletion vector deletes at least ``threshold`` of their rows, bin-packed per
+    partition into groups of at most the target size (a file alone is a group)."""
+    candidates: dict[str, list[FileSlice]] = defaultdict(list)
+    for file_slice in spec.file_index().list_files_at():
+        base = file_slice.base_file
+        if base is None or base.file_format != "parquet" or not file_slice.delete_files:
+            continue
+        if deleted_ratio(spec, file_slice) >= threshold:
+            candidates[file_slice.partition.path].append(file_slice)
+    plan = CompactionPlan(instant=spec.version)
+    for key in sorted(candidates):
+        for packed in compaction.bin_pack(candidates[key], settings.target_file_size):
+            plan.groups.append(RewriteGroup(len(plan.groups), packed[0].partition, packed))
+    return plan
+
+
+class DeltaSliceReader:
+    """Reads slices through the spec table (picklable: Spark tasks reopen it at its version);
+    with ``physical``, batches come under the file schema's names (column mapping)."""
+
+    def __init__(self, spec: Any, columns: list[str], physical: pa.Schema | None = None) -> None:
+        self.spec, self.columns, self.physical = spec, columns, physical
 
     def __call__(self, slices: list[Any]) -> Any:
-        return self.spec.read(slices, columns=self.columns)
+        batches = self.spec.read(slices, columns=self.columns)
+        if self.physical is None:
+            return batches
+        return (self.as_physical(batch) for batch in batches)
+
+    def as_physical(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Logical to physical names at every level: the same layout, so nothing is copied."""
+        assert self.physical is not None
+        arrays = [column.view(f.type) for column, f in zip(batch.columns, self.physical, strict=True)]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.physical)
+
+
+def _slice_key(file_slice: FileSlice) -> tuple[str, str | None]:
+    base = file_slice.base_file
+    assert base is not None
+    return base.path, unique_id(base.extra.get("deletion_vector"))
 
 
 class DeltaRewriteProcess(TableProcess):
+    """Compaction (``rewrite``); ``DeltaPurgeProcess`` changes the plan and the commit's name."""
+
+    operation = "OPTIMIZE"
+
     def __init__(self, params: dict[str, Any], config: dict[str, Any]) -> None:
         super().__init__(REWRITE, params)
         self.settings = CompactionSettings.from_config({**config, **params})
+
+    def plan(self, spec: Any, *, in_place: bool) -> tuple[CompactionPlan, dict[str, Any]]:
+        """The plan and notes for the summary (on object stores, files with deletion vectors
+        are left out: see the module docstring)."""
+        if not in_place:
+            return plan_delta(spec, self.settings), {}
+        plan = plan_delta(spec, self.settings, vectors=False)
+        skipped = sum(1 for s in spec.file_index().list_files_at() if s.delete_files)
+        notes = (
+            {"deletion_vector_files_skipped": skipped, "note": VECTORS_ON_OBJECT_STORES} if skipped else {}
+        )
+        return plan, notes
+
+    def operation_parameters(self) -> dict[str, str]:
+        return {"predicate": "[]", "targetSize": str(self.settings.target_file_size)}
 
     def before_commit(self, context: ProcessContext, plan: CompactionPlan) -> None:
         """Called after the groups are written, before the cancel check and the commit (a test seam)."""
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
-        location = context.runtime.location
         storage = store_options(context)
         for attempt in (1, 2):
-            spec = open_version(location, storage=storage)
-            if column_mapping(spec) != "none":
-                raise RewriteConflict(
-                    "Delta tables with column mapping are not rewritten (physical names differ)"
-                )
-            plan = plan_delta(spec, self.settings)
-            if plan.empty:
-                return compaction.rewrite_summary(plan, [], version=spec.version, attempts=attempt)
-            partition_columns = set(spec.partition_spec.names)
-            data_schema = pa.schema([f for f in spec.schema if f.name not in partition_columns])
-            outputs = rewrite_outputs(
-                location, context.staging_dir / f"attempt-{attempt}", storage, context.process_id
-            )
-            writer = GroupWriter(
-                context,
-                DeltaSliceReader(spec, data_schema.names),
-                data_schema,
-                outputs,
-                settings=self.settings,
-                field_ids=False,
-                compression=self.settings.compression_codec or "snappy",
-            )
+            spec = open_version(context.runtime.location, storage=storage)
             try:
-                written = writer.write_all(plan.groups, progress_total=len(plan.groups) + 1)
-                context.checkpoint("after-write")
-                self.before_commit(context, plan)
-                context.report_progress(len(plan.groups), len(plan.groups) + 1, "committing")
-                context.checkpoint("before-commit")
-                version = commit_delta(
-                    location, plan, written, data_schema, context.process_id, outputs, storage
-                )
+                return self._attempt(context, spec, attempt, storage)
             except RewriteConflict as conflict:
-                outputs.discard()
                 if attempt == 2:
                     raise RewriteConflict(f"the table changed during the rewrite twice: {conflict}") from None
-                logger.info("rewrite of %s re-plans: %s", location, conflict)
-                continue
-            except BaseException:
-                outputs.discard()
-                raise
-            outputs.finish()
-            context.report_progress(len(plan.groups) + 1, len(plan.groups) + 1, "committed")
-            extra = {"engine_note": writer.notes[0]} if writer.notes else {}
-            return compaction.rewrite_summary(plan, written, version=version, attempts=attempt, **extra)
+                logger.info("%s of %s re-plans: %s", self.action, context.runtime.location, conflict)
         raise AssertionError("unreachable")
+
+    def _attempt(
+        self, context: ProcessContext, spec: Any, attempt: int, storage: StoreOptions | None
+    ) -> dict[str, Any]:
+        location = context.runtime.location
+        layout = WriteLayout.of(spec)
+        plan, notes = self.plan(spec, in_place=not is_local(location))
+        notes.update(operation=self.operation if is_local(location) else "WRITE")
+        if plan.empty:
+            return compaction.rewrite_summary(plan, [], version=spec.version, attempts=attempt, **notes)
+        notes["deletion_vectors_applied"] = sum(1 for g in plan.groups for s in g.slices if s.delete_files)
+        settings = self.settings
+        if layout.mapped and settings.engine != "arrow":
+            settings = dataclasses.replace(settings, engine="arrow")
+            notes["engine_note"] = "column-mapped tables are rewritten with the arrow engine"
+        outputs = rewrite_outputs(
+            location, context.staging_dir / f"attempt-{attempt}", storage, context.process_id
+        )
+        reader = DeltaSliceReader(spec, layout.columns, layout.schema if layout.mapped else None)
+        writer = GroupWriter(
+            context,
+            reader,
+            layout.schema,
+            outputs,
+            settings=settings,
+            field_ids=layout.mapped,
+            compression=settings.compression_codec or "snappy",
+        )
+        total = len(plan.groups) + 1
+        try:
+            written = writer.write_all(plan.groups, progress_total=total)
+            context.checkpoint("after-write")
+            self.before_commit(context, plan)
+            context.report_progress(len(plan.groups), total, "committing")
+            context.checkpoint("before-commit")
+            version = self.commit(context, spec, plan, written, layout.schema, outputs, storage)
+        except BaseException:
+            outputs.discard()
+            raise
+        outputs.finish()
+        context.report_progress(total, total, "committed")
+        if writer.notes:
+            notes["engine_note"] = writer.notes[0]
+        return compaction.rewrite_summary(plan, written, version=version, attempts=attempt, **notes)
+
+    def commit(
+        self,
+        context: ProcessContext,
+        spec: Any,
+        plan: CompactionPlan,
+        written: list[WrittenGroup],
+        schema: pa.Schema,
+        outputs: RewriteOutputs,
+        storage: StoreOptions | None,
+    ) -> int:
+        """Publish the new files and commit them with the removes; the new version."""
+        location = context.runtime.location
+        if not is_local(location):
+            return commit_delta(location, spec, plan, written, schema, context.process_id, outputs, storage)
+        published: list[str] = []
+        try:
+            request = RewriteCommit(
+                read_spec=spec,
+                removed=[_slice_key(s) for group in plan.groups for s in group.slices],
+                adds=new_files(spec, written, schema, outputs, published, storage),
+                operation=self.operation,
+                parameters=self.operation_parameters(),
+                custom={
+                    "lakewarden.process-id": str(context.process_id),
+                    "lakewarden.operation": self.action,
+                },
+            )
+            return delta_commit.commit(location, request, storage)
+        except BaseException as error:
+            # Interrupted after the commit file was linked (a soft time limit, say): the files
+            # are the table's now, whatever the caller does next.
+            if not _landed(location, published, storage):
+                raise
+            outputs.keep = True
+            if not isinstance(error, Exception):
+                raise
+            logger.warning("%s of %s: the commit landed despite %s", self.action, location, error)
+            return open_version(location, storage=storage).version
+
+
+class DeltaPurgeProcess(DeltaRewriteProcess):
+    """``purge-deletion-vectors``: rewrite the files whose vectors delete a large share of rows."""
+
+    operation = "REORG"
+
+    def __init__(self, params: dict[str, Any], config: dict[str, Any]) -> None:
+        merged = {**PURGE_DEFAULTS, **config, **params}
+        super().__init__(params, {**merged, "min-input-files": 2, "engine": "arrow"})
+        self.action = PURGE_DELETION_VECTORS
+        self.threshold = float(merged["deleted-ratio-threshold"])
+
+    def plan(self, spec: Any, *, in_place: bool) -> tuple[CompactionPlan, dict[str, Any]]:
+        if in_place:
+            raise CommitUnsupported(
+                f"purge-deletion-vectors on {spec.location_uri}: {VECTORS_ON_OBJECT_STORES}"
+            )
+        plan = plan_purge(spec, self.settings, self.threshold)
+        deleted = sum(d.record_count for g in plan.groups for s in g.slices for d in s.delete_files)
+        return plan, {"deleted_ratio_threshold": self.threshold, "deleted_rows_purged": deleted}
+
+    def operation_parameters(self) -> dict[str, str]:
+        return {"predicate": "[]", "applyPurge": "true", "deletedRatioThreshold": str(self.threshold)}
+
+
+# --- new files -----------------------------------------------------------------------------------
+
+
+def new_files(
+    spec: Any,
+    written: list[WrittenGroup],
+    schema: pa.Schema,
+    outputs: RewriteOutputs,
+    published: list[str],
+    storage: StoreOptions | None = None,
+) -> list[dict[str, Any]]:
+    """Add actions for the written files, published next to each group's first file with its
+    partition values as the log spells them (``published`` collects the new locations)."""
+    by_location = {location: add for (location, _), add in live_files(spec).items()}
+    now_ms = int(time.time() * 1000)
+    adds = []
+    for result in written:
+        beside = result.group.paths[0]
+        first = by_location[beside]
+        # The log path of the first file is already encoded the way this table's log spells it.
+        absolute = "://" in first["path"]
+        relative_dir = os.path.dirname(first["path"])
+        for path, size in zip(result.files, result.sizes, strict=True):
+            target = outputs.publish(path, beside)
+            published.append(target)
+            name = target.rsplit("/", 1)[-1]
+            log_path = f"{relative_dir}/{name}" if relative_dir else name
+            if absolute:
+                log_path = ("file://" + target) if is_local(target) else target
+            stats = delta_stats(target, schema, storage)
+            adds.append(add_action(log_path, size, first.get("partitionValues") or {}, stats, now_ms))
+    return adds
+
+
+# --- committing through deltalake (object stores, no deletion vectors) -----------------------------
 
 
 def _key(location: str) -> str:
@@ -168,114 +442,9 @@ def _key(location: str) -> str:
     return os.path.normpath(location) if is_local(location) else location
 
 
-def _disk_path(root: str, log_path: str) -> str:
-    """The comparable location (``_key``) of an add/remove ``path`` of the table at ``root``."""
-    if is_local(root):
-        if "://" in log_path:
-            return os.path.normpath(compaction.local_path(log_path))
-        return os.path.normpath(os.path.join(root, unquote(log_path)))
-    if "://" in log_path:
-        return log_path
-    return f"{root}/{unquote(log_path)}"
-
-
-def partition_string(value: Any) -> str | None:
-    """A typed partition value as the Delta log spells it."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(dt.UTC).replace(tzinfo=None)
-        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    return str(value)
-
-
-def _stat_value(value: Any, arrow_type: pa.DataType) -> Any:
-    """A footer min/max as a Delta stats JSON value, or None to leave it out (unknown is safe;
-    timestamps, floats and decimals are left out rather than risk a rounded bound)."""
-    if pa.types.is_integer(arrow_type) and isinstance(value, int):
-        return value
-    if (pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)) and isinstance(value, str):
-        return value
-    if pa.types.is_date32(arrow_type) and isinstance(value, dt.date):
-        return value.isoformat()
-    return None
-
-
-def delta_stats(path: str, schema: pa.Schema, storage: StoreOptions | None = None) -> str:
-    """Delta add-action statistics from a parquet footer (a ranged read on an object store)."""
-    fs, fs_path = filesystem(path, storage)
-    with fs.open_input_file(fs_path) as stream:
-        metadata = pq.read_metadata(stream)
-    leaves: dict[str, pa.DataType] = {}
-
-    def collect(prefix: str, fields: Any) -> None:
-        for field in fields:
-            name = f"{prefix}{field.name}"
-            if pa.types.is_struct(field.type):
-                collect(f"{name}.", list(field.type))
-            elif not (
-                pa.types.is_list(field.type)
-                or pa.types.is_map(field.type)
-                or pa.types.is_large_list(field.type)
-            ):
-                leaves[name] = field.type
-
-    collect("", schema)
-    minimum: dict[str, Any] = {}
-    maximum: dict[str, Any] = {}
-    nulls: dict[str, int] = {}
-    complete: dict[str, bool] = {}
-    for group in range(metadata.num_row_groups):
-        row_group = metadata.row_group(group)
-        for column in range(row_group.num_columns):
-            chunk = row_group.column(column)
-            name = chunk.path_in_schema
-            if name not in leaves:
-                continue
-            stats = chunk.statistics
-            if stats is None or not stats.has_null_count:
-                complete[name] = False
-                continue
-            nulls[name] = nulls.get(name, 0) + stats.null_count
-            if not stats.has_min_max:
-                if stats.null_count < row_group.num_rows:
-                    complete[name] = False
-                continue
-            low, high = _stat_value(stats.min, leaves[name]), _stat_value(stats.max, leaves[name])
-            if low is None or high is None:
-                complete[name] = False
-                continue
-            minimum[name] = low if name not in minimum else min(minimum[name], low)
-            maximum[name] = high if name not in maximum else max(maximum[name], high)
-    result: dict[str, Any] = {
-        "numRecords": metadata.num_rows,
-        "minValues": {},
-        "maxValues": {},
-        "nullCount": {},
-    }
-    for name in leaves:
-        if name in nulls and complete.get(name, True):
-            _put(result["nullCount"], name, nulls[name])
-            if name in minimum:
-                _put(result["minValues"], name, minimum[name])
-                _put(result["maxValues"], name, maximum[name])
-    return json.dumps(result)
-
-
-def _put(target: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
-    for parent in parents:
-        target = target.setdefault(parent, {})
-    target[leaf] = value
-
-
 def commit_delta(
     location: str,
+    spec: Any,
     plan: CompactionPlan,
     written: list[WrittenGroup],
     schema: pa.Schema,
@@ -283,24 +452,19 @@ def commit_delta(
     outputs: RewriteOutputs,
     storage: StoreOptions | None = None,
 ) -> int:
-    """Validate at the latest version, publish, commit remove + add; the new version. Files of a
-    commit that did not land are the caller's to discard (``outputs.keep`` when it landed despite
-    an error or its outcome is unknown)."""
+    """Validate at the latest version, publish, commit remove + add through deltalake; the new
+    version. Files of a commit that did not land are the caller's to discard (``outputs.keep``
+    when it landed despite an error or its outcome is unknown)."""
     from deltalake.exceptions import CommitFailedError, DeltaError
     from deltalake.transaction import CommitProperties
 
     table = delta_table(location, storage)
-    root = table.table_uri.rstrip("/")
-    if is_local(root):
-        root = compaction.local_path(root)
     _validate_still_live(location, table.version(), plan, storage)
-    actions = pa.table(table.get_add_actions(flatten=False)).to_pylist()
-    by_key = {_disk_path(root, a["path"]): a for a in actions}
     published: list[str] = []
     try:
-        removes, adds = _rewrite_actions(by_key, written, schema, outputs, published, storage)
+        adds = new_files(spec, written, schema, outputs, published, storage)
         table.create_write_transaction(
-            actions=removes + adds,
+            actions=_deltalake_actions(spec, plan, adds),
             mode="append",
             schema=table.schema(),
             partition_by=table.metadata().partition_columns,
@@ -309,7 +473,7 @@ def commit_delta(
             ),
         )
     except BaseException as error:
-        if _landed(location, root, published, storage):
+        if _landed(location, published, storage):
             outputs.keep = True
             if isinstance(error, Exception):
                 logger.warning("rewrite of %s: the commit landed despite %s", location, error)
@@ -323,6 +487,25 @@ def commit_delta(
             raise RewriteConflict(f"the commit was refused: {error}") from error
         raise
     return delta_table(location, storage).version()
+
+
+def _deltalake_actions(spec: Any, plan: CompactionPlan, adds: list[dict[str, Any]]) -> list[Any]:
+    from deltalake.transaction import AddAction, RemoveAction
+
+    live = live_files(spec)
+    now_ms = int(time.time() * 1000)
+    actions: list[Any] = []
+    for group in plan.groups:
+        for file_slice in group.slices:
+            add = live[_slice_key(file_slice)]
+            values = dict(add.get("partitionValues") or {})
+            actions.append(RemoveAction(add["path"], False, now_ms, int(add["size"]), values))
+    for action in adds:
+        add = action["add"]
+        actions.append(
+            AddAction(add["path"], add["size"], add["partitionValues"], now_ms, False, add["stats"])
+        )
+    return actions
 
 
 def _validate_still_live(
@@ -340,65 +523,33 @@ def _validate_still_live(
                 raise RewriteConflict(f"{planned.base_file.path} got a deletion vector")
 
 
-def _rewrite_actions(
-    by_key: dict[str, dict],
-    written: list[WrittenGroup],
-    schema: pa.Schema,
-    outputs: RewriteOutputs,
-    published: list[str],
-    storage: StoreOptions | None = None,
-) -> tuple[list, list]:
-    """Remove actions for the rewritten files and add actions for the new ones, published next to
-    each group's first file (``published`` collects them, to tell whether the commit landed)."""
-    from deltalake.transaction import AddAction, RemoveAction
-
-    now_ms = int(time.time() * 1000)
-    removes, adds = [], []
-    for result in written:
-        beside = result.group.paths[0]
-        first = by_key[_key(beside)]
-        values = {k: partition_string(v) for k, v in (first.get("partition") or {}).items()}
-        for path in result.group.paths:
-            action = by_key[_key(path)]
-            removes.append(RemoveAction(action["path"], False, now_ms, action["size_bytes"], values))
-        # New files go next to the group's first file; its log path is already encoded the way
-        # this table's log spells that folder.
-        absolute = "://" in first["path"]
-        relative_dir = os.path.dirname(first["path"])
-        for path, size in zip(result.files, result.sizes, strict=True):
-            target = outputs.publish(path, beside)
-            published.append(target)
-            name = target.rsplit("/", 1)[-1]
-            log_path = f"{relative_dir}/{name}" if relative_dir else name
-            if absolute:
-                log_path = ("file://" + target) if is_local(target) else target
-            stats = delta_stats(target, schema, storage)
-            adds.append(AddAction(log_path, size, values, now_ms, False, stats))
-    return removes, adds
-
-
-def _landed(location: str, root: str, published: list[str], storage: StoreOptions | None = None) -> bool:
+def _landed(location: str, published: list[str], storage: StoreOptions | None = None) -> bool:
     """Whether the commit reached the log despite an error (any published file is live)."""
     if not published:
         return False
     try:
-        table = delta_table(location, storage)
-        actions = pa.table(table.get_add_actions(flatten=False)).column("path").to_pylist()
+        live = {_key(uri) for uri, _ in live_files(open_version(location, storage=storage))}
     except Exception:
         return True  # cannot tell: keep the files (an orphan is safer than a missing file)
-    live = {_disk_path(root, p) for p in actions}
     return any(_key(p) in live for p in published)
+
+
+# --- factories -----------------------------------------------------------------------------------
 
 
 class DeltaRewriteFactory(ProcessFactory):
     name = "delta-rewrite"
-    description = "Compacts small Delta data files into files of the target size (Spark)"
+    description = (
+        "Compacts small Delta data files (deletion vectors applied) into files of the target size (Spark)"
+    )
     properties_schema = REWRITE_PROPERTIES_SCHEMA
     default_properties = REWRITE_DEFAULTS
     params_schema = REWRITE_PARAMS_SCHEMA
+    process_class: type[DeltaRewriteProcess] = DeltaRewriteProcess
+    action = REWRITE
 
     def supported_actions(self) -> dict[str, set[str]]:
-        return {"delta": {REWRITE}}
+        return {"delta": {self.action}}
 
     def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
         return TriggerStrategy.from_properties(self.properties, on_new_snapshot=True)
@@ -406,10 +557,23 @@ class DeltaRewriteFactory(ProcessFactory):
     def trigger(self, runtime: Any, action: str) -> TableProcess | None:
         options = getattr(runtime, "store_options", None)
         spec = open_version(runtime.location, storage=options() if callable(options) else None)
-        if column_mapping(spec) != "none":
+        process = self.process_class({}, runtime.config)
+        try:
+            WriteLayout.of(spec)
+            plan, _ = process.plan(spec, in_place=not is_local(runtime.location))
+        except CommitRefused:
             return None
-        process = DeltaRewriteProcess({}, runtime.config)
-        return None if plan_delta(spec, process.settings).empty else process
+        return None if plan.empty else process
 
     def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
-        return DeltaRewriteProcess(dict(record.params), runtime.config)
+        return self.process_class(dict(record.params), runtime.config)
+
+
+class DeltaPurgeDeletionVectorsFactory(DeltaRewriteFactory):
+    name = "delta-purge-deletion-vectors"
+    description = "Rewrites Delta files whose deletion vectors delete a large share of their rows (Spark)"
+    properties_schema = PURGE_PROPERTIES_SCHEMA
+    default_properties = PURGE_DEFAULTS
+    params_schema = PURGE_PARAMS_SCHEMA
+    process_class = DeltaPurgeProcess
+    action = PURGE_DELETION_VECTORS

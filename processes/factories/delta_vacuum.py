@@ -51,13 +51,18 @@ class RetentionTooShort(ValueError):
 
 def table_retention_hours(configuration: dict[str, Any]) -> float | None:
     """The table's ``delta.deletedFileRetentionDuration`` in hours (``interval 7 days``), or None."""
-    value = configuration.get("delta.deletedFileRetentionDuration")
+    return interval_hours(configuration, "delta.deletedFileRetentionDuration")
+
+
+def interval_hours(configuration: dict[str, Any], key: str) -> float | None:
+    """A Delta interval property (``interval 30 days``) in hours, or None when it is not set."""
+    value = configuration.get(key)
     if not value:
         return None
     match = _INTERVAL.match(str(value))
     unit = match.group(2).lower().rstrip("s") if match else ""
     if not match or unit not in _UNIT_SECONDS:
-        raise ValueError(f"cannot read delta.deletedFileRetentionDuration={value!r}")
+        raise ValueError(f"cannot read {key}={value!r}")
     return float(match.group(1)) * _UNIT_SECONDS[unit] / 3600
 
 
