@@ -163,28 +163,11 @@ class WriteLayout:
                 f"Delta table {spec.location_uri} holds variant columns ({', '.join(variants)}), "
                 "which the rewrite does not write: the table is left as it is"
             )
-        if schema.mapped and not mapping_supported(state.snapshot.protocol):
-            raise CommitRefused(
-                f"Delta table {spec.location_uri} sets delta.columnMapping.mode={schema.mapping_mode} but its "
-                "protocol does not support the columnMapping feature (deltalake 1.6 writes such tables when "
-                "deletion vectors are enabled with column mapping): its files hold logical names, which the "
-                "reader would not resolve, so the table is left as it is"
-            )
         partition_columns = set(schema.partition_columns)
         columns = [f.name for f in schema.arrow if f.name not in partition_columns]
         if schema.mapped:
             return cls(columns, pa.schema([schema.physical_field(c) for c in columns]), True)
         return cls(columns, pa.schema([schema.arrow.field(c) for c in columns]), False)
-
-
-def mapping_supported(protocol: Any) -> bool:
-    """Whether the protocol supports column mapping (PROTOCOL.md "Column Mapping": reader version 2,
-    or 3 naming the ``columnMapping`` feature; writer version 5 or 6, or 7 naming it); only then is
-    ``delta.columnMapping.mode`` honoured."""
-    reader, writer = int(protocol.get("minReaderVersion", 1)), int(protocol.get("minWriterVersion", 1))
-    reads = reader == 2 or (reader >= 3 and "columnMapping" in (protocol.get("readerFeatures") or ()))
-    writes = writer in (5, 6) or (writer >= 7 and "columnMapping" in (protocol.get("writerFeatures") or ()))
-    return reads and writes
 
 
 def plan_delta(spec: Any, settings: CompactionSettings, *, vectors: bool = True) -> CompactionPlan:

@@ -170,11 +170,13 @@ def test_the_databricks_column_mapped_fixture_is_compacted(external_tables, ware
     assert json.loads(add["stats"])["numRecords"] == 7
 
 
-def test_a_table_whose_protocol_lacks_the_column_mapping_feature_is_refused(warehouse, run_now):
+def test_a_table_whose_protocol_lacks_the_column_mapping_feature_reads_and_compacts_by_logical_names(
+    warehouse, run_now
+):
     """deltalake 1.6 writes ``delta.columnMapping.mode=name`` with deletion vectors enabled into a
     protocol without the ``columnMapping`` feature, and files with logical names: the mode is not
-    active there (deltalake reads the logical names), so a rewrite that honoured it would read
-    nulls. It is refused and nothing changes."""
+    active there (deltalake reads the logical names). Our reader honoured it once and read nulls in
+    every column; now it reads the values, and the rewrite writes logical names as the files do."""
     from storage import services
 
     path = warehouse / "half_mapped"
@@ -184,9 +186,12 @@ def test_a_table_whose_protocol_lacks_the_column_mapping_feature_is_refused(ware
     console_table = services.table_register(location=str(path))
     before, version = scan(path), DeltaTable(str(path)).version()
     assert sum(before.values()) == 15
+    assert spec_rows(path) == before  # values, not nulls
+    assert open_version(str(path)).state(version).schema.mapped is False
 
     process = run_now(console_table, "rewrite", {"min-input-files": 2})
 
-    assert process.status == ProcessStatus.FAILED
-    assert "does not support the columnMapping feature" in process.failure
-    assert DeltaTable(str(path)).version() == version and scan(path) == before
+    assert process.status == ProcessStatus.SUCCESS, process.failure
+    assert DeltaTable(str(path)).version() == version + 1
+    assert scan(path) == before and spec_rows(path) == before
+    assert scan(path, version) == before  # time travel to the version before the compaction

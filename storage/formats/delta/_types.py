@@ -96,6 +96,16 @@ def arrow_field(delta_field: Mapping[str, Any], *, physical: bool = False) -> pa
     return pa.field(name, type_, delta_field.get("nullable", True), metadata=field_metadata or None)
 
 
+def column_mapping_supported(protocol: Mapping[str, Any]) -> bool:
+    """Whether the protocol supports column mapping (PROTOCOL.md "Column Mapping": reader version 2,
+    or 3 naming the ``columnMapping`` feature; writer version 5 or 6, or 7 naming it); only then is
+    ``delta.columnMapping.mode`` honoured."""
+    reader, writer = int(protocol.get("minReaderVersion", 1)), int(protocol.get("minWriterVersion", 1))
+    reads = reader == 2 or (reader >= 3 and "columnMapping" in (protocol.get("readerFeatures") or ()))
+    writes = writer in (5, 6) or (writer >= 7 and "columnMapping" in (protocol.get("writerFeatures") or ()))
+    return reads and writes
+
+
 @dataclass(frozen=True)
 class DeltaSchema:
     """One version's schema: logical Arrow schema, physical names, partition columns."""
@@ -108,13 +118,20 @@ class DeltaSchema:
     float_widened: frozenset[str] = frozenset()  # dotted names of double columns that were floats
 
     @classmethod
-    def from_metadata(cls, metadata: Mapping[str, Any]) -> DeltaSchema:
+    def from_metadata(
+        cls, metadata: Mapping[str, Any], protocol: Mapping[str, Any] | None = None
+    ) -> DeltaSchema:
+        """The schema of a metadata action. ``delta.columnMapping.mode`` is honoured only when
+        ``protocol`` supports column mapping (deltalake writes the mode on tables whose protocol
+        lacks the feature, with files under logical names: mapping them would read nulls)."""
         try:
             fields = tuple(json.loads(metadata["schemaString"])["fields"])
         except (KeyError, TypeError, ValueError) as exc:
             raise SchemaError(f"the schemaString of the table metadata is not a Delta schema: {exc}") from exc
         arrow = pa.schema([arrow_field(f) for f in fields])
         mode = (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") or "none"
+        if protocol is not None and not column_mapping_supported(protocol):
+            mode = "none"
         return cls(
             fields,
             arrow,

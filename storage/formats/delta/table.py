@@ -291,11 +291,11 @@ class DeltaSpecTable(SpecTable):
         type widening is on (or was: a field records a type change), or a column is a variant;
         partition columns live in the paths, not the files."""
         properties = self.definition.properties
-        if str(properties.get("delta.columnMapping.mode", "none")).lower() not in {"", "none"}:
+        schema = self.state(self._version).schema
+        if schema.mapped:
             return False
         if str(properties.get("delta.enableTypeWidening", "false")).lower() == "true":
             return False
-        schema = self.state(self._version).schema
         if schema.type_widened or any(has_variant(f["type"]) for f in schema.fields):
             return False
         return not self.partition_spec.is_partitioned
@@ -337,7 +337,7 @@ class DeltaSpecTable(SpecTable):
             where = f"Delta table {self.location_uri} at version {version}"
             check_protocol(snapshot.protocol, where)
             try:
-                schema = DeltaSchema.from_metadata(snapshot.metadata)
+                schema = DeltaSchema.from_metadata(snapshot.metadata, snapshot.protocol)
             except SchemaError as exc:
                 raise UnsupportedFeature(f"{where}: {exc}") from exc
             self._states[version] = VersionState(snapshot, schema)
