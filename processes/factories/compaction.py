@@ -8,6 +8,15 @@ target file; a group of one file without deletes is dropped (rewriting it change
 Files the caller marks ``always`` (an Iceberg file of another partition spec than the output's)
 are candidates whatever their size, and their partitions are rewritten whatever their count.
 
+Strategies (``strategy``): ``binpack`` (above), ``sort`` and ``zorder`` (``plan_clustering``):
+a clustering rewrite takes *every* file of each partition it touches, not only small ones, and
+writes a partition as one group whose rows are ordered across its output files (file 1 holds the
+smallest keys), by ``sort-order`` or by the z-order of ``zorder-columns``. So that an already
+clustered partition is not rewritten forever, each clustering commit records its ``Ordering``'s
+signature (Iceberg snapshot summary / Delta commitInfo ``lakewarden.rewrite-strategy``) and a
+partition whose live files were all written by commits of the same signature is skipped: it is
+rewritten again once anything lands in it (an append, a binpack, another order).
+
 Writing the groups is ``group_writer``'s; committing them is each format's rewrite module.
 """
 
@@ -29,6 +38,12 @@ logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 DEFAULT_TARGET_FILE_SIZE = 128 * MIB
+
+STRATEGY, SORT_ORDER, ZORDER_COLUMNS = "strategy", "sort-order", "zorder-columns"
+BINPACK, SORT, ZORDER = "binpack", "sort", "zorder"
+STRATEGIES = (BINPACK, SORT, ZORDER)
+#: Commit property naming the ordering a clustering rewrite wrote (``Ordering.signature``).
+STRATEGY_PROPERTY = "lakewarden.rewrite-strategy"
 
 #: Properties of both rewrite factories (admin-editable, overridable per table by the same name).
 REWRITE_PROPERTIES_SCHEMA: dict[str, Any] = {
@@ -60,6 +75,41 @@ REWRITE_PROPERTIES_SCHEMA: dict[str, Any] = {
             "description": "arrow: Spark tasks read with the spec reader and write with pyarrow; "
             "spark-sql: Spark's own parquet reader and writer for groups without deletes",
         },
+        STRATEGY: {
+            "type": "string",
+            "enum": list(STRATEGIES),
+            "description": "binpack: merge small files; sort: rewrite whole partitions ordered by "
+            "sort-order (Iceberg default: the table's sort order); zorder: rewrite whole partitions "
+            "ordered by the interleaved bits of zorder-columns",
+        },
+        SORT_ORDER: {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "oneOf": [
+                    {"type": "string", "minLength": 1},
+                    {
+                        "type": "object",
+                        "properties": {
+                            "column": {"type": "string", "minLength": 1},
+                            "direction": {"type": "string", "enum": ["asc", "desc"]},
+                            "nulls": {"type": "string", "enum": ["first", "last"]},
+                        },
+                        "required": ["column"],
+                        "additionalProperties": False,
+                    },
+                ]
+            },
+            "description": "Columns of the sort strategy: names, or {column, direction asc|desc, "
+            "nulls first|last} (default asc; nulls first for asc, last for desc, as Iceberg)",
+        },
+        ZORDER_COLUMNS: {
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {"type": "string", "minLength": 1},
+            "description": "Columns of the zorder strategy (not partition columns)",
+        },
     },
 }
 REWRITE_DEFAULTS: dict[str, Any] = {
@@ -72,19 +122,165 @@ REWRITE_DEFAULTS: dict[str, Any] = {
     "max-concurrent-groups": 0,
     "compression-codec": "",
     "engine": "arrow",
+    STRATEGY: BINPACK,
 }
+
+
+def _strategy_is(name: str) -> dict[str, Any]:
+    return {"properties": {STRATEGY: {"const": name}}, "required": [STRATEGY]}
+
+
 REWRITE_PARAMS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         key: REWRITE_PROPERTIES_SCHEMA["properties"][key]
-        for key in ("target-file-size", "min-file-size", "min-input-files", "delete-file-threshold", "engine")
+        for key in (
+            "target-file-size",
+            "min-file-size",
+            "min-input-files",
+            "delete-file-threshold",
+            "engine",
+            STRATEGY,
+            SORT_ORDER,
+            ZORDER_COLUMNS,
+        )
     },
     "additionalProperties": False,
+    # One strategy's parameters only: zorder needs zorder-columns, sort-order belongs to sort.
+    "allOf": [
+        {
+            "if": _strategy_is(ZORDER),
+            "then": {"required": [ZORDER_COLUMNS], "not": {"required": [SORT_ORDER]}},
+            "else": {"not": {"required": [ZORDER_COLUMNS]}},
+        },
+        {"if": _strategy_is(SORT), "else": {"not": {"required": [SORT_ORDER]}}},
+    ],
 }
 
 
 class RewriteConflict(Exception):
     """The table changed under the rewrite in a way its plan cannot survive."""
+
+
+@dataclass(frozen=True)
+class SortField:
+    column: str
+    descending: bool = False
+    nulls_first: bool = True
+
+    @classmethod
+    def parse(cls, item: str | Mapping[str, Any]) -> SortField:
+        """A ``sort-order`` item: a column name, or {column, direction, nulls} (Iceberg's defaults:
+        nulls first ascending, last descending)."""
+        if isinstance(item, str):
+            return cls(item)
+        descending = item.get("direction", "asc") == "desc"
+        nulls = item.get("nulls") or ("last" if descending else "first")
+        return cls(str(item["column"]), descending, nulls == "first")
+
+    def __str__(self) -> str:
+        nulls = "nulls-first" if self.nulls_first else "nulls-last"
+        return f"{self.column} {'desc' if self.descending else 'asc'} {nulls}"
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """How a clustering rewrite orders a group's rows (picklable: it travels to the Spark task):
+    ``sort`` by ``fields``, or ``zorder`` by the interleaved keys of ``columns``."""
+
+    kind: str
+    fields: tuple[SortField, ...] = ()
+    columns: tuple[str, ...] = ()
+
+    @property
+    def signature(self) -> str:
+        """What the commit records (``STRATEGY_PROPERTY``); names are the table's logical ones."""
+        if self.kind == SORT:
+            return "sort:" + ",".join(str(f) for f in self.fields)
+        return "zorder:" + ",".join(self.columns)
+
+    def renamed(self, names: Mapping[str, str]) -> Ordering:
+        """The same ordering over other column names (Delta column mapping: physical names)."""
+        return Ordering(
+            self.kind,
+            tuple(SortField(names.get(f.column, f.column), f.descending, f.nulls_first) for f in self.fields),
+            tuple(names.get(c, c) for c in self.columns),
+        )
+
+
+def orderable(data_type: Any) -> bool:
+    """Whether a clustering rewrite can order a column of this arrow type."""
+    import pyarrow as pa
+
+    t = pa.types
+    return any(
+        check(data_type)
+        for check in (
+            t.is_integer,
+            t.is_floating,
+            t.is_decimal,
+            t.is_string,
+            t.is_large_string,
+            t.is_binary,
+            t.is_large_binary,
+            t.is_fixed_size_binary,
+            t.is_date,
+            t.is_time,
+            t.is_timestamp,
+            t.is_boolean,
+        )
+    )
+
+
+def resolve_ordering(
+    settings: CompactionSettings,
+    schema: Any,
+    *,
+    partition_columns: Iterable[str] = (),
+    default_sort: Iterable[SortField] = (),
+) -> Ordering | None:
+    """The ``Ordering`` of a clustering rewrite over ``schema`` (arrow, logical names), None for
+    binpack; ``ValueError`` with the reason for an ordering the table cannot have: unknown or
+    unorderable columns, a z-order over a partition column, a sort without any order."""
+    if settings.strategy == BINPACK:
+        return None
+    if settings.strategy == SORT:
+        fields = settings.sort_order or tuple(default_sort)
+        if not fields:
+            raise ValueError(
+                "strategy sort needs a sort-order: the table has no sort order; nothing was rewritten"
+            )
+        _check_columns(schema, [f.column for f in fields], SORT_ORDER)
+        return Ordering(SORT, fields=fields)
+    columns = settings.zorder_columns
+    if not columns:
+        raise ValueError("strategy zorder needs zorder-columns; nothing was rewritten")
+    partitioned = sorted(set(columns) & set(partition_columns))
+    if partitioned:
+        raise ValueError(
+            f"zorder-columns {', '.join(partitioned)}: a partition column has one value per partition,"
+            " z-ordering by it clusters nothing; nothing was rewritten"
+        )
+    _check_columns(schema, list(columns), ZORDER_COLUMNS)
+    return Ordering(ZORDER, columns=tuple(columns))
+
+
+def _check_columns(schema: Any, columns: list[str], param: str) -> None:
+    names = set(schema.names)
+    unknown = [c for c in columns if c not in names]
+    if unknown:
+        raise ValueError(
+            f"{param}: unknown column(s) {', '.join(unknown)} (columns: {', '.join(schema.names)});"
+            " nothing was rewritten"
+        )
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"{param}: a column is named twice; nothing was rewritten")
+    for column in columns:
+        data_type = schema.field(column).type
+        if not orderable(data_type):
+            raise ValueError(
+                f"{param}: column {column} of type {data_type} cannot be ordered; nothing was rewritten"
+            )
 
 
 @dataclass(frozen=True)
@@ -96,6 +292,9 @@ class CompactionSettings:
     max_concurrent_groups: int = 0
     compression_codec: str = ""
     engine: str = "arrow"
+    strategy: str = BINPACK
+    sort_order: tuple[SortField, ...] = ()
+    zorder_columns: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> CompactionSettings:
@@ -108,6 +307,9 @@ class CompactionSettings:
             max_concurrent_groups=int(merged["max-concurrent-groups"]),
             compression_codec=str(merged["compression-codec"] or ""),
             engine=str(merged["engine"] or "arrow"),
+            strategy=str(merged.get(STRATEGY) or BINPACK),
+            sort_order=tuple(SortField.parse(item) for item in merged.get(SORT_ORDER) or ()),
+            zorder_columns=tuple(str(c) for c in merged.get(ZORDER_COLUMNS) or ()),
         )
 
     @property
@@ -145,6 +347,12 @@ class RewriteGroup:
 class CompactionPlan:
     instant: int | str | None
     groups: list[RewriteGroup] = field(default_factory=list)
+    ordering: Ordering | None = None  # a clustering rewrite's (commits record its signature)
+
+    @property
+    def commit_properties(self) -> dict[str, str]:
+        """What a clustering rewrite's commit records, so the next one skips what it wrote."""
+        return {STRATEGY_PROPERTY: self.ordering.signature} if self.ordering is not None else {}
 
     @property
     def empty(self) -> bool:
@@ -187,8 +395,18 @@ def plan_compaction(
     eligible: Callable[[FileSlice], bool] = lambda s: True,
     partition_key: Callable[[FileSlice], Any] = lambda s: s.partition.path,
     always: Callable[[FileSlice], bool] = lambda s: False,
+    clustered: Callable[[FileSlice], bool] = lambda s: False,
+    ordering: Ordering | None = None,
 ) -> CompactionPlan:
-    """The groups worth rewriting (see the module docstring for the rules)."""
+    """The groups worth rewriting (see the module docstring for the rules); with an ``ordering``
+    (sort, zorder) ``plan_clustering``'s, ``clustered`` telling the files a clustering rewrite of
+    the same ordering wrote."""
+    if ordering is not None:
+        plan = plan_clustering(
+            slices, instant=instant, eligible=eligible, partition_key=partition_key, clustered=clustered
+        )
+        plan.ordering = ordering
+        return plan
     candidates: dict[Any, list[FileSlice]] = defaultdict(list)
     partitions: dict[Any, PartitionDescriptor] = {}
     threshold = settings.delete_file_threshold
@@ -219,6 +437,104 @@ def plan_compaction(
                 continue
             plan.groups.append(RewriteGroup(len(plan.groups), partitions[key], packed))
     return plan
+
+
+def plan_clustering(
+    slices: Iterable[FileSlice],
+    *,
+    instant: int | str | None,
+    eligible: Callable[[FileSlice], bool] = lambda s: True,
+    partition_key: Callable[[FileSlice], Any] = lambda s: s.partition.path,
+    clustered: Callable[[FileSlice], bool] = lambda s: False,
+) -> CompactionPlan:
+    """A sort or z-order plan: one group per partition holding every eligible parquet file of
+    it, whatever their sizes, except partitions whose files were all written by a clustering
+    rewrite of the same ordering (``clustered``). The group is ordered as a whole (in one task's
+    memory) and split into files of the target size."""
+    members: dict[Any, list[FileSlice]] = defaultdict(list)
+    for file_slice in slices:
+        base = file_slice.base_file
+        if base is None or base.file_format != "parquet" or not eligible(file_slice):
+            continue
+        members[partition_key(file_slice)].append(file_slice)
+    plan = CompactionPlan(instant=instant)
+    for key in sorted(members, key=str):
+        files = sorted(members[key], key=lambda s: s.path)
+        if all(clustered(s) and not s.delete_files for s in files):
+            continue
+        plan.groups.append(RewriteGroup(len(plan.groups), files[0].partition, files))
+    return plan
+
+
+def iceberg_strategy(
+    metadata: Any, spec_id: int | None, settings: CompactionSettings, schema: Any
+) -> Ordering | None:
+    """An Iceberg table's ``Ordering``: ``sort`` defaults to the table's sort order (identity
+    transforms only), ``zorder`` refuses the identity partition columns of spec ``spec_id``
+    (None: the default spec); ``ValueError`` with the reason (``resolve_ordering``)."""
+    spec_id = metadata.default_spec_id if spec_id is None else spec_id
+    iceberg_schema = metadata.schema()
+    default: list[SortField] = []
+    sort_order = metadata.sort_order_by_id(metadata.default_sort_order_id)
+    for f in sort_order.fields if sort_order and not settings.sort_order else ():
+        name = iceberg_schema.find_column_name(f.source_id)
+        if str(f.transform) != "identity":
+            raise ValueError(
+                f"the table's sort order orders by {f.transform}({name}), which the sort strategy"
+                " does not compute: give a sort-order; nothing was rewritten"
+            )
+        default.append(SortField(name, f.direction.value == "desc", f.null_order.value == "nulls-first"))
+    identity = [
+        iceberg_schema.find_column_name(f.source_id)
+        for f in metadata.specs()[spec_id].fields
+        if str(f.transform) == "identity"
+    ]
+    return resolve_ordering(settings, schema, partition_columns=identity, default_sort=default)
+
+
+def clustered_snapshots(metadata: Any, ordering: Ordering | None) -> Callable[[FileSlice], bool]:
+    """Whether an Iceberg file was added by a snapshot of a clustering rewrite of ``ordering``."""
+    if ordering is None:
+        return lambda s: False
+    ids = {
+        s.snapshot_id
+        for s in metadata.snapshots
+        if s.summary is not None
+        and s.summary.additional_properties.get(STRATEGY_PROPERTY) == ordering.signature
+    }
+    return lambda s: s.base_file is not None and s.base_file.extra.get("snapshot_id") in ids
+
+
+def delta_ordering(spec: Any, settings: CompactionSettings) -> Ordering | None:
+    """The ordering of a ``sort``/``zorder`` rewrite over the table's logical columns (None for
+    binpack; ``ValueError`` with the reason: ``compaction.resolve_ordering``). Delta tables have no
+    sort order of their own: ``sort`` needs a ``sort-order``."""
+    schema = spec.state(spec.version).schema
+    sorted_partitions = [f.column for f in settings.sort_order if f.column in schema.partition_columns]
+    if settings.strategy == SORT and sorted_partitions:
+        raise ValueError(
+            f"sort-order: {', '.join(sorted_partitions)} is a partition column (one value per partition,"
+            " not in the data files); nothing was rewritten"
+        )
+    return resolve_ordering(settings, schema.arrow, partition_columns=schema.partition_columns)
+
+
+def clustered_files(spec: Any, ordering: Ordering) -> set[str]:
+    """The files (as the file index names them) added by commits whose commitInfo records
+    ``ordering`` (a clustering rewrite of the same ordering). Reads the commits in the log."""
+    log = spec.log
+    versions = [
+        v
+        for v in sorted(log.commits)
+        if v <= spec.version and ((log.commit_info(v) or {}).get(STRATEGY_PROPERTY) == ordering.signature)
+    ]
+    index = spec.file_index()
+    return {
+        change.file_slice.base_file.path
+        for v in versions
+        for change in index.list_files_between(v - 1 if v > 0 else None, v)
+        if change.kind == "added" and change.file_slice.base_file is not None
+    }
 
 
 # --- writing -------------------------------------------------------------------------------------
@@ -260,5 +576,6 @@ def rewrite_summary(plan: CompactionPlan, written: list[Any], **extra: Any) -> d
         "groups": len(plan.groups),
         "partitions": plan.partitions,
         "engines": {e: sum(1 for w in written if w.engine == e) for e in sorted({w.engine for w in written})},
+        **({"strategy": plan.ordering.signature} if plan.ordering is not None else {}),
         **extra,
     }

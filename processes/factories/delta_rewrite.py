@@ -51,10 +51,14 @@ from processes.factories.compaction import (
     REWRITE_DEFAULTS,
     REWRITE_PARAMS_SCHEMA,
     REWRITE_PROPERTIES_SCHEMA,
+    STRATEGY_PROPERTY,
     CompactionPlan,
     CompactionSettings,
+    Ordering,
     RewriteConflict,
     RewriteGroup,
+    clustered_files,
+    delta_ordering,
 )
 from processes.factories.delta_commit import (
     CommitRefused,
@@ -170,13 +174,18 @@ class WriteLayout:
         return cls(columns, pa.schema([schema.arrow.field(c) for c in columns]), False)
 
 
-def plan_delta(spec: Any, settings: CompactionSettings, *, vectors: bool = True) -> CompactionPlan:
+def plan_delta(
+    spec: Any, settings: CompactionSettings, *, vectors: bool = True, ordering: Ordering | None = None
+) -> CompactionPlan:
     """The compaction plan; without ``vectors``, files with a deletion vector are left out."""
+    clustered = clustered_files(spec, ordering) if ordering is not None else set()
     return compaction.plan_compaction(
         spec.file_index().list_files_at(),
         settings,
         instant=spec.version,
         eligible=lambda s: vectors or not s.delete_files,
+        clustered=lambda s: s.base_file.path in clustered,
+        ordering=ordering,
     )
 
 
@@ -244,13 +253,15 @@ class DeltaRewriteProcess(TableProcess):
     def __init__(self, params: dict[str, Any], config: dict[str, Any]) -> None:
         super().__init__(REWRITE, params)
         self.settings = CompactionSettings.from_config({**config, **params})
+        self.ordering: Ordering | None = None
 
     def plan(self, spec: Any, *, in_place: bool) -> tuple[CompactionPlan, dict[str, Any]]:
         """The plan and notes for the summary (on object stores, files with deletion vectors
         are left out: see the module docstring)."""
+        ordering = self.ordering or delta_ordering(spec, self.settings)
         if not in_place:
-            return plan_delta(spec, self.settings), {}
-        plan = plan_delta(spec, self.settings, vectors=False)
+            return plan_delta(spec, self.settings, ordering=ordering), {}
+        plan = plan_delta(spec, self.settings, vectors=False, ordering=ordering)
         skipped = sum(1 for s in spec.file_index().list_files_at() if s.delete_files)
         notes = (
             {"deletion_vector_files_skipped": skipped, "note": VECTORS_ON_OBJECT_STORES} if skipped else {}
@@ -267,6 +278,8 @@ class DeltaRewriteProcess(TableProcess):
         storage = store_options(context)
         for attempt in (1, 2):
             spec = open_version(context.runtime.location, storage=storage)
+            if attempt == 1:  # an ordering the table cannot have fails before anything is done
+                self.ordering = delta_ordering(spec, self.settings)
             try:
                 return self._attempt(context, spec, attempt, storage)
             except RewriteConflict as conflict:
@@ -301,6 +314,7 @@ class DeltaRewriteProcess(TableProcess):
             settings=settings,
             field_ids=layout.mapped,
             compression=settings.compression_codec or "snappy",
+            ordering=self._physical_ordering(spec, layout),
         )
         total = len(plan.groups) + 1
         try:
@@ -319,6 +333,19 @@ class DeltaRewriteProcess(TableProcess):
             notes["engine_note"] = writer.notes[0]
         return compaction.rewrite_summary(plan, written, version=version, attempts=attempt, **notes)
 
+    def _physical_ordering(self, spec: Any, layout: WriteLayout) -> Ordering | None:
+        """The ordering over the names the writer sees (physical ones under column mapping)."""
+        if self.ordering is None or not layout.mapped:
+            return self.ordering
+        return self.ordering.renamed(dict(zip(layout.columns, layout.schema.names, strict=True)))
+
+    def commit_properties(self, context: ProcessContext) -> dict[str, str]:
+        """The commitInfo entries naming this run (and the ordering of a clustering rewrite)."""
+        custom = {"lakewarden.process-id": str(context.process_id), "lakewarden.operation": self.action}
+        if self.ordering is not None:
+            custom[STRATEGY_PROPERTY] = self.ordering.signature
+        return custom
+
     def commit(
         self,
         context: ProcessContext,
@@ -332,7 +359,8 @@ class DeltaRewriteProcess(TableProcess):
         """Publish the new files and commit them with the removes; the new version."""
         location = context.runtime.location
         if not is_local(location):
-            return commit_delta(location, spec, plan, written, schema, context.process_id, outputs, storage)
+            args = (location, spec, plan, written, schema, context.process_id, outputs, storage)
+            return commit_delta(*args, custom=self.commit_properties(context))
         published: list[str] = []
         try:
             request = RewriteCommit(
@@ -341,10 +369,7 @@ class DeltaRewriteProcess(TableProcess):
                 adds=new_files(spec, written, schema, outputs, published, storage),
                 operation=self.operation,
                 parameters=self.operation_parameters(),
-                custom={
-                    "lakewarden.process-id": str(context.process_id),
-                    "lakewarden.operation": self.action,
-                },
+                custom=self.commit_properties(context),
             )
             return delta_commit.commit(location, request, storage)
         except BaseException as error:
@@ -434,6 +459,7 @@ def commit_delta(
     process_id: int,
     outputs: RewriteOutputs,
     storage: StoreOptions | None = None,
+    custom: dict[str, str] | None = None,
 ) -> int:
     """Validate at the latest version, publish, commit remove + add through deltalake; the new
     version. Files of a commit that did not land are the caller's to discard (``outputs.keep``
@@ -452,7 +478,11 @@ def commit_delta(
             schema=table.schema(),
             partition_by=table.metadata().partition_columns,
             commit_properties=CommitProperties(
-                custom_metadata={"lakewarden.process-id": str(process_id), "lakewarden.operation": "rewrite"}
+                custom_metadata={
+                    "lakewarden.process-id": str(process_id),
+                    "lakewarden.operation": "rewrite",
+                    **(custom or {}),
+                }
             ),
         )
     except BaseException as error:
@@ -544,7 +574,7 @@ class DeltaRewriteFactory(ProcessFactory):
         try:
             WriteLayout.of(spec)
             plan, _ = process.plan(spec, in_place=not is_local(runtime.location))
-        except CommitRefused:
+        except (CommitRefused, ValueError):  # a manual run says why
             return None
         return None if plan.empty else process
 

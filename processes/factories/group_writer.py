@@ -11,6 +11,12 @@ TIMESTAMP_MICROS included, and it is the fastest path measured (bench/compaction
 object store it would need the cluster's ``s3a`` support (hadoop-aws), which Lakewarden does not
 assume: the process says so once and uses ``arrow``, whose tasks reach the store through pyarrow
 with the table's credentials (``StoreOptions``, shipped to the task as JSON).
+
+A clustering rewrite (``Ordering``: strategy ``sort`` or ``zorder``) is always written by the arrow
+engine: the task gathers the group, orders it as a whole (``order_table``) and cuts it into files in
+that order, so file 1 holds the smallest keys. The z-order key is Iceberg's (Spark's
+``ZOrderByteUtils``): every column becomes an 8-byte order-preserving unsigned key (``column_key``),
+and the keys' bits are interleaved, most significant first, column after column (``zorder_key``).
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from processes.factories.compaction import MIB, CompactionSettings, RewriteGroup, local_path
+from processes.factories.compaction import MIB, SORT, CompactionSettings, Ordering, RewriteGroup, local_path
 from processes.factories.outputs import RewriteOutputs, StagingOutputs
 from processes.plugin import ProcessContext
 from storage.io import StoreOptions, filesystem, is_local, uri
@@ -85,18 +93,23 @@ def write_arrow_group(
     name_prefix: str = "",
     storage_json: str = "",
     partitioner: Callable[[pa.Table], list[tuple[str, pa.Table]]] | None = None,
+    ordering: Ordering | None = None,
 ) -> list[tuple[str, int, int, str | None]]:
     """Read ``slices`` (deletes applied) and write them as ``<name_prefix>part-NNNNN.parquet``
     files of at most ``rows_per_file`` rows under ``out`` (a local folder, or an object-store prefix
     reached with the ``StoreOptions`` in ``storage_json``): [(path or URI, bytes, rows, key)]. Field
     ids travel in the schema's field metadata; timestamps are written as TIMESTAMP_MICROS. With a
     ``partitioner`` (rows -> [(key, rows)]) each key's rows go to files of their own, whose key is
-    returned (None without one)."""
+    returned (None without one). With an ``ordering`` the group is ordered as a whole first."""
     storage = StoreOptions.from_json(storage_json) if storage_json else None
     fs, root = filesystem(out, storage)
     if is_local(out):
         os.makedirs(root, exist_ok=True)
-    batches = _sorted_batches(reader(slices), sort_columns)
+    batches = (
+        _ordered_batches(reader(slices), ordering)
+        if ordering is not None
+        else _sorted_batches(reader(slices), sort_columns)
+    )
     files = _OutputFiles(fs, f"{root}/{name_prefix}", schema, compression, rows_per_file)
 
     def flush(buffer: list[pa.RecordBatch]) -> None:
@@ -175,6 +188,104 @@ def _sorted_batches(batches: Iterable[pa.RecordBatch], sort_columns: list[str]) 
     return pa.Table.from_batches(gathered).sort_by([(c, "ascending") for c in sort_columns]).to_batches()
 
 
+def _ordered_batches(batches: Iterable[pa.RecordBatch], ordering: Ordering) -> Iterable[pa.RecordBatch]:
+    gathered = [b for b in batches if b.num_rows]
+    if not gathered:
+        return []
+    return order_table(pa.Table.from_batches(gathered), ordering).to_batches()
+
+
+def order_table(table: pa.Table, ordering: Ordering) -> pa.Table:
+    """``table``'s rows in ``ordering``'s order (stable: ties keep their order)."""
+    if ordering.kind == SORT:
+        keys: dict[str, pa.Array] = {}
+        sort_keys: list[tuple[str, str]] = []
+        for position, f in enumerate(ordering.fields):
+            column = table.column(f.column).combine_chunks()
+            # nulls as a key of their own before the values: each field has its own placement
+            keys[f"n{position}"] = pc.is_null(column, nan_is_null=False)
+            keys[f"v{position}"] = column
+            sort_keys += [(f"n{position}", "descending" if f.nulls_first else "ascending")]
+            sort_keys += [(f"v{position}", "descending" if f.descending else "ascending")]
+        indices = pc.sort_indices(pa.table(keys), sort_keys=sort_keys)
+    else:
+        words = zorder_key([table.column(c) for c in ordering.columns])
+        indices = pa.array(np.lexsort(words.T[::-1]))
+    return table.take(indices)
+
+
+SIGN = np.uint64(1 << 63)
+
+
+def column_key(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """An unsigned 64-bit key per value whose order is the values' order, as Iceberg's
+    ``ZOrderByteUtils``: whole numbers, dates, times and timestamps by their value with the sign
+    bit flipped; floats (and decimals, as float64) by the IEEE trick (negatives: every bit
+    flipped; positives: the sign bit); strings and binaries by their first 8 bytes, zero padded,
+    big-endian; booleans in the top bit. Nulls are 0 (first). (Iceberg's float key shifts by 31
+    where 63 is meant; this one is exact.)"""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    t = pa.types
+    kind = column.type
+    if t.is_dictionary(kind):
+        column, kind = column.dictionary_decode(), kind.value_type
+    if t.is_boolean(kind):
+        keys = np.where(column.fill_null(False).to_numpy(zero_copy_only=False), SIGN, np.uint64(0))
+    elif t.is_floating(kind) or t.is_decimal(kind):
+        values = pc.cast(column, pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False)
+        bits = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
+        keys = np.where(bits & SIGN, ~bits, bits | SIGN)
+    elif any(check(kind) for check in (t.is_string, t.is_large_string, t.is_binary, t.is_large_binary)):
+        keys = _prefix_keys(column)
+    elif t.is_fixed_size_binary(kind):
+        keys = _prefix_keys(pc.cast(column, pa.binary()))
+    elif t.is_integer(kind) or t.is_temporal(kind):
+        physical = pa.int64() if not t.is_unsigned_integer(kind) else pa.uint64()
+        raw = (
+            column.view(pa.int32() if kind.bit_width == 32 else pa.int64()) if t.is_temporal(kind) else column
+        )
+        values = pc.cast(raw, physical).fill_null(0).to_numpy(zero_copy_only=False)
+        keys = values.astype(np.uint64) if t.is_unsigned_integer(kind) else values.view(np.uint64) ^ SIGN
+    else:
+        raise TypeError(f"a column of type {kind} cannot be z-ordered")
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    return np.where(valid, keys, np.uint64(0)).astype(np.uint64)
+
+
+def _prefix_keys(column: pa.Array) -> np.ndarray:
+    """The first 8 bytes of each value (zero padded; nulls: empty) as a big-endian unsigned key."""
+    column = pc.cast(column, pa.large_binary()).fill_null(b"")
+    zeros = pa.scalar(b"\0" * 8, pa.large_binary())
+    empty = pa.scalar(b"", pa.large_binary())
+    padded = pc.binary_join_element_wise(pc.binary_slice(column, 0, 8), zeros, empty)
+    fixed = pc.binary_slice(padded, 0, 8)
+    return np.frombuffer(_fixed_bytes(fixed), dtype=">u8").astype(np.uint64)
+
+
+def _fixed_bytes(column: pa.Array) -> bytes:
+    """The concatenated values of a large binary array whose values are all 8 bytes long."""
+    buffers = column.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int64)[column.offset : column.offset + len(column) + 1]
+    return bytes(buffers[2])[offsets[0] : offsets[-1]]
+
+
+def zorder_key(columns: list[pa.Array | pa.ChunkedArray]) -> np.ndarray:
+    """The z-order key of each row: the bits of its columns' ``column_key`` interleaved, the
+    most significant bit of column 1, of column 2, ..., then the next bit of each; as an
+    (rows, columns) array of uint64 words, big-endian (compare rows word by word)."""
+    keys = np.stack([column_key(c) for c in columns], axis=1)  # (rows, n)
+    rows, n = keys.shape
+    out = np.empty((rows, n), dtype=np.uint64)
+    for start in range(0, rows, 65536):  # bounded memory: 64 bytes per column and row at once
+        chunk = keys[start : start + 65536]
+        bits = np.unpackbits(chunk.astype(">u8").view(np.uint8).reshape(len(chunk), n, 8), axis=2)
+        interleaved = bits.transpose(0, 2, 1).reshape(len(chunk), 64 * n)  # bit b of col c at b*n+c
+        packed = np.packbits(interleaved, axis=1)
+        out[start : start + len(chunk)] = packed.view(">u8").astype(np.uint64)
+    return out
+
+
 class ArrowGroupTask:
     """The body of the Spark task that rewrites one group with the spec reader and pyarrow;
     picklable, run in a Spark Python worker."""
@@ -239,8 +350,10 @@ class GroupWriter:
         sort_columns: Iterable[str] = (),
         compression: str = "snappy",
         partitioner: Callable[[RewriteGroup], Any] | None = None,
+        ordering: Ordering | None = None,
     ) -> None:
         self.context = context
+        self.ordering = ordering
         self.reader = reader
         self.schema = schema
         self.outputs = StagingOutputs(outputs) if isinstance(outputs, Path) else outputs
@@ -258,6 +371,9 @@ class GroupWriter:
                 _FALLBACK_SAID.add(process_id)
                 logger.warning("process %s: %s", process_id, S3A_FALLBACK)
             self.notes.append(S3A_FALLBACK)
+            self.engine = "arrow"
+        if ordering is not None and self.engine != "arrow":
+            self.notes.append(f"a {ordering.kind} rewrite orders each group in one arrow task")
             self.engine = "arrow"
 
     def write_all(
@@ -332,6 +448,7 @@ class GroupWriter:
             name_prefix=name_prefix,
             storage_json=storage.to_json() if storage is not None else "",
             partitioner=split,
+            ordering=self.ordering,
         )
         results = task.run(self.context.spark)
         return WrittenGroup(

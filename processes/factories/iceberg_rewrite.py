@@ -53,7 +53,10 @@ from processes.factories.compaction import (
     REWRITE_PROPERTIES_SCHEMA,
     CompactionPlan,
     CompactionSettings,
+    Ordering,
     RewriteConflict,
+    clustered_snapshots,
+    iceberg_strategy,
 )
 from processes.factories.group_writer import GroupWriter, WrittenGroup
 from processes.factories.iceberg_commit import (
@@ -129,7 +132,8 @@ class IcebergRewriteProcess(TableProcess):
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
         table = _catalog_table(context.table)
-        output_spec(table, self.params.get(OUTPUT_SPEC_ID))  # refused before anything is done
+        spec_id = output_spec(table, self.params.get(OUTPUT_SPEC_ID))  # refused before anything is done
+        self.ordering = iceberg_strategy(table.metadata, spec_id, self.settings, spec_view(table).schema)
         check_v3_metadata(table)
         swept = _sweep(table, context)
         for attempt in (1, 2):
@@ -146,7 +150,7 @@ class IcebergRewriteProcess(TableProcess):
         table.refresh()
         spec_id = output_spec(table, self.params.get(OUTPUT_SPEC_ID))
         spec = spec_view(table)
-        plan = plan_rewrite(spec, self.settings, output_spec_id=spec_id)
+        plan = plan_rewrite(spec, self.settings, output_spec_id=spec_id, ordering=self.ordering)
         if plan.empty:
             return compaction.rewrite_summary(plan, [], snapshot_id=plan.instant, attempts=attempt)
         outputs = rewrite_outputs(
@@ -165,6 +169,7 @@ class IcebergRewriteProcess(TableProcess):
             sort_columns=spec.definition.sort_columns,
             compression=_codec(self.settings, table.metadata.properties),
             partitioner=group_partitioner(table, spec_id),
+            ordering=self.ordering,
         )
         steps = len(plan.groups) + 1
         try:
@@ -265,7 +270,11 @@ def output_spec(table: Any, requested: int | None) -> int:
 
 
 def plan_rewrite(
-    spec: Any, settings: CompactionSettings, *, output_spec_id: int | None = None
+    spec: Any,
+    settings: CompactionSettings,
+    *,
+    output_spec_id: int | None = None,
+    ordering: Ordering | None = None,
 ) -> CompactionPlan:
     """The compaction plan at the table's current snapshot. Files of every partition spec are
     planned, grouped by (spec, partition); a file of another spec than the output spec (default:
@@ -287,6 +296,8 @@ def plan_rewrite(
         eligible=_removable,
         partition_key=lambda s: (spec_of(s), s.partition.path),
         always=lambda s: spec_of(s) != output,
+        clustered=clustered_snapshots(metadata, ordering),
+        ordering=ordering,
     )
 
 
@@ -444,6 +455,7 @@ def commit_rewrite(
         for path, size, key in zip(result.files, result.sizes, result.partitions, strict=True)
     ]
     properties = {"lakewarden.process-id": str(process_id), "lakewarden.operation": "rewrite"}
+    properties.update(plan.commit_properties)  # a clustering rewrite's ordering
     state: dict[str, Any] = {}
     for commit in range(1, COMMIT_ATTEMPTS + 1):
         try:
@@ -575,7 +587,11 @@ class IcebergRewriteFactory(ProcessFactory):
         if table is None or isinstance(table, StaticTable):
             return None  # no catalog to commit through
         process = IcebergRewriteProcess({}, runtime.config)
-        if plan_rewrite(spec_table, process.settings).empty:
+        try:
+            ordering = iceberg_strategy(table.metadata, None, process.settings, spec_table.schema)
+        except ValueError:
+            return None  # a manual run says why
+        if plan_rewrite(spec_table, process.settings, ordering=ordering).empty:
             return None
         return process
 
