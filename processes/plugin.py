@@ -53,6 +53,9 @@ PURGE_DELETION_VECTORS = "purge-deletion-vectors"
 CHECKPOINT = "checkpoint"
 COMPUTE_STATISTICS = "compute-statistics"
 REWRITE_MANIFESTS = "rewrite-manifests"
+REWRITE_POSITION_DELETES = "rewrite-position-deletes"
+REMOVE_DANGLING_DELETES = "remove-dangling-deletes"
+CONVERT_EQUALITY_DELETES = "convert-equality-deletes"
 
 _ACTIONS: dict[str, str] = {
     REWRITE: "Compact small files into files of the target size",
@@ -63,6 +66,9 @@ _ACTIONS: dict[str, str] = {
     CHECKPOINT: "Write a checkpoint of the Delta log and remove log files older than the log retention",
     COMPUTE_STATISTICS: "Compute per-column distinct-value sketches into a Puffin statistics file",
     REWRITE_MANIFESTS: "Rewrite data manifests clustered by partition, at the target manifest size",
+    REWRITE_POSITION_DELETES: "Compact each partition's position delete files into one, without dead entries",
+    REMOVE_DANGLING_DELETES: "Remove delete files that no live data file can match",
+    CONVERT_EQUALITY_DELETES: "Replace equality delete files by position deletes of the rows they delete",
 }
 
 
