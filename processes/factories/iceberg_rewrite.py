@@ -235,9 +235,9 @@ def _catalog_table(spec_table: Any) -> Any:
     table = getattr(spec_table, "pyiceberg_table", None)
     if table is None or isinstance(table, StaticTable):
         raise ValueError(
-            "this Iceberg table is registered by location without a catalog: rewrites need a catalog"
-            " to commit atomically (a second writer could overwrite or lose a metadata version);"
-            " register it through an Iceberg catalog (SQL or REST)"
+            "this Iceberg table is registered by location without a catalog, or its catalog serves"
+            " legacy v1 metadata pyiceberg cannot write back (read-only): rewrites need a catalog to"
+            " commit atomically (a second writer could overwrite or lose a metadata version)"
         )
     return table
 

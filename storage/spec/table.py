@@ -180,6 +180,12 @@ class SpecTable(abc.ABC):
         with its own schema); today's without an instant. Formats with schema history override it."""
         return self.schema
 
+    def metadata_columns(self, instant: InstantRef = None) -> pa.Schema:
+        """Columns outside the schema that a read returns only when ``columns`` names them (a
+        format's metadata columns, e.g. Iceberg v3 row lineage ``_row_id``); none by default.
+        ``SELECT *`` (``columns=None``) never includes them."""
+        return pa.schema([])
+
     @property
     def partition_spec(self):
         return self.definition.partition_spec

@@ -19,7 +19,7 @@ import pytest
 
 from storage.spec import load_table
 from storage.spec.errors import CorruptTable
-from tests.spec.test_iceberg_legacy import SpecWriter, _optional, fid
+from tests.spec.iceberg_writer import SpecWriter, fid, optional
 
 UTC = dt.UTC
 UUID = "f79c3e09-677c-4bbd-a479-3f349cb785e7"
@@ -231,7 +231,7 @@ def test_an_identity_partition_value_comes_before_the_default(tmp_path):
     old["partition"] = {"i": 5}
     other = writer.parquet(pa.table({"id": [2], "s": [{"a": 2}]}, schema=OLD_ARROW))
     other["partition"] = {"i": None}
-    manifest = writer.manifest([old, other], 1, [{"name": "i", "type": _optional("int"), "field-id": 1000}])
+    manifest = writer.manifest([old, other], 1, [{"name": "i", "type": optional("int"), "field-id": 1000}])
     snapshots = [
         {
             "snapshot-id": 1,

@@ -1,225 +1,25 @@
 """Legacy Iceberg v1 metadata, as the Java reference (TableMetadataParser) accepts it.
 
-The tables are hand-written from the spec: parquet files by pyarrow (field ids in the Arrow field
-metadata), manifests and manifest lists by fastavro, metadata JSON by hand. ``SpecWriter`` is
-shared with the other hand-written Iceberg tests (defaults, union manifests, schema at snapshot).
+The tables are hand-written from the spec by ``iceberg_writer.SpecWriter``: parquet files by
+pyarrow, manifests and manifest lists by fastavro, metadata JSON by hand.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
-import fastavro
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from storage.spec import load_table
 from storage.spec.errors import CorruptTable
+from tests.spec.iceberg_writer import SpecWriter, fid, manifest_schema, optional
 
-FIELD_ID = b"PARQUET:field_id"
-
-
-def fid(name: str, type_: pa.DataType, field_id: int, nullable: bool = True) -> pa.Field:
-    return pa.field(name, type_, nullable, {FIELD_ID: str(field_id).encode()})
-
-
-def _optional(type_: Any) -> list[Any]:
-    return ["null", type_]
-
-
-def _int_map(name: str, key_id: int, value_id: int, value: str) -> dict[str, Any]:
-    return {
-        "type": "array",
-        "logicalType": "map",
-        "items": {
-            "type": "record",
-            "name": name,
-            "fields": [
-                {"name": "key", "type": "int", "field-id": key_id},
-                {"name": "value", "type": value, "field-id": value_id},
-            ],
-        },
-    }
-
-
-def manifest_schema(partition_fields: list[dict[str, Any]], v1: bool = False, nullable: bool = False) -> dict:
-    """The Avro schema of a manifest (v1 or v2 field set); ``nullable`` writes ``data_file`` and
-    ``partition`` as ``["null", {record}]`` unions (as BigQuery and some Spark versions do)."""
-    partition: Any = {"type": "record", "name": "r102", "fields": partition_fields}
-    if nullable:
-        partition = _optional(partition)
-    fields: list[dict[str, Any]] = []
-    if not v1:
-        fields.append({"name": "content", "type": "int", "field-id": 134})
-    fields += [
-        {"name": "file_path", "type": "string", "field-id": 100},
-        {"name": "file_format", "type": "string", "field-id": 101},
-        {"name": "partition", "type": partition, "field-id": 102},
-        {"name": "record_count", "type": "long", "field-id": 103},
-        {"name": "file_size_in_bytes", "type": "long", "field-id": 104},
-    ]
-    if v1:
-        fields.append({"name": "block_size_in_bytes", "type": "long", "field-id": 105})
-    fields += [
-        {
-            "name": "null_value_counts",
-            "type": _optional(_int_map("k121_v122", 121, 122, "long")),
-            "default": None,
-            "field-id": 110,
-        },
-        {
-            "name": "lower_bounds",
-            "type": _optional(_int_map("k126_v127", 126, 127, "bytes")),
-            "default": None,
-            "field-id": 125,
-        },
-        {
-            "name": "upper_bounds",
-            "type": _optional(_int_map("k129_v130", 129, 130, "bytes")),
-            "default": None,
-            "field-id": 128,
-        },
-        {
-            "name": "split_offsets",
-            "type": _optional({"type": "array", "items": "long", "element-id": 133}),
-            "default": None,
-            "field-id": 132,
-        },
-    ]
-    data_file: Any = {"type": "record", "name": "r2", "fields": fields}
-    if nullable:
-        data_file = _optional(data_file)
-    entry = [
-        {"name": "status", "type": "int", "field-id": 0},
-        {"name": "snapshot_id", "type": "long" if v1 else _optional("long"), "field-id": 1},
-    ]
-    if not v1:
-        entry += [
-            {"name": "sequence_number", "type": _optional("long"), "field-id": 3},
-            {"name": "file_sequence_number", "type": _optional("long"), "field-id": 4},
-        ]
-    entry.append({"name": "data_file", "type": data_file, "field-id": 2})
-    return {"type": "record", "name": "manifest_entry", "fields": entry}
-
-
-MANIFEST_LIST_SCHEMA = {
-    "type": "record",
-    "name": "manifest_file",
-    "fields": [
-        {"name": "manifest_path", "type": "string", "field-id": 500},
-        {"name": "manifest_length", "type": "long", "field-id": 501},
-        {"name": "partition_spec_id", "type": "int", "field-id": 502},
-        {"name": "content", "type": "int", "field-id": 517},
-        {"name": "sequence_number", "type": "long", "field-id": 515},
-        {"name": "min_sequence_number", "type": "long", "field-id": 516},
-        {"name": "added_snapshot_id", "type": "long", "field-id": 503},
-        {"name": "added_files_count", "type": "int", "field-id": 504},
-        {"name": "existing_files_count", "type": "int", "field-id": 505},
-        {"name": "deleted_files_count", "type": "int", "field-id": 506},
-        {"name": "added_rows_count", "type": "long", "field-id": 512},
-        {"name": "existing_rows_count", "type": "long", "field-id": 513},
-        {"name": "deleted_rows_count", "type": "long", "field-id": 514},
-    ],
-}
-
-
-class SpecWriter:
-    """Writes an Iceberg table under ``root`` file by file, from the spec."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        (root / "data").mkdir(parents=True, exist_ok=True)
-        (root / "metadata").mkdir(parents=True, exist_ok=True)
-
-    def parquet(self, rows: pa.Table, name: str | None = None, **options: Any) -> dict[str, Any]:
-        """Writes ``rows`` (fields carrying their ids) and returns its data_file record."""
-        path = self.root / "data" / (name or f"{uuid.uuid4().hex}.parquet")
-        pq.write_table(rows, path, **options)
-        return {
-            "content": 0,
-            "file_path": str(path),
-            "file_format": "PARQUET",
-            "partition": {},
-            "record_count": rows.num_rows,
-            "file_size_in_bytes": path.stat().st_size,
-            "block_size_in_bytes": 64 * 1024 * 1024,
-            "null_value_counts": None,
-            "lower_bounds": None,
-            "upper_bounds": None,
-            "split_offsets": None,
-        }
-
-    def manifest(
-        self,
-        files: list[dict[str, Any]],
-        snapshot_id: int,
-        partition_fields: list[dict[str, Any]] | None = None,
-        v1: bool = False,
-        nullable: bool = False,
-        spec_id: int = 0,
-        schema: dict[str, Any] | None = None,
-        entries: list[dict[str, Any]] | None = None,
-    ) -> str:
-        path = self.root / "metadata" / f"{uuid.uuid4().hex}-m0.avro"
-        avro_schema = schema or manifest_schema(partition_fields or [], v1=v1, nullable=nullable)
-        records = (
-            entries
-            if entries is not None
-            else [
-                {
-                    "status": 1,
-                    "snapshot_id": snapshot_id,
-                    "sequence_number": None,
-                    "file_sequence_number": None,
-                    "data_file": data_file,
-                }
-                for data_file in files
-            ]
-        )
-        metadata = {
-            "partition-spec-id": str(spec_id),
-            "format-version": "1" if v1 else "2",
-            "content": "data",
-        }
-        with open(path, "wb") as out:
-            fastavro.writer(out, fastavro.parse_schema(avro_schema), records, metadata=metadata)
-        return str(path)
-
-    def manifest_list(self, manifests: list[tuple[str, int, int]], sequence: int = 1) -> str:
-        """``manifests`` as (path, spec id, snapshot id that added its files)."""
-        path = self.root / "metadata" / f"snap-{uuid.uuid4().hex}.avro"
-        rows = [
-            {
-                "manifest_path": m,
-                "manifest_length": Path(m).stat().st_size,
-                "partition_spec_id": spec,
-                "content": 0,
-                "sequence_number": sequence,
-                "min_sequence_number": sequence,
-                "added_snapshot_id": snap,
-                "added_files_count": 1,
-                "existing_files_count": 0,
-                "deleted_files_count": 0,
-                "added_rows_count": 0,
-                "existing_rows_count": 0,
-                "deleted_rows_count": 0,
-            }
-            for m, spec, snap in manifests
-        ]
-        with open(path, "wb") as out:
-            fastavro.writer(out, fastavro.parse_schema(MANIFEST_LIST_SCHEMA), rows)
-        return str(path)
-
-    def metadata(self, document: dict[str, Any], version: int = 1) -> str:
-        document.setdefault("location", str(self.root))
-        document.setdefault("last-updated-ms", 1_700_000_000_000)
-        path = self.root / "metadata" / f"v{version}.metadata.json"
-        path.write_text(json.dumps(document))
-        return str(path)
+# test_iceberg_union_manifests imports these from here
+_optional = optional
+__all__ = ["SpecWriter", "_legacy_table", "_optional", "fid", "manifest_schema"]
 
 
 def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
@@ -235,13 +35,14 @@ SCHEMA_V1 = {
 }
 
 
-def _legacy_table(tmp_path: Path, inline: bool) -> tuple[str, list[int]]:
+def _legacy_table(tmp_path: Path, inline: bool, base: str | None = None) -> tuple[str, list[int]]:
     """A v1 table the Java parser accepts and pyiceberg's model refuses: ``schema`` only,
     ``partition-spec`` only (field without field-id), no last-partition-id, default-spec-id,
     current-snapshot-id (the last snapshot is not current!), properties nor table-uuid; snapshots
-    with inline ``manifests`` (``inline``) or manifest lists. Two snapshots, identity on region."""
-    writer = SpecWriter(tmp_path / "legacy")
-    partition_fields = [{"name": "region", "type": _optional("string"), "field-id": 1000}]
+    with inline ``manifests`` (``inline``) or manifest lists. Two snapshots, identity on region.
+    Written under ``tmp_path/legacy``, its files named under ``base`` when given (``SpecWriter``)."""
+    writer = SpecWriter(tmp_path / "legacy", base)
+    partition_fields = [{"name": "region", "type": optional("string"), "field-id": 1000}]
     snapshots = []
     ids = [101, 202]
     for position, (snap, region, values) in enumerate(zip(ids, ("eu", "us"), ([1, 2], [3]), strict=True)):
@@ -269,7 +70,7 @@ def _legacy_table(tmp_path: Path, inline: bool) -> tuple[str, list[int]]:
         snapshots.append(snapshot)
     document = {
         "format-version": 1,
-        "location": str(writer.root),
+        "location": writer.base,
         "last-updated-ms": 1_700_000_000_002,
         "last-column-id": 2,
         "schema": SCHEMA_V1,

@@ -12,7 +12,7 @@ import pytest
 
 from storage.spec import load_table
 from storage.spec.errors import FilterError
-from tests.spec.test_iceberg_legacy import SpecWriter, fid
+from tests.spec.iceberg_writer import SpecWriter, fid
 
 
 def _field(name: str, field_id: int, type_: str) -> dict[str, Any]:

@@ -114,7 +114,29 @@ def normalise(document: dict[str, Any]) -> tuple[dict[str, Any], MetadataExtras]
     if doc.get("current-snapshot-id") is None:
         doc["current-snapshot-id"] = -1
     doc["snapshots"] = [_snapshot(s) for s in doc.get("snapshots") or []]
+    _check_current(doc)
     return doc, extras
+
+
+def _check_current(doc: dict[str, Any]) -> None:
+    """Refuse (``ValueError``) what the Java reference refuses about the current snapshot, so a
+    read never guesses: a ``current-snapshot-id`` that names no snapshot of the metadata, and a
+    ``main`` branch that disagrees with it (also when there is no current snapshot)."""
+    current = doc["current-snapshot-id"]
+    ids = {s.get("snapshot-id") for s in doc["snapshots"]}
+    if current != -1 and current not in ids:
+        raise ValueError(f"current-snapshot-id {current} names no snapshot of the metadata")
+    main = (doc.get("refs") or {}).get("main")
+    if not isinstance(main, dict):
+        return
+    branch = main.get("snapshot-id")
+    if current == -1:
+        raise ValueError(
+            f"the main branch names snapshot {branch} but there is no current snapshot"
+            " (current-snapshot-id is -1 or absent)"
+        )
+    if branch != current:
+        raise ValueError(f"current-snapshot-id {current} is not the main branch's snapshot {branch}")
 
 
 def _partition_specs(doc: dict[str, Any]) -> None:
@@ -159,13 +181,30 @@ def _snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
 
 def parse_metadata(text: str | bytes) -> tuple[Any, MetadataExtras]:
     """pyiceberg ``TableMetadata`` of a metadata file's text, and the extras."""
+    return parse_document(json.loads(text))
+
+
+def parse_document(document: Any) -> tuple[Any, MetadataExtras]:
+    """pyiceberg ``TableMetadata`` of a metadata JSON document (normalised), and the extras."""
     from pyiceberg.table.metadata import TableMetadataUtil
 
-    document = json.loads(text)
     if not isinstance(document, dict):
         raise ValueError("table metadata must be a JSON object")
     normalised, extras = normalise(document)
     return TableMetadataUtil.parse_obj(normalised), extras
+
+
+def read_document(io: Any, location: str) -> dict[str, Any]:
+    """The JSON document of a metadata file (``.gz.metadata.json`` decompressed)."""
+    from pyiceberg.serializers import Compressor
+
+    with io.new_input(location).open(seekable=False) as raw:
+        with Compressor.get_compressor(location).stream_decompressor(raw) as stream:
+            payload = stream.read()
+    document = json.loads(payload)
+    if not isinstance(document, dict):
+        raise ValueError("table metadata must be a JSON object")
+    return document
 
 
 def load_static_table(
@@ -179,9 +218,7 @@ def load_static_table(
 
     store_properties = file_io_properties(metadata_location, storage)
     io = load_file_io(properties=store_properties, location=metadata_location)
-    with io.new_input(metadata_location).open(seekable=False) as stream:
-        text = stream.read()
-    metadata, extras = parse_metadata(text)
+    metadata, extras = parse_document(read_document(io, metadata_location))
     table = StaticTable(
         identifier=("static-table", metadata_location),
         metadata_location=metadata_location,

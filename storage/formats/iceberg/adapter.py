@@ -119,21 +119,34 @@ class IcebergAdapter(TableFormatAdapter):
 
     @classmethod
     def _open_from_catalog(cls, identifier: str, catalog: Any) -> IcebergSpecTable:
+        """Through ``_catalog``: the metadata the catalog names, parsed as the Java reference
+        parses it (legacy v1 included); read-only where pyiceberg cannot commit on it."""
         from pydantic import ValidationError
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
         from pyiceberg.exceptions import ValidationError as IcebergValidationError
 
+        from storage.formats.iceberg._catalog import load_catalog_table
+
         try:
-            table = catalog.load_table(identifier)
+            table, extras = load_catalog_table(catalog, identifier)
         except (NoSuchTableError, NoSuchNamespaceError):
             raise TableNotFound(f"catalog {catalog.name!r} has no table {identifier!r}") from None
         except FileNotFoundError as exc:
             raise CorruptTable(
                 f"table {identifier!r} points at a metadata file that is missing: {exc}"
             ) from None
-        except (json.JSONDecodeError, ValidationError, IcebergValidationError) as exc:
+        except (
+            json.JSONDecodeError,
+            ValidationError,
+            IcebergValidationError,
+            UnicodeDecodeError,
+            ValueError,
+            TypeError,
+            KeyError,
+            AttributeError,
+        ) as exc:
             raise CorruptTable(f"table {identifier!r} has invalid metadata: {_first_line(exc)}") from None
-        return IcebergSpecTable(table, location=_location_of(table), identifier=identifier)
+        return IcebergSpecTable(table, location=_location_of(table), identifier=identifier, extras=extras)
 
 
 def _first_line(exc: Exception) -> str:

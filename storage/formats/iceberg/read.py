@@ -16,7 +16,10 @@ slices are read here with pyarrow directly:
   Iceberg spec says); the file index already chose the delete files by sequence number;
 * a split part reads the row groups whose first byte lies in ``[start, start + length)``, so the
   parts of one file (which tile it) read every row group exactly once;
-* the filter is applied exactly to the rows after deletes.
+* the filter is applied exactly to the rows after deletes;
+* v3 row lineage columns (``_row_id``, ``_last_updated_sequence_number``), when the read schema
+  carries them, are the file's values or inherited from its ``first_row_id`` plus the row's
+  physical position (before deletes) and its data sequence number (``_lineage``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage.formats.iceberg._defaults import missing_column
+from storage.formats.iceberg._lineage import fill as fill_lineage
+from storage.formats.iceberg._lineage import lineage_positions
 from storage.formats.iceberg._puffin import read_deletion_vector
 from storage.spec.errors import CorruptTable, UnsupportedFeature
 from storage.spec.models import DataFile, FileContent, FileSlice, Split, SplitPart
@@ -256,6 +261,7 @@ class SliceReader:
         identity = IdentityValues(base, self._fields_by_id)
         deleted_positions = self._positions(base, positional)
         equality_sets = [self._equality_set(d, target_fields) for d in equality]
+        lineage = lineage_positions(target_fields)
         metadata = parquet.metadata
         # the split planner's rule: a part reads the row groups that start inside it
         wanted = None
@@ -273,6 +279,7 @@ class SliceReader:
             ):
                 count = batch.num_rows
                 table_batch = _table_batch(batch, target_fields, sources, identity)
+                table_batch = fill_lineage(table_batch, lineage, base, offset)
                 keep = _position_mask(deleted_positions, offset, count)
                 for columns, values in equality_sets:
                     survives = pc.invert(_equality_hits(table_batch, columns, values))

@@ -11,11 +11,15 @@ from typing import Any, ClassVar, cast
 import pyarrow as pa
 
 from storage.formats.iceberg._defaults import has_defaults
+from storage.formats.iceberg._lineage import NAMES as LINEAGE_NAMES
+from storage.formats.iceberg._lineage import has_row_lineage, with_lineage
+from storage.formats.iceberg._lineage import mentions as mentions_lineage
+from storage.formats.iceberg._lineage import metadata_columns as lineage_columns
 from storage.formats.iceberg._metadata import MetadataExtras
 from storage.formats.iceberg._types import arrow_schema, check_variant, has_variant
 from storage.formats.iceberg.index import IcebergFileIndex
 from storage.formats.iceberg.read import SliceReader, iter_parts
-from storage.spec.errors import InstantNotFound
+from storage.spec.errors import FilterError, InstantNotFound
 from storage.spec.models import (
     FileContent,
     FileSlice,
@@ -38,7 +42,14 @@ def _utc(ms: int) -> dt.datetime:
 
 
 class IcebergTimeline(Timeline):
-    """Snapshots of the table, oldest first (by sequence number, then commit time)."""
+    """Snapshots of the table, oldest first (by sequence number, then commit time).
+
+    ``latest()`` is the table's *current* snapshot (``current-snapshot-id``), as in the Java
+    reference, not the newest one listed: after a rollback the current snapshot is an older one,
+    and a table without a current snapshot (legacy v1 metadata without ``current-snapshot-id``,
+    or ``-1``) has none, so every read, listing, split plan, lookup and count "at the latest
+    instant" sees an empty table. The snapshots stay in ``instants()`` and time travel to any of
+    them works."""
 
     def __init__(self, metadata: Any) -> None:
         snapshots = sorted(metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
@@ -54,9 +65,15 @@ class IcebergTimeline(Timeline):
             for position, s in enumerate(snapshots)
         ]
         self._by_id = {i.id: i for i in self._instants}
+        current = metadata.current_snapshot_id
+        self._current = self._by_id.get(current) if current is not None else None
 
     def instants(self) -> list[Instant]:
         return list(self._instants)
+
+    def latest(self) -> Instant | None:
+        """The current snapshot (None when the table has none; see the class docstring)."""
+        return self._current
 
     def get(self, instant_id: Instant | int | str) -> Instant:
         if isinstance(instant_id, Instant):
@@ -78,6 +95,11 @@ class IcebergSpecTable(SpecTable):
     too (their files carry ``READ_SNAPSHOT``); other file slices and incremental reads use the
     current schema. Columns a data file lacks read as their
     identity partition value, else their ``initial-default`` (``_defaults``), else nulls.
+
+    On a table with v3 row lineage, ``columns`` and ``filters`` may also name the metadata columns
+    ``_row_id`` and ``_last_updated_sequence_number`` (``metadata_columns``, ``_lineage``); a read
+    without ``columns`` never returns them. "Latest" (no instant) is the current snapshot
+    (``IcebergTimeline``): none, and the table reads empty.
     """
 
     format: ClassVar[TableFormat] = TableFormat.ICEBERG
@@ -291,23 +313,50 @@ class IcebergSpecTable(SpecTable):
             schema = _with_later_columns(schema, self.schema)
             if columns is None:
                 columns = snapshot_columns
-        expr = self.bind(filters) if schema is self.schema else self._bind_to(filters, schema)
-        reader = SliceReader(self.pyiceberg_table.io, schema, columns, expr)
+        readable = self._readable(schema, columns)
+        if columns is None and readable is not schema:
+            columns = schema.names  # the lineage columns only when asked for
+        expr = self._bind_to(filters, readable)
+        reader = SliceReader(self.pyiceberg_table.io, readable, columns, expr)
         index = self.file_index()
+        # lineage columns are not in the manifests' statistics: such a filter prunes no file
+        prunable = expr if expr is None or not mentions_lineage(expr.columns()) else None
         parts: Iterable[tuple[FileSlice, int | None, int | None]]
         if mode is ReadingMode.INCREMENTAL:
             start = None if isinstance(source, (Split, SplitPart, FileSlice)) else cast(InstantRef, source)
             snapshots = index.snapshots_between(start, end_instant)
-            parts = ((s, None, None) for s in index.scan_added(snapshots, expr))
+            parts = ((s, None, None) for s in index.scan_added(snapshots, prunable))
         elif source is None or isinstance(source, (Instant, int, str)):
             # files are pruned with the current schema's names: a filter on an older schema
             # prunes only when its columns mean the same field ids in both
-            prune = expr if schema is self.schema or self._same_ids(expr, schema) else None
+            prune = prunable if schema is self.schema or self._same_ids(prunable, schema) else None
             parts = ((s, None, None) for s in index.list_files_at(source, prune))
         else:
             parts = iter_parts(source)
-        variants = has_variant(schema.field(c) for c in output_columns(columns, schema))
+        variants = has_variant(readable.field(c) for c in output_columns(columns, readable))
         return self._read_parts(reader, parts, variants)
+
+    def metadata_columns(self, instant: InstantRef = None) -> pa.Schema:
+        """The v3 row lineage columns (``_row_id``, ``_last_updated_sequence_number``) a read
+        returns when asked for them by name, on a table with row lineage (``_lineage``)."""
+        if not has_row_lineage(self.pyiceberg_table.metadata):
+            return pa.schema([])
+        return lineage_columns(self.schema_at(instant) if instant is not None else self.schema)
+
+    def _readable(self, schema: pa.Schema, columns: list[str] | None) -> pa.Schema:
+        """``schema`` with the row lineage columns a read may name (tables with row lineage); a
+        lineage column asked of a table without lineage is a ``FilterError`` that says so."""
+        if has_row_lineage(self.pyiceberg_table.metadata):
+            return with_lineage(schema)
+        for name in columns or ():
+            if name in LINEAGE_NAMES and name not in schema.names:
+                raise FilterError(
+                    f"{name!r} is a row lineage column; this table does not track row lineage"
+                    f" (format v{self.pyiceberg_table.metadata.format_version} without next-row-id:"
+                    " only v3 tables do)",
+                    token=name,
+                )
+        return schema
 
     def _read_schema(self, source: Any, mode: ReadingMode) -> pa.Schema:
         """The schema a read returns: the snapshot's own for a snapshot read at an instant, and
@@ -335,10 +384,12 @@ class IcebergSpecTable(SpecTable):
         schema = self.schema_at(instant)
         slices: Iterable[FileSlice]
         if schema is self.schema:
-            slices = self.file_index().list_files_at(instant, filters)
+            expr = self._bind_to(filters, self._readable(schema, None))
+            prune = None if expr is not None and mentions_lineage(expr.columns()) else expr
+            slices = self.file_index().list_files_at(instant, prune)
         else:
             snapshot_id = self.snapshot_for(instant).snapshot_id
-            expr = self._bind_to(filters, _with_later_columns(schema, self.schema))
+            expr = self._bind_to(filters, self._readable(_with_later_columns(schema, self.schema), None))
             prune = expr if self._same_ids(expr, schema) else None
             slices = (_tagged(s, snapshot_id) for s in self.file_index().list_files_at(instant, prune))
         return plan_splits(
@@ -393,6 +444,8 @@ class IcebergSpecTable(SpecTable):
         full = self._read_schema(source, kwargs.get("mode", ReadingMode.SNAPSHOT))
         if columns is not None and full is not self.schema:
             full = _with_later_columns(full, self.schema)
+        if columns is not None:
+            full = self._readable(full, columns)
         schema = (
             full if columns is None else pa.schema([full.field(c) for c in output_columns(columns, full)])
         )

@@ -132,7 +132,9 @@ def read_table(
     on_object_store = is_object_store(location) or is_object_store(table.location)
     if on_object_store:
         _say_fast_path_needs_s3a(location)
-    paths = None if on_object_store else parquet_paths_if_plain(table, instant, expr)
+    # metadata columns (not stored as plain columns) are computed by the spec reader
+    plain = not on_object_store and all(name in schema.names for name in projected.names)
+    paths = parquet_paths_if_plain(table, instant, expr) if plain else None
     if paths is not None:
         frame = _parquet_frame(spark, schema, paths)
         if expr is not None:

@@ -137,10 +137,15 @@ def _open_cached(scan_id: str, options: SourceOptions) -> SpecTable:
 
 
 def projected_schema(table: SpecTable, columns: Sequence[str] | None, instant: Any = None) -> pa.Schema:
-    """The columns read, in the table's schema at ``instant`` (today's by default)."""
+    """The columns read, in the table's schema at ``instant`` (today's by default); ``columns``
+    may name the table's metadata columns too (``SpecTable.metadata_columns``), which a read
+    without ``columns`` never returns."""
     schema = table.schema_at(instant) if instant is not None else table.schema
     if columns is None:
         return schema
+    extra = table.metadata_columns(instant)
+    if len(extra):
+        schema = pa.schema([*schema, *extra])
     fields = []
     for name in columns:
         index = schema.get_field_index(name)
