@@ -67,6 +67,7 @@ from processes.factories.iceberg_commit import (
     decode_partition,
     v3_metadata_writes,
 )
+from processes.factories.iceberg_lineage import rewrite_inputs, statistics_inputs
 from processes.factories.outputs import RewriteOutputs, rewrite_outputs, sweep_leftovers
 from processes.plugin import (
     REWRITE,
@@ -159,12 +160,13 @@ class IcebergRewriteProcess(TableProcess):
             _store_options(context),
             context.process_id,
         )
+        schema, settings = rewrite_inputs(table.metadata, spec.schema, self.settings)  # v3 row lineage
         writer = GroupWriter(
             context,
-            IcebergSliceReader(table.io, spec.schema),
-            spec.schema,
+            IcebergSliceReader(table.io, schema),
+            schema,
             outputs,
-            settings=self.settings,
+            settings=settings,
             field_ids=True,
             sort_columns=spec.definition.sort_columns,
             compression=_codec(self.settings, table.metadata.properties),
@@ -398,21 +400,14 @@ def iceberg_data_file(table: Any, path: str, partition: Any, spec_id: int, size:
     Like pyiceberg's ``parquet_file_to_data_file``, minus its nullability check: Spark writes
     every column as optional, which holds required columns' values just as well.
     """
-    from pyiceberg.io.pyarrow import (
-        compute_statistics_plan,
-        data_file_statistics_from_parquet_metadata,
-        parquet_path_to_id_mapping,
-    )
+    from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
-    metadata = table.metadata
-    schema = metadata.schema()
     with table.io.new_input(path).open() as stream:
         parquet_metadata = pq.read_metadata(stream)
+    mapping, plan = statistics_inputs(table.metadata)  # the table's columns, and row lineage's
     statistics = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=parquet_metadata,
-        stats_columns=compute_statistics_plan(schema, metadata.properties),
-        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+        parquet_metadata=parquet_metadata, stats_columns=plan, parquet_column_mapping=mapping
     )
     data_file = DataFile.from_args(
         _table_format_version=3,

@@ -281,3 +281,43 @@ def add_vector(table, data_path: str, positions: list[int], location) -> None:
     with v3_metadata_writes(table):
         transaction.commit_transaction()
     table.refresh()
+
+
+def test_rows_keep_their_row_lineage_through_the_rewrite(v3_table, run_now):
+    """Iceberg spec, "Row Lineage": a writer that moves rows writes the ``_row_id`` and
+    ``_last_updated_sequence_number`` it read, so a compacted row is not a new row to a
+    change-tracking reader. The ids are ``first_row_id`` + position (inherited, before deletes)."""
+    console_table, table, written = v3_table
+    lineage = ["id", "_row_id", "_last_updated_sequence_number"]
+
+    def by_id() -> dict[int, tuple[int, int]]:
+        read = spec_view(table).read_arrow(columns=lineage).to_pylist()
+        return {r["id"]: (r["_row_id"], r["_last_updated_sequence_number"]) for r in read}
+
+    before = by_id()
+    # the inherited values before: file i's rows start at its first_row_id, position before deletes
+    id_to_row_id = {
+        row[0]: written.first_row_ids[index] + position
+        for index, file_rows in enumerate(written.rows)
+        for position, row in enumerate(file_rows)
+    }
+    assert {i: row_id for i, (row_id, _) in before.items()} == {i: id_to_row_id[i] for i in before}
+    assert len(before) == 4025 - 8 and None not in {s for _, s in before.values()}
+
+    process = run_now(console_table, "rewrite", SETTINGS)
+
+    assert process.status == ProcessStatus.SUCCESS, process.failure
+    table.refresh()
+    assert process.summary["files_out"] == 1
+    assert by_id() == before  # every row keeps its id and its last-updated sequence number
+    new_file = next(
+        e.data_file.file_path
+        for e in live_entries(table, 0)
+        if e.data_file.file_path not in written.data_paths
+    )
+    stored = pq.read_table(new_file.removeprefix("file://"))
+    assert {"_row_id", "_last_updated_sequence_number"} <= set(stored.column_names)
+    field_ids = {f.name: (f.metadata or {}).get(b"PARQUET:field_id") for f in stored.schema}
+    assert (
+        field_ids["_row_id"] == b"2147483540" and field_ids["_last_updated_sequence_number"] == b"2147483539"
+    )
