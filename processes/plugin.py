@@ -132,6 +132,32 @@ class ProcessCancelled(Exception):
     """Raised by ``context.check_cancelled()`` once cancel (or kill) was requested."""
 
 
+class ProcessInputError(Exception):
+    """A failure no retry can mend: parameters or properties that do not fit this table (an unknown
+    sort column, a z-order on a partition column, a partition spec id the table does not have).
+    Raised by ``ProcessFactory.validate`` it refuses the submission (HTTP 400, nothing created);
+    raised by ``TableProcess.run`` it ends the process FAILED without an automatic retry."""
+
+
+@dataclass
+class Preview:
+    """What a process would do, answered without doing it (``ProcessFactory.preview``).
+
+    Counts are what the plan says now; ``files_out``/``bytes_out`` are expectations (target sizes).
+    ``details`` holds action-specific facts shown as they are (e.g. per-group rows, manifests in and
+    out, snapshots to expire); ``notes`` are sentences for the operator ("nothing to do: ...")."""
+
+    groups: int = 0
+    files_in: int = 0
+    bytes_in: int = 0
+    files_out: int = 0
+    bytes_out: int = 0
+    objects_to_delete: int = 0
+    bytes_to_delete: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
 class ProcessContext(abc.ABC):
     """What a running process gets from the executor."""
 
@@ -215,6 +241,17 @@ class ProcessFactory(abc.ABC):
     @abc.abstractmethod
     def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
         """Rebuild the process from its history row (to run it, retry it or resume it)."""
+
+    def validate(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> None:
+        """Check ``params`` (already schema-valid) against this table before a process is created:
+        columns that must exist, spec ids, combinations the table cannot take. Raise
+        ``ProcessInputError`` with the reason; nothing is created then. Default: nothing to check."""
+        return None
+
+    def preview(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> Preview | None:
+        """What a process for (this table, ``action``, ``params``) would do, computed from metadata
+        without writing or deleting anything; None when the factory offers no preview."""
+        return None
 
     def pairs(self) -> set[tuple[str, str]]:
         return {(fmt, action) for fmt, actions in self.supported_actions().items() for action in actions}
