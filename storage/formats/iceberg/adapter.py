@@ -92,9 +92,6 @@ class IcebergAdapter(TableFormatAdapter):
 
     @classmethod
     def _open_from_metadata(cls, location: str, storage: StoreOptions | None = None) -> IcebergSpecTable:
-        from pydantic import ValidationError
-        from pyiceberg.exceptions import ValidationError as IcebergValidationError
-
         from storage.formats.iceberg._metadata import load_static_table
 
         metadata_file = latest_metadata_file(location, storage)
@@ -102,16 +99,7 @@ class IcebergAdapter(TableFormatAdapter):
             table, extras = load_static_table(metadata_file, storage)
         except FileNotFoundError:
             raise TableNotFound(f"no Iceberg metadata file at {metadata_file}") from None
-        except (
-            json.JSONDecodeError,
-            ValidationError,
-            IcebergValidationError,
-            UnicodeDecodeError,
-            ValueError,
-            TypeError,
-            KeyError,
-            AttributeError,
-        ) as exc:
+        except _metadata_errors() as exc:
             raise CorruptTable(
                 f"Iceberg metadata file {metadata_file} is not valid table metadata: {_first_line(exc)}"
             ) from None
@@ -121,9 +109,7 @@ class IcebergAdapter(TableFormatAdapter):
     def _open_from_catalog(cls, identifier: str, catalog: Any) -> IcebergSpecTable:
         """Through ``_catalog``: the metadata the catalog names, parsed as the Java reference
         parses it (legacy v1 included); read-only where pyiceberg cannot commit on it."""
-        from pydantic import ValidationError
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-        from pyiceberg.exceptions import ValidationError as IcebergValidationError
 
         from storage.formats.iceberg._catalog import load_catalog_table
 
@@ -135,18 +121,26 @@ class IcebergAdapter(TableFormatAdapter):
             raise CorruptTable(
                 f"table {identifier!r} points at a metadata file that is missing: {exc}"
             ) from None
-        except (
-            json.JSONDecodeError,
-            ValidationError,
-            IcebergValidationError,
-            UnicodeDecodeError,
-            ValueError,
-            TypeError,
-            KeyError,
-            AttributeError,
-        ) as exc:
+        except _metadata_errors() as exc:
             raise CorruptTable(f"table {identifier!r} has invalid metadata: {_first_line(exc)}") from None
         return IcebergSpecTable(table, location=_location_of(table), identifier=identifier, extras=extras)
+
+
+def _metadata_errors() -> tuple[type[Exception], ...]:
+    """What parsing invalid table metadata raises (a corrupt table, not a bug of ours)."""
+    from pydantic import ValidationError
+    from pyiceberg.exceptions import ValidationError as IcebergValidationError
+
+    return (
+        json.JSONDecodeError,
+        ValidationError,
+        IcebergValidationError,
+        UnicodeDecodeError,
+        ValueError,
+        TypeError,
+        KeyError,
+        AttributeError,
+    )
 
 
 def _first_line(exc: Exception) -> str:
