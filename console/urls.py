@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from console.api.base import AUTHENTICATION_CLASSES
 from console.auth import ThrottledLoginView
+from console.sso import oidc_login
 from console.views import processes as process_views
 from console.views import queries as storage_views
 from console.views import records as record_views
@@ -59,6 +60,13 @@ urlpatterns = [
         name="api-schema",
     ),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+]
+
+# Single sign-on (console/sso): OpenID Connect sign-in and its callback, under /accounts/login/ so
+# they need no session; both answer 404 unless LAKEWARDEN_OIDC_* is set (console/settings_sso.py).
+urlpatterns += [
+    path("accounts/login/oidc/", oidc_login.oidc_authenticate, name="oidc_authentication_init"),
+    path("accounts/login/oidc/callback/", oidc_login.oidc_callback, name="oidc_authentication_callback"),
 ]
 
 handler400 = "console.errorpages.bad_request"

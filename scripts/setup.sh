@@ -48,6 +48,14 @@ command -v psql >/dev/null || apt_install postgresql-client
 command -v redis-server >/dev/null || apt_install redis-server
 if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then apt_install python3-venv; fi
 if [ "$WITH_TEST" = 1 ] && [ ! -x /usr/bin/chromium ]; then apt_install chromium; fi
+# python-ldap (LDAP sign-in) has no wheel: pip builds it against OpenLDAP's and SASL's headers.
+[ -f /usr/include/ldap.h ] || apt_install libldap-dev
+[ -f /usr/include/sasl/sasl.h ] || apt_install libsasl2-dev
+command -v gcc >/dev/null || apt_install gcc
+"$PY" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || apt_install python3-dev
+# The LDAP sign-in tests run a real OpenLDAP server of their own (slapd, with slapadd).
+if [ "$WITH_TEST" = 1 ] && [ ! -x /usr/sbin/slapd ]; then apt_install slapd; fi
 
 # --- services ----------------------------------------------------------------------------------
 if ! pg_isready -q -h 127.0.0.1 -p 5432; then
