@@ -73,3 +73,9 @@ handler400 = "console.errorpages.bad_request"
 handler403 = "console.errorpages.permission_denied"
 handler404 = "console.errorpages.not_found"
 handler500 = "console.errorpages.server_error"
+
+# Audit trail (issue 16, console/audit): the page, for operators and admins. (``+=`` extends the
+# list the "console" namespace already includes.)
+from console.views import audit as audit_views  # noqa: E402
+
+console_patterns += [path("audit/", audit_views.audit_list, name="audit")]

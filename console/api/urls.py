@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from django.urls import path
+
 from console.api.base import ApiRouter
 from console.api.processes import PluginViewSet, ProcessViewSet
 from console.api.records import TableRecordViewSet
@@ -17,3 +19,8 @@ router.register("queries", QueryViewSet, basename="query")
 router.register("cached-results", CachedResultViewSet, basename="cached-result")
 
 urlpatterns = router.urls
+
+# Audit trail (issue 16): the list, for operators and admins.
+from console.api.audit import AuditEventListView  # noqa: E402
+
+urlpatterns += [path("audit/", AuditEventListView.as_view(), name="audit-list")]

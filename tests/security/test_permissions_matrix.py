@@ -110,6 +110,8 @@ RULES: dict[str, Rule] = {
     ),
     "console:storage-test": Rule(CONSOLE, {"POST": ADMIN}, obj="storage", body=lambda lake: {}),
     "console:storage-delete": Rule(CONSOLE, {"POST": ADMIN}, obj="storage", body=lambda lake: {}),
+    # The audit trail (console/audit): operators and admins read it; viewers get 403.
+    "console:audit": Rule(CONSOLE, {"GET": OPERATOR}),
     # --- public ----------------------------------------------------------------------------------
     "healthz": Rule(PUBLIC, {"GET": ANYONE}),
     "login": Rule(
@@ -178,6 +180,7 @@ RULES: dict[str, Rule] = {
         API, {"GET": VIEWER, "DELETE": OPERATOR}, obj="cached_result", body=lambda lake: {}
     ),
     "cached-result-invalidate": Rule(API, {"POST": OPERATOR}, obj="cached_result", body=lambda lake: {}),
+    "audit-list": Rule(API, {"GET": OPERATOR}),
 }
 
 
