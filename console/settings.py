@@ -179,7 +179,14 @@ CELERY_BEAT_SCHEDULE = {
         "task": "processes.tasks.reap_processes_task",
         "schedule": LAKEWARDEN_HEARTBEAT_SECONDS / 2,
     },
+    # Trash (issue 14): purge trash batches whose retention has passed.
+    "purge-trash": {
+        "task": "processes.trash_tasks.purge_trash_task",
+        "schedule": env_int("LAKEWARDEN_TRASH_PURGE_SECONDS", 3600, minimum=60),
+    },
 }
+# Task modules outside an app's tasks.py that workers must register.
+CELERY_IMPORTS = ["processes.trash_tasks"]
 
 # --- REST API -----------------------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -12,6 +12,7 @@ from console.views import processes as process_views
 from console.views import queries as storage_views
 from console.views import records as record_views
 from console.views import tables as views
+from console.views import trash as trash_views  # trash (issue 14)
 
 console_patterns = [
     path("", views.overview, name="overview"),
@@ -32,6 +33,10 @@ console_patterns = [
     path("tables/<int:pk>/records/", record_views.table_records, name="table-records"),
     path("tables/<int:pk>/processes/", process_views.table_processes, name="table-processes"),
     path("tables/<int:pk>/processes/run/", process_views.table_process_run, name="table-process-run"),
+    # plan preview beside "Run now" (submission helper)
+    path(
+        "tables/<int:pk>/processes/preview/", process_views.table_process_preview, name="table-process-preview"
+    ),
     path("processes/", process_views.process_list, name="process-list"),
     path("processes/<int:pk>/", process_views.process_detail, name="process-detail"),
     path("processes/<int:pk>/<str:verb>/", process_views.process_act, name="process-act"),
@@ -45,6 +50,13 @@ console_patterns = [
     path("storages/new/", storage_views.storage_create, name="storage-create"),
     path("storages/<int:pk>/test/", storage_views.storage_test, name="storage-test"),
     path("storages/<int:pk>/delete/", storage_views.storage_delete, name="storage-delete"),
+    # Trash (issue 14): a process's trash card and its restore button.
+    path("trash/processes/<int:pk>/", trash_views.process_trash, name="process-trash"),
+    path(
+        "trash/processes/<int:pk>/restore/",
+        trash_views.process_trash_restore_view,
+        name="process-trash-restore",
+    ),
 ]
 
 urlpatterns = [
@@ -73,6 +85,7 @@ handler400 = "console.errorpages.bad_request"
 handler403 = "console.errorpages.permission_denied"
 handler404 = "console.errorpages.not_found"
 handler500 = "console.errorpages.server_error"
+
 
 # Audit trail (issue 16, console/audit): the page, for operators and admins. (``+=`` extends the
 # list the "console" namespace already includes.)

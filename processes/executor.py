@@ -16,7 +16,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from processes.models import STARTED_STATUSES, Process, ProcessStatus, statuses_leading_to
-from processes.plugin import ProcessCancelled, ProcessContext, ProcessRecord
+from processes.plugin import ProcessCancelled, ProcessContext, ProcessInputError, ProcessRecord
 from processes.registry import configured_factories
 from processes.runtime import TableRuntime
 from processes.services import clean_staging, clean_stale_staging, process_fail, staging_dir, transition
@@ -258,8 +258,11 @@ def _finish_failed(process: Process, error: BaseException) -> str:
     logger.warning("process %s failed: %s\n%s", process.pk, reason, traceback.format_exc())
     if Process.objects.filter(pk=process.pk, cancel_requested=True).exists():
         return _finish_cancelled(process, f"cancelled by an operator ({reason})")
+    retry = not isinstance(error, ProcessInputError)  # bad parameters or properties: no retry mends them
+    if not retry:
+        reason += " (not retried: the parameters or properties do not fit the table)"
     try:
-        process_fail(process=process, reason=reason)
+        process_fail(process=process, reason=reason, retry=retry)
     except Conflict:
         pass
     return ProcessStatus.FAILED

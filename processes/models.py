@@ -76,6 +76,17 @@ class ProcessTrigger(models.TextChoices):
     AUTO_RETRY = "auto-retry"
 
 
+#: Counts a plan preview predicts and a summary may report (preview key = summary key), labelled.
+PREDICTED_COUNTS = (
+    ("groups", "file groups"),
+    ("files_in", "files in"),
+    ("bytes_in", "bytes in"),
+    ("files_out", "files out"),
+    ("bytes_out", "bytes out"),
+    ("objects_to_delete", "objects deleted"),
+)
+
+
 class Process(models.Model):
     table = models.ForeignKey("storage.Table", on_delete=models.CASCADE, related_name="processes")
     action = models.CharField(max_length=64)
@@ -84,6 +95,11 @@ class Process(models.Model):
     trigger = models.CharField(max_length=12, choices=ProcessTrigger.choices, default=ProcessTrigger.SCHEDULE)
     params = models.JSONField(default=dict, blank=True)
     summary = models.JSONField(default=dict, blank=True)
+    preview = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What the factory predicted when the process was created (plan preview)",
+    )
     failure = models.TextField(blank=True)
     attempt = models.PositiveIntegerField(default=1)
     max_retries = models.PositiveIntegerField(default=3)
@@ -150,6 +166,16 @@ class Process(models.Model):
             return None
         end = self.finished_at or self.heartbeat_at or self.started_at
         return (end - self.started_at).total_seconds()
+
+    def prediction_rows(self) -> list[tuple[str, object, object]]:
+        """(what, predicted at creation, what the run's summary says; None when it does not say)
+        for the counts a preview and a summary share, when the row holds an available preview."""
+        preview = self.preview or {}
+        if not preview.get("available"):
+            return []
+        summary = self.summary or {}
+        rows = [(label, preview.get(key), summary.get(key)) for key, label in PREDICTED_COUNTS]
+        return [row for row in rows if row[1] or row[2] is not None]
 
     def attempts_chain(self) -> list[Process]:
         """Oldest first: the first attempt, then each retry up to this one."""

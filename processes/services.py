@@ -26,8 +26,11 @@ from processes.models import (
     ProcessTrigger,
     statuses_leading_to,
 )
-from processes.registry import coordinators, factory_classes, validate_params
-from storage.errors import Conflict, InvalidInput
+from processes.plugin import ProcessInputError
+from processes.previews import preview_record
+from processes.registry import ConfiguredFactory, coordinators, factory_classes, validate_params
+from processes.runtime import TableRuntime
+from storage.errors import Conflict, InvalidInput, ServiceError
 from storage.models import Table
 
 logger = logging.getLogger(__name__)
@@ -52,22 +55,23 @@ def process_create(
     retry_of: Process | None = None,
     not_before: dt.datetime | None = None,
 ) -> Process:
-    """A PENDING process for (table, action), enqueued once the transaction commits."""
-    pairs = coordinators()
-    coordinator = pairs.get((table.format, action))
-    if coordinator is None:
-        offered = sorted(a for (fmt, a) in pairs if fmt == table.format)
-        raise InvalidInput(
-            f"no enabled process factory offers {action!r} for {table.format} tables"
-            f" (available: {', '.join(offered) or 'none'})",
-            field="action",
-        )
+    """A PENDING process for (table, action), enqueued once the transaction commits.
+
+    Parameters are checked against the factory's schema, then (except for the scheduler's, whose
+    trigger just planned them) against the table by the factory's ``validate``: a
+    ``ProcessInputError`` is an ``InvalidInput`` and nothing is created. The factory's preview
+    is kept on the row (best effort: a preview that fails leaves it empty)."""
+    coordinator = _coordinator(table, action)
     params = validate_params(type(coordinator.factory), params if params is not None else {})
+    runtime = TableRuntime(table, coordinator.factory.properties)
+    if trigger != ProcessTrigger.SCHEDULE:
+        _validate_for_table(coordinator, runtime, action, params)
     process = Process(
         table=table,
         action=action,
         factory=coordinator.name,
         params=params,
+        preview=_creation_preview(coordinator, runtime, action, params),
         trigger=trigger,
         requested_by=user if getattr(user, "is_authenticated", False) else None,
         retry_of=retry_of,
@@ -84,6 +88,71 @@ def process_create(
         raise Conflict(f"a {action} process is already active on {table.name}{where}") from None
     process_enqueue(process)
     return process
+
+
+def process_preview(*, table: Table, action: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a process for (table, action, params) would do, without doing it: the factory's
+    ``Preview`` with the health score before and the predicted one after (``previews``). Bad
+    input is refused as ``process_create`` refuses it; nothing is written."""
+    coordinator = _coordinator(table, action)
+    params = validate_params(type(coordinator.factory), params if params is not None else {})
+    runtime = TableRuntime(table, coordinator.factory.properties)
+    _validate_for_table(coordinator, runtime, action, params)
+    try:
+        preview = coordinator.factory.preview(runtime, action, params)
+    except ProcessInputError as error:
+        raise InvalidInput(str(error), field="params") from None
+    except ServiceError:
+        raise
+    except Exception as error:  # a factory's bug or an unreadable table: said, never a 500
+        logger.warning("%s could not preview %s on %s", coordinator.name, action, table, exc_info=True)
+        answer = preview_record(table, None)
+        answer["notes"] = [f"the preview failed: {type(error).__name__}: {error}"]
+        return {"action": action, "factory": coordinator.name, **answer}
+    return {"action": action, "factory": coordinator.name, **preview_record(table, preview)}
+
+
+def _coordinator(table: Table, action: str) -> ConfiguredFactory:
+    pairs = coordinators()
+    coordinator = pairs.get((table.format, action))
+    if coordinator is None:
+        offered = sorted(a for (fmt, a) in pairs if fmt == table.format)
+        raise InvalidInput(
+            f"no enabled process factory offers {action!r} for {table.format} tables"
+            f" (available: {', '.join(offered) or 'none'})",
+            field="action",
+        )
+    return coordinator
+
+
+def _validate_for_table(
+    coordinator: ConfiguredFactory, runtime: TableRuntime, action: str, params: dict[str, Any]
+) -> None:
+    """The factory's check of ``params`` against the table: ``InvalidInput`` with its reason. A
+    check that breaks otherwise is logged and lets the process through (its run says why)."""
+    try:
+        coordinator.factory.validate(runtime, action, params)
+    except ProcessInputError as error:
+        raise InvalidInput(str(error), field="params") from None
+    except ServiceError:
+        raise
+    except Exception:
+        logger.warning(
+            "%s could not check %s on %s", coordinator.name, action, runtime.identifier, exc_info=True
+        )
+
+
+def _creation_preview(
+    coordinator: ConfiguredFactory, runtime: TableRuntime, action: str, params: dict[str, Any]
+) -> dict[str, Any] | None:
+    try:
+        preview = coordinator.factory.preview(runtime, action, params)
+    except Exception:
+        logger.warning(
+            "%s could not preview %s on %s", coordinator.name, action, runtime.identifier, exc_info=True
+        )
+        return None
+    return preview_record(runtime.table, preview) if preview is not None else None
 
 
 #: A PENDING process is re-sent once it is overdue by a scheduler tick, and never sooner than this.
@@ -225,8 +294,9 @@ def process_retry(*, process: Process, user=None) -> Process:
     )
 
 
-def process_fail(*, process: Process, reason: str) -> Process:
-    """FAILED with ``reason``; staging cleaned; an automatic retry while the budget lasts.
+def process_fail(*, process: Process, reason: str, retry: bool = True) -> Process:
+    """FAILED with ``reason``; staging cleaned; an automatic retry while the budget lasts (none
+    when ``retry`` is False: a ``ProcessInputError`` no retry can mend).
 
     The failure and its retry commit together: nobody ever sees a failed process whose retry is
     still to come. Staging is cleaned before the row says FAILED (so a FAILED row has no staged
@@ -235,7 +305,8 @@ def process_fail(*, process: Process, reason: str) -> Process:
     clean_staging(process)
     with transaction.atomic():
         process = transition(process, ProcessStatus.FAILED, failure=reason[:10_000])
-        _schedule_retry(process)
+        if retry:
+            _schedule_retry(process)
     clean_staging(process)
     return process
 

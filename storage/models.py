@@ -182,3 +182,8 @@ class CachedResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.state})"
+
+
+# The trash's bookkeeping (issue 14) lives in storage/trash/models.py; imported here so Django
+# (and makemigrations) always sees the model.
+from storage.trash.models import TrashBatch, TrashState  # noqa: E402,F401

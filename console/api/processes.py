@@ -41,6 +41,7 @@ class ProcessSerializer(serializers.ModelSerializer):
             "status",
             "trigger",
             "params",
+            "preview",
             "summary",
             "failure",
             "attempt",
@@ -66,6 +67,42 @@ class ProcessCreateSerializer(serializers.Serializer):
     table = serializers.PrimaryKeyRelatedField(queryset=Table.objects.all())
     action = serializers.CharField(max_length=64)
     params = serializers.DictField(required=False, default=dict)
+
+
+class ProcessPreviewRequestSerializer(serializers.Serializer):
+    action = serializers.CharField(max_length=64, help_text="the action, as for a process submission")
+    params = serializers.DictField(
+        required=False, default=dict, help_text="the parameters, as for a submission"
+    )
+
+
+class ProcessPreviewSerializer(serializers.Serializer):
+    """What ``POST /api/v1/tables/{id}/processes/preview/`` answers (nothing is written)."""
+
+    action = serializers.CharField()
+    factory = serializers.CharField()
+    available = serializers.BooleanField(help_text="false when the action's factory offers no preview")
+    groups = serializers.IntegerField(help_text="file groups (rewrite), manifests, columns... planned")
+    files_in = serializers.IntegerField(help_text="files read")
+    bytes_in = serializers.IntegerField()
+    files_out = serializers.IntegerField(help_text="files expected to be written")
+    bytes_out = serializers.IntegerField(help_text="bytes expected to be written")
+    objects_to_delete = serializers.IntegerField(help_text="objects the process deletes from storage")
+    bytes_to_delete = serializers.IntegerField()
+    details = serializers.DictField(
+        help_text="action-specific facts (per-group rows, snapshots to expire...)"
+    )
+    notes = serializers.ListField(child=serializers.CharField())
+    health_before = serializers.IntegerField(
+        required=False, help_text="health score now (0 healthy .. 100 needs attention), from the kept facts"
+    )
+    health_after = serializers.IntegerField(
+        required=False, help_text="health score predicted after the process"
+    )
+    facts_before = serializers.DictField(required=False)
+    facts_after = serializers.DictField(required=False)
+    reasons_before = serializers.ListField(child=serializers.CharField(), required=False)
+    reasons_after = serializers.ListField(child=serializers.CharField(), required=False)
 
 
 class KillSerializer(serializers.Serializer):

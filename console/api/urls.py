@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
+from console.api import trash  # trash (issue 14)
 from console.api.base import ApiRouter
 from console.api.processes import PluginViewSet, ProcessViewSet
 from console.api.records import TableRecordViewSet
@@ -19,6 +20,13 @@ router.register("queries", QueryViewSet, basename="query")
 router.register("cached-results", CachedResultViewSet, basename="cached-result")
 
 urlpatterns = router.urls
+
+# Trash (issue 14): a process's trash batch and its restore; the list of batches.
+urlpatterns += [
+    path("processes/<int:pk>/trash/", trash.ProcessTrashView.as_view(), name="process-trash"),
+    path("processes/<int:pk>/restore/", trash.ProcessTrashRestoreView.as_view(), name="process-restore"),
+    path("trash/", trash.TrashBatchListView.as_view(), name="trash-list"),
+]
 
 # Audit trail (issue 16): the list, for operators and admins.
 from console.api.audit import AuditEventListView  # noqa: E402

@@ -8,6 +8,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from console.api.base import ApiDefaults
+from console.api.processes import ProcessPreviewRequestSerializer, ProcessPreviewSerializer
 from console.api.serializers import (
     CatalogCreateSerializer,
     CatalogSerializer,
@@ -21,6 +22,8 @@ from console.api.serializers import (
     TableRegisterSerializer,
     TableSerializer,
 )
+from console.roles import OPERATOR
+from processes import services as process_services
 from storage import selectors, services
 from storage.models import FORMAT_VALUES, Catalog, Table
 
@@ -86,6 +89,7 @@ class CatalogViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMix
 class TableViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = TableSerializer
     queryset = Table.objects.none()
+    action_roles = {"process_preview": OPERATOR}
 
     def get_queryset(self):
         if self.action != "list":  # the list's filters never hide the table a detail URL names
@@ -108,6 +112,21 @@ class TableViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin
         data.is_valid(raise_exception=True)
         table = services.table_register(**data.validated_data)
         return Response(TableSerializer(table).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=ProcessPreviewRequestSerializer,
+        responses={200: ProcessPreviewSerializer},
+        description="What a process (same body as a submission: action, params) would do on this table,"
+        " computed from metadata without writing or deleting anything: file groups, files and bytes in,"
+        " files and bytes expected out, objects to delete, and the health score now and predicted after."
+        " Bad input is a 400 with the reason, as at submission.",
+    )
+    @action(detail=True, methods=["post"], url_path="processes/preview", url_name="process-preview")
+    def process_preview(self, request, pk=None):
+        data = ProcessPreviewRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        answer = process_services.process_preview(table=self.get_object(), **data.validated_data)
+        return Response(ProcessPreviewSerializer(answer).data)
 
     @extend_schema(request=None, responses={200: TableSerializer})
     @action(detail=True, methods=["post"])

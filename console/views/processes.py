@@ -60,19 +60,48 @@ def table_processes(request, pk: int):
 @require_POST
 def table_process_run(request, pk: int):
     table = get_object_or_404(Table, pk=pk)
-    try:
-        params = json.loads(request.POST.get("params") or "{}")
-        process = services.process_create(
-            table=table, action=request.POST.get("action", ""), params=params, user=request.user
-        )
-    except json.JSONDecodeError as error:
-        return _run_error(request, table, f"parameters are not valid JSON: {error}")
-    except RecursionError:
-        return _run_error(request, table, "parameters are not valid JSON: nested too deeply")
-    except ServiceError as error:
-        return _run_error(request, table, error.message, status=error.status_code)
+    process = _submitted(request, table, lambda **form: services.process_create(user=request.user, **form))
+    if isinstance(process, HttpResponse):
+        return process
     messages.success(request, f"Process #{process.pk} ({process.action}) queued.")
     return _go(request, process.get_absolute_url())
+
+
+@role_required(OPERATOR)
+@require_POST
+def table_process_preview(request, pk: int):
+    """The run form's "Preview": what the process would do, rendered beside the form."""
+    table = get_object_or_404(Table, pk=pk)
+    preview = _submitted(request, table, services.process_preview)
+    if isinstance(preview, HttpResponse):
+        return preview
+    if not is_fragment(request):
+        return render(request, "processes/preview.html", {"table": table, "preview": preview})
+    return render(request, "processes/partials/preview.html", {"preview": preview})
+
+
+def _submitted(request, table, service):
+    """``service(table=, action=, params=)`` on the run form's fields, or the error response."""
+    try:
+        return service(table=table, action=request.POST.get("action", ""), params=_params(request))
+    except BadParams as error:
+        return _run_error(request, table, str(error))
+    except ServiceError as error:
+        return _run_error(request, table, error.message, status=error.status_code)
+
+
+class BadParams(ValueError):
+    pass
+
+
+def _params(request):
+    """The form's JSON parameters; ``BadParams`` saying what is wrong with them."""
+    try:
+        return json.loads(request.POST.get("params") or "{}")
+    except json.JSONDecodeError as error:
+        raise BadParams(f"parameters are not valid JSON: {error}") from None
+    except RecursionError:
+        raise BadParams("parameters are not valid JSON: nested too deeply") from None
 
 
 @role_required(OPERATOR)

@@ -31,135 +31,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from processes.factories.rewrite_schema import (  # noqa: F401 (re-exported)
+    BINPACK,
+    DEFAULT_TARGET_FILE_SIZE,
+    MIB,
+    REWRITE_DEFAULTS,
+    REWRITE_PARAMS_SCHEMA,
+    REWRITE_PROPERTIES_SCHEMA,
+    SORT,
+    SORT_ORDER,
+    STRATEGIES,
+    STRATEGY,
+    STRATEGY_PROPERTY,
+    ZORDER,
+    ZORDER_COLUMNS,
+)
+from processes.plugin import ProcessInputError
 from storage.io import local_path as io_local_path
 from storage.spec.models import FileSlice, PartitionDescriptor
 
 logger = logging.getLogger(__name__)
 
-MIB = 1024 * 1024
-DEFAULT_TARGET_FILE_SIZE = 128 * MIB
-
-STRATEGY, SORT_ORDER, ZORDER_COLUMNS = "strategy", "sort-order", "zorder-columns"
-BINPACK, SORT, ZORDER = "binpack", "sort", "zorder"
-STRATEGIES = (BINPACK, SORT, ZORDER)
-#: Commit property naming the ordering a clustering rewrite wrote (``Ordering.signature``).
-STRATEGY_PROPERTY = "lakewarden.rewrite-strategy"
-
-#: Properties of both rewrite factories (admin-editable, overridable per table by the same name).
-REWRITE_PROPERTIES_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "interval": {"type": "integer", "minimum": 60, "description": "Seconds between evaluations"},
-        "parallelism": {"type": "integer", "minimum": 1, "description": "Rewrites running at once"},
-        "target-file-size": {"type": "integer", "minimum": 65536, "description": "Bytes per output file"},
-        "min-file-size": {
-            "type": "integer",
-            "minimum": 0,
-            "description": "Files below this size are rewritten even when above target/8",
-        },
-        "min-input-files": {"type": "integer", "minimum": 2},
-        "delete-file-threshold": {
-            "type": "integer",
-            "minimum": 0,
-            "description": "Rewrite files with at least this many delete files (0: off)",
-        },
-        "max-concurrent-groups": {
-            "type": "integer",
-            "minimum": 0,
-            "description": "Groups written at once (0: as many as Spark has cores)",
-        },
-        "compression-codec": {"type": "string", "enum": ["", "snappy", "zstd", "gzip", "lz4", "none"]},
-        "engine": {
-            "type": "string",
-            "enum": ["arrow", "spark-sql"],
-            "description": "arrow: Spark tasks read with the spec reader and write with pyarrow; "
-            "spark-sql: Spark's own parquet reader and writer for groups without deletes",
-        },
-        STRATEGY: {
-            "type": "string",
-            "enum": list(STRATEGIES),
-            "description": "binpack: merge small files; sort: rewrite whole partitions ordered by "
-            "sort-order (Iceberg default: the table's sort order); zorder: rewrite whole partitions "
-            "ordered by the interleaved bits of zorder-columns",
-        },
-        SORT_ORDER: {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "oneOf": [
-                    {"type": "string", "minLength": 1},
-                    {
-                        "type": "object",
-                        "properties": {
-                            "column": {"type": "string", "minLength": 1},
-                            "direction": {"type": "string", "enum": ["asc", "desc"]},
-                            "nulls": {"type": "string", "enum": ["first", "last"]},
-                        },
-                        "required": ["column"],
-                        "additionalProperties": False,
-                    },
-                ]
-            },
-            "description": "Columns of the sort strategy: names, or {column, direction asc|desc, "
-            "nulls first|last} (default asc; nulls first for asc, last for desc, as Iceberg)",
-        },
-        ZORDER_COLUMNS: {
-            "type": "array",
-            "minItems": 1,
-            "uniqueItems": True,
-            "items": {"type": "string", "minLength": 1},
-            "description": "Columns of the zorder strategy (not partition columns)",
-        },
-    },
-}
-REWRITE_DEFAULTS: dict[str, Any] = {
-    "interval": 3600,
-    "parallelism": 1,
-    "target-file-size": DEFAULT_TARGET_FILE_SIZE,
-    "min-file-size": 0,
-    "min-input-files": 5,
-    "delete-file-threshold": 0,
-    "max-concurrent-groups": 0,
-    "compression-codec": "",
-    "engine": "arrow",
-    STRATEGY: BINPACK,
-}
-
-
-def _strategy_is(name: str) -> dict[str, Any]:
-    return {"properties": {STRATEGY: {"const": name}}, "required": [STRATEGY]}
-
-
-REWRITE_PARAMS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        key: REWRITE_PROPERTIES_SCHEMA["properties"][key]
-        for key in (
-            "target-file-size",
-            "min-file-size",
-            "min-input-files",
-            "delete-file-threshold",
-            "engine",
-            STRATEGY,
-            SORT_ORDER,
-            ZORDER_COLUMNS,
-        )
-    },
-    "additionalProperties": False,
-    # One strategy's parameters only: zorder needs zorder-columns, sort-order belongs to sort.
-    "allOf": [
-        {
-            "if": _strategy_is(ZORDER),
-            "then": {"required": [ZORDER_COLUMNS], "not": {"required": [SORT_ORDER]}},
-            "else": {"not": {"required": [ZORDER_COLUMNS]}},
-        },
-        {"if": _strategy_is(SORT), "else": {"not": {"required": [SORT_ORDER]}}},
-    ],
-}
-
 
 class RewriteConflict(Exception):
     """The table changed under the rewrite in a way its plan cannot survive."""
+
+
+class InputError(ProcessInputError, ValueError):
+    """Parameters or properties this table cannot take: a 400 at submission, a FAILED run without
+    retry (``ProcessInputError``); a ``ValueError`` still for callers that catch those."""
 
 
 @dataclass(frozen=True)
@@ -240,24 +140,30 @@ def resolve_ordering(
     default_sort: Iterable[SortField] = (),
 ) -> Ordering | None:
     """The ``Ordering`` of a clustering rewrite over ``schema`` (arrow, logical names), None for
-    binpack; ``ValueError`` with the reason for an ordering the table cannot have: unknown or
-    unorderable columns, a z-order over a partition column, a sort without any order."""
+    binpack; ``InputError`` with the reason for an ordering the table cannot have: unknown or
+    unorderable columns, a z-order over a partition column, a given sort-order of partition
+    columns only (one value per partition: it orders nothing), a sort without any order."""
     if settings.strategy == BINPACK:
         return None
     if settings.strategy == SORT:
         fields = settings.sort_order or tuple(default_sort)
         if not fields:
-            raise ValueError(
+            raise InputError(
                 "strategy sort needs a sort-order: the table has no sort order; nothing was rewritten"
             )
         _check_columns(schema, [f.column for f in fields], SORT_ORDER)
+        if settings.sort_order and {f.column for f in fields} <= set(partition_columns):
+            raise InputError(
+                f"sort-order: {', '.join(f.column for f in fields)} only names partition columns (one value"
+                " per partition: sorting by them orders nothing); nothing was rewritten"
+            )
         return Ordering(SORT, fields=fields)
     columns = settings.zorder_columns
     if not columns:
-        raise ValueError("strategy zorder needs zorder-columns; nothing was rewritten")
+        raise InputError("strategy zorder needs zorder-columns; nothing was rewritten")
     partitioned = sorted(set(columns) & set(partition_columns))
     if partitioned:
-        raise ValueError(
+        raise InputError(
             f"zorder-columns {', '.join(partitioned)}: a partition column has one value per partition,"
             " z-ordering by it clusters nothing; nothing was rewritten"
         )
@@ -269,16 +175,16 @@ def _check_columns(schema: Any, columns: list[str], param: str) -> None:
     names = set(schema.names)
     unknown = [c for c in columns if c not in names]
     if unknown:
-        raise ValueError(
+        raise InputError(
             f"{param}: unknown column(s) {', '.join(unknown)} (columns: {', '.join(schema.names)});"
             " nothing was rewritten"
         )
     if len(set(columns)) != len(columns):
-        raise ValueError(f"{param}: a column is named twice; nothing was rewritten")
+        raise InputError(f"{param}: a column is named twice; nothing was rewritten")
     for column in columns:
         data_type = schema.field(column).type
         if not orderable(data_type):
-            raise ValueError(
+            raise InputError(
                 f"{param}: column {column} of type {data_type} cannot be ordered; nothing was rewritten"
             )
 
@@ -471,7 +377,7 @@ def iceberg_strategy(
 ) -> Ordering | None:
     """An Iceberg table's ``Ordering``: ``sort`` defaults to the table's sort order (identity
     transforms only), ``zorder`` refuses the identity partition columns of spec ``spec_id``
-    (None: the default spec); ``ValueError`` with the reason (``resolve_ordering``)."""
+    (None: the default spec); ``InputError`` with the reason (``resolve_ordering``)."""
     spec_id = metadata.default_spec_id if spec_id is None else spec_id
     iceberg_schema = metadata.schema()
     default: list[SortField] = []
@@ -479,7 +385,7 @@ def iceberg_strategy(
     for f in sort_order.fields if sort_order and not settings.sort_order else ():
         name = iceberg_schema.find_column_name(f.source_id)
         if str(f.transform) != "identity":
-            raise ValueError(
+            raise InputError(
                 f"the table's sort order orders by {f.transform}({name}), which the sort strategy"
                 " does not compute: give a sort-order; nothing was rewritten"
             )
@@ -507,12 +413,12 @@ def clustered_snapshots(metadata: Any, ordering: Ordering | None) -> Callable[[F
 
 def delta_ordering(spec: Any, settings: CompactionSettings) -> Ordering | None:
     """The ordering of a ``sort``/``zorder`` rewrite over the table's logical columns (None for
-    binpack; ``ValueError`` with the reason: ``compaction.resolve_ordering``). Delta tables have no
+    binpack; ``InputError`` with the reason: ``compaction.resolve_ordering``). Delta tables have no
     sort order of their own: ``sort`` needs a ``sort-order``."""
     schema = spec.state(spec.version).schema
     sorted_partitions = [f.column for f in settings.sort_order if f.column in schema.partition_columns]
     if settings.strategy == SORT and sorted_partitions:
-        raise ValueError(
+        raise InputError(
             f"sort-order: {', '.join(sorted_partitions)} is a partition column (one value per partition,"
             " not in the data files); nothing was rewritten"
         )

@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from processes.factories.compaction import InputError
 from processes.factories.delta_commit import (
     CommitRefused,
     check_writable,
@@ -44,8 +45,10 @@ from processes.factories.delta_commit import (
 from processes.factories.delta_rewrite import delta_table, store_options
 from processes.factories.delta_vacuum import interval_hours
 from processes.factories.retention import summary_list
+from processes.factories.schemas import DRY_RUN, INTERVAL, PARALLELISM, with_defaults
 from processes.plugin import (
     CHECKPOINT,
+    Preview,
     ProcessContext,
     ProcessFactory,
     ProcessRecord,
@@ -213,27 +216,36 @@ def _delete(fs: Any, path: str) -> None:
 class DeltaCheckpointFactory(ProcessFactory):
     name = "delta-checkpoint"
     description = "Writes Delta log checkpoints and removes log files older than the log retention"
-    properties_schema = {
-        "type": "object",
-        "properties": {
-            "interval": {"type": "integer", "minimum": 60, "description": "Seconds between evaluations"},
-            "parallelism": {"type": "integer", "minimum": 1},
-            "min-commits": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "Scheduled runs wait for this many commits after the latest checkpoint",
-            },
-            "cleanup-log": {
-                "type": "boolean",
-                "description": "Remove log files older than delta.logRetentionDuration (default 30 days) "
-                "that a checkpoint makes redundant",
+    default_properties = {"interval": 86400, "parallelism": 1, "min-commits": 10, "cleanup-log": True}
+    properties_schema = with_defaults(
+        {
+            "type": "object",
+            "properties": {
+                "interval": INTERVAL,
+                "parallelism": PARALLELISM,
+                "min-commits": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Scheduled runs wait for this many commits after the latest checkpoint",
+                },
+                "cleanup-log": {
+                    "type": "boolean",
+                    "description": "Remove log files older than delta.logRetentionDuration (default 30 days)"
+                    " that a checkpoint makes redundant",
+                },
             },
         },
-    }
-    default_properties = {"interval": 86400, "parallelism": 1, "min-commits": 10, "cleanup-log": True}
+        default_properties,
+    )
     params_schema = {
         "type": "object",
-        "properties": {"dry-run": {"type": "boolean"}, "cleanup-log": {"type": "boolean"}},
+        "properties": {
+            "dry-run": DRY_RUN,
+            "cleanup-log": {
+                "type": "boolean",
+                "description": "Override the cleanup-log property for this run",
+            },
+        },
         "additionalProperties": False,
     }
 
@@ -256,6 +268,42 @@ class DeltaCheckpointFactory(ProcessFactory):
 
     def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
         return DeltaCheckpointProcess(dict(record.params), runtime.config)
+
+    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview | None:
+        """What a run would do (its dry run, read from the log): the checkpoint written at the
+        current version from the commits since the last checkpoint, the log files removed."""
+        spec = open_version(runtime.location, storage=runtime.store_options())
+        try:
+            _check_checkpointable(spec)
+        except CommitRefused as refused:
+            raise InputError(str(refused)) from None
+        process = DeltaCheckpointProcess(dict(params), runtime.config)
+        hours = log_retention_hours(spec.definition.properties)
+        floor, doomed = (None, [])
+        if process.cleanup:
+            floor, doomed = expired_log_files(spec.log, hours, checkpoint_at=spec.version)
+        last = max((v for v in spec.log.checkpoints if v < spec.version), default=-1)
+        exists = spec.version in spec.log.checkpoints
+        sizes = [info.size or 0 for info in spec.log.store.fs.get_file_info(doomed)]
+        preview = Preview(
+            files_in=len([v for v in spec.log.commits if last < v <= spec.version]),
+            files_out=0 if process.dry_run else 1,
+            objects_to_delete=0 if process.dry_run else len(doomed),
+            bytes_to_delete=0 if process.dry_run else sum(sizes),
+            details={
+                "version": spec.version,
+                "previous_checkpoint": None if last < 0 else last,
+                "log_retention_hours": hours,
+                "cleanup_floor": floor,
+                "log_files_removed": len(doomed),
+                "files": summary_list([spec.log.store.uri(p) for p in doomed]),
+            },
+        )
+        if process.dry_run:
+            preview.notes.append("dry run: nothing is written or removed, the summary lists what would go")
+        if exists:
+            preview.notes.append(f"version {spec.version} has a checkpoint already: it is written again")
+        return preview
 
 
 __all__ = ["DeltaCheckpointFactory", "expired_log_files", "verify_checkpoint"]

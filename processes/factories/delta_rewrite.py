@@ -46,7 +46,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from processes.factories import compaction, delta_commit
+from processes.factories import compaction, delta_commit, rewrite_preview
 from processes.factories.compaction import (
     REWRITE_DEFAULTS,
     REWRITE_PARAMS_SCHEMA,
@@ -72,6 +72,7 @@ from processes.factories.delta_commit import (
 )
 from processes.factories.group_writer import GroupWriter, WrittenGroup
 from processes.factories.outputs import RewriteOutputs, rewrite_outputs
+from processes.factories.schemas import with_defaults
 from processes.plugin import (
     PURGE_DELETION_VECTORS,
     REWRITE,
@@ -98,17 +99,6 @@ _RATIO = {
     "description": "Rewrite a file once its deletion vector deletes at least this share of its rows "
     "(deleted rows / numRecords; 0: every file with a deletion vector)",
 }
-PURGE_PROPERTIES_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        **{
-            key: REWRITE_PROPERTIES_SCHEMA["properties"][key]
-            for key in ("interval", "parallelism", "target-file-size", "max-concurrent-groups")
-        },
-        "compression-codec": REWRITE_PROPERTIES_SCHEMA["properties"]["compression-codec"],
-        "deleted-ratio-threshold": _RATIO,
-    },
-}
 PURGE_DEFAULTS: dict[str, Any] = {
     "interval": 3600,
     "parallelism": 1,
@@ -117,6 +107,17 @@ PURGE_DEFAULTS: dict[str, Any] = {
     "compression-codec": "",
     "deleted-ratio-threshold": DEFAULT_DELETED_RATIO,
 }
+_SHARED = REWRITE_PROPERTIES_SCHEMA["properties"]
+PURGE_PROPERTIES_SCHEMA: dict[str, Any] = with_defaults(
+    {
+        "type": "object",
+        "properties": {
+            **{key: _SHARED[key] for key in PURGE_DEFAULTS if key in _SHARED},
+            "deleted-ratio-threshold": _RATIO,
+        },
+    },
+    PURGE_DEFAULTS,
+)
 PURGE_PARAMS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -552,9 +553,7 @@ def _landed(location: str, published: list[str], storage: StoreOptions | None = 
 
 class DeltaRewriteFactory(ProcessFactory):
     name = "delta-rewrite"
-    description = (
-        "Compacts small Delta data files (deletion vectors applied) into files of the target size (Spark)"
-    )
+    description = "Compacts small Delta data files (deletion vectors applied) into target-size files (Spark)"
     properties_schema = REWRITE_PROPERTIES_SCHEMA
     default_properties = REWRITE_DEFAULTS
     params_schema = REWRITE_PARAMS_SCHEMA
@@ -580,6 +579,14 @@ class DeltaRewriteFactory(ProcessFactory):
 
     def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
         return self.process_class(dict(record.params), runtime.config)
+
+    def validate(self, runtime: Any, action: str, params: dict[str, Any]) -> None:
+        process = self.process_class(dict(params), runtime.config)
+        rewrite_preview.delta_validate(process, runtime, VECTORS_ON_OBJECT_STORES)
+
+    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Any:
+        process = self.process_class(dict(params), runtime.config)
+        return rewrite_preview.delta_preview(process, runtime, VECTORS_ON_OBJECT_STORES, WriteLayout.of)
 
 
 class DeltaPurgeDeletionVectorsFactory(DeltaRewriteFactory):

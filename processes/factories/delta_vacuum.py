@@ -10,6 +10,13 @@ as a rewrite's objects on S3) once their last-modified time is older than the re
 a checkpoint is written and log files older than ``delta.logRetentionDuration`` that the checkpoint makes redundant are removed
 (``cleanup_metadata``). ``dry-run`` lists the files and changes nothing.
 
+With ``trash-retention`` (off by default; a factory property, overridable per table) the files
+vacuum would delete are moved into ``<table>/.lakewarden-trash/<process id>/`` instead
+(``storage.trash``; deltalake lists them, Lakewarden moves them) and can be restored while it
+lasts: every version whose log entries are still kept (``delta.logRetentionDuration``) reads
+again, as before the vacuum. deltalake's own vacuum never looks inside dot-folders, so the trash is
+not vacuumed.
+
 On an object store the same runs through deltalake with the table's storage options; the
 checkpoint and log cleanup are deltalake's (a checkpoint is written under a name no other writer
 uses, and commits keep their conditional put).
@@ -21,15 +28,27 @@ import math
 import re
 from typing import Any
 
-from processes.factories.retention import summary_list
+import pyarrow.fs as pafs
+
+from processes.factories.retention import (
+    AGE_SCHEMA,
+    TRASH_RETENTION,
+    keep_in_trash,
+    removal_preview,
+    summary_list,
+    trash_retention,
+)
 from processes.plugin import (
     VACUUM,
+    Preview,
     ProcessContext,
     ProcessFactory,
+    ProcessInputError,
     ProcessRecord,
     TableProcess,
     TriggerStrategy,
 )
+from storage.io import filesystem, join, normalise
 
 DEFAULT_RETENTION_HOURS = 168
 _INTERVAL = re.compile(r"^\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]+)\s*$", re.IGNORECASE)
@@ -77,6 +96,7 @@ class DeltaVacuumProcess(TableProcess):
         # commit, e.g. a rewrite's objects on S3) go too, once older than the retention by their
         # last-modified time. ``full: false`` keeps deltalake's lighter mode (tombstones only).
         self.full = bool(params.get("full", merged["full"]))
+        self.trash = trash_retention(merged)
 
     def retention_hours(self, configuration: dict[str, Any]) -> int:
         own = table_retention_hours(configuration)
@@ -104,9 +124,7 @@ class DeltaVacuumProcess(TableProcess):
         table = delta_table(context.runtime.location, storage)
         hours = self.retention_hours(table.metadata().configuration)
         context.report_progress(0, 2, f"vacuum with a retention of {hours} h")
-        files = table.vacuum(
-            retention_hours=hours, dry_run=True, enforce_retention_duration=True, full=self.full
-        )
+        files = self.vacuumable(table, hours)
         context.check_cancelled()
         summary: dict[str, Any] = {
             "dry_run": self.dry_run,
@@ -118,11 +136,15 @@ class DeltaVacuumProcess(TableProcess):
         }
         if self.dry_run:
             return summary
-        deleted = table.vacuum(
-            retention_hours=hours, dry_run=False, enforce_retention_duration=True, full=self.full
-        )
-        summary["vacuumed_files"] = len(deleted)
-        summary["files"] = summary_list(list(deleted))
+        if self.trash is not None:
+            summary["trash_retention_seconds"] = int(self.trash.total_seconds())
+            summary["trash"] = self._keep_in_trash(context, table, files, storage)
+        else:
+            deleted = table.vacuum(
+                retention_hours=hours, dry_run=False, enforce_retention_duration=True, full=self.full
+            )
+            summary["vacuumed_files"] = len(deleted)
+            summary["files"] = summary_list(list(deleted))
         context.check_cancelled()
         context.report_progress(1, 2, "checkpoint and log cleanup")
         table.update_incremental()
@@ -135,13 +157,45 @@ class DeltaVacuumProcess(TableProcess):
         context.report_progress(2, 2, "done")
         return summary
 
+    def vacuumable(self, table: Any, hours: int) -> list[str]:
+        """What deltalake's vacuum would delete (paths relative to the table), nothing deleted.
+        Directory markers (empty objects named ``prefix/``, which pyarrow leaves on a store when a
+        delete empties a "folder"; deltalake lists the table's own as ``""``) are no table files."""
+        found = table.vacuum(
+            retention_hours=hours, dry_run=True, enforce_retention_duration=True, full=self.full
+        )
+        return [path for path in found if path and not path.endswith("/")]
+
+    def _keep_in_trash(self, context: ProcessContext, table: Any, files: list[str], storage: Any) -> dict:
+        root = normalise(table.table_uri)
+        assert self.trash is not None
+        return keep_in_trash(
+            context,
+            action=VACUUM,
+            retention=self.trash,
+            root=root,
+            files=sized_files(root, files, storage),
+            storage=storage,
+        )
+
+
+def sized_files(root: str, relative: list[str], storage: Any) -> list[tuple[str, int, str]]:
+    """(location, size, kind) of files relative to the table ``root``; a file gone has size 0."""
+    locations = [join(root, path) for path in relative]
+    fs, base = filesystem(root, storage)
+    infos = fs.get_file_info([f"{base}/{path}" for path in relative]) if relative else []
+    return [
+        (location, info.size if info.type == pafs.FileType.File else 0, _kind(location))
+        for location, info in zip(locations, infos, strict=True)
+    ]
+
+
+def _kind(location: str) -> str:
+    return "deletion_vector" if location.rsplit("/", 1)[-1].startswith("deletion_vector_") else "data_file"
+
 
 def _log_files(log: str, storage: Any = None) -> set[str]:
     """Names of the files in the table's log folder (local folder or object-store prefix)."""
-    import pyarrow.fs as pafs
-
-    from storage.io import filesystem
-
     try:
         fs, path = filesystem(log, storage)
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
@@ -160,6 +214,7 @@ class DeltaVacuumFactory(ProcessFactory):
             "parallelism": {"type": "integer", "minimum": 1},
             "retention-hours": {"type": "number", "minimum": 0},
             "full": {"type": "boolean"},
+            TRASH_RETENTION: AGE_SCHEMA,
         },
     }
     default_properties = {
@@ -167,6 +222,7 @@ class DeltaVacuumFactory(ProcessFactory):
         "parallelism": 1,
         "retention-hours": DEFAULT_RETENTION_HOURS,
         "full": True,
+        TRASH_RETENTION: 0,
     }
     params_schema = {
         "type": "object",
@@ -189,3 +245,29 @@ class DeltaVacuumFactory(ProcessFactory):
 
     def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
         return DeltaVacuumProcess(dict(record.params), runtime.config)
+
+    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview | None:
+        """The files a vacuum would delete (or move to the trash) now and their bytes, from
+        deltalake's dry run; nothing changed. A refused retention is a ``ProcessInputError``."""
+        from processes.factories.delta_rewrite import delta_table
+
+        storage = runtime.store_options() if callable(getattr(runtime, "store_options", None)) else None
+        table = delta_table(runtime.location, storage)
+        process = DeltaVacuumProcess(dict(params), runtime.config)
+        try:
+            hours = process.retention_hours(table.metadata().configuration)
+        except RetentionTooShort as error:
+            raise ProcessInputError(str(error)) from None
+        files = sized_files(normalise(table.table_uri), process.vacuumable(table, hours), storage)
+        return removal_preview(
+            len(files),
+            sum(size for _, size, _ in files),
+            {
+                "files": summary_list([location for location, _, _ in files]),
+                "retention_hours": hours,
+                "full": process.full,
+                "version": table.version(),
+            },
+            trash=process.trash,
+            idle=None if files else f"no file is vacuumable with a retention of {hours} h",
+        )

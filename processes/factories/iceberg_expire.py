@@ -9,17 +9,33 @@ is computed from the refreshed metadata, so a snapshot committed concurrently pr
 too. ``dry-run`` computes the same lists and changes nothing.
 
 ``max-age`` is seconds or an ISO 8601 duration (``P5D``), default 5 days.
+
+With ``trash-retention`` (off by default; a factory property, overridable per table) the files are
+moved into ``<table>/.lakewarden-trash/<process id>/`` instead (``storage.trash``), kept that long
+and restorable: the expired snapshots stay expired, but any older metadata file that names them
+(time travel through it) reads them again once restored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 from typing import Any
 
-from processes.factories.retention import AGE_SCHEMA, parse_duration, summary_list
+from processes.factories.retention import (
+    AGE_SCHEMA,
+    TRASH_RETENTION,
+    keep_in_trash,
+    parse_duration,
+    removal_preview,
+    summary_list,
+    trash_checked,
+    trash_retention,
+)
 from processes.plugin import (
     EXPIRE_SNAPSHOTS,
+    Preview,
     ProcessContext,
     ProcessFactory,
     ProcessRecord,
@@ -38,19 +54,33 @@ class _ManifestCache:
     def __init__(self, io: Any) -> None:
         self.io = io
         self._entries: dict[str, list[tuple[int, str, int]]] = {}
+        #: Sizes in bytes known from the metadata (content files, manifests).
+        self.sizes: dict[str, int] = {}
 
     def manifests(self, snapshot: Any) -> list[Any]:
-        return list(snapshot.manifests(self.io))
+        found = list(snapshot.manifests(self.io))
+        self.sizes.update((m.manifest_path, int(m.manifest_length)) for m in found)
+        return found
 
     def entries(self, manifest: Any) -> list[tuple[int, str, int]]:
         """(status, file path, content) of every entry, deleted ones included."""
         path = manifest.manifest_path
         if path not in self._entries:
+            entries = list(manifest.fetch_manifest_entry(self.io, discard_deleted=False))
+            self.sizes.update((e.data_file.file_path, int(e.data_file.file_size_in_bytes)) for e in entries)
             self._entries[path] = [
-                (int(e.status), e.data_file.file_path, int(e.data_file.content))
-                for e in manifest.fetch_manifest_entry(self.io, discard_deleted=False)
+                (int(e.status), e.data_file.file_path, int(e.data_file.content)) for e in entries
             ]
         return self._entries[path]
+
+    def size(self, path: str) -> int:
+        """The file's size: from the metadata, else (manifest lists) from the file itself."""
+        if path not in self.sizes:
+            try:
+                self.sizes[path] = len(self.io.new_input(path))
+            except OSError:
+                self.sizes[path] = 0
+        return self.sizes[path]
 
 
 def snapshots_to_expire(
@@ -95,6 +125,35 @@ def reachable_files(snapshots: list[Any], cache: _ManifestCache, *, live_only: b
     return found
 
 
+KINDS = ("data_files", "delete_files", "manifests", "manifest_lists")
+
+
+def doomed_files(
+    candidates: dict[str, set[str]], remaining: list[Any], cache: _ManifestCache
+) -> dict[str, list[str]]:
+    """The ``candidates`` no ``remaining`` snapshot reaches, in any role, per kind."""
+    keep = reachable_files(remaining, cache, live_only=True)
+    protected = set().union(*keep.values())
+    return {kind: sorted(paths - protected) for kind, paths in candidates.items()}
+
+
+def plan_expiry(
+    table: Any, *, max_age: dt.timedelta, min_snapshots: int
+) -> tuple[list[int], dict, _ManifestCache]:
+    """(snapshot ids to expire, the files only they reach per kind, the manifest cache), from the
+    metadata as it is now; nothing is changed."""
+    expired_ids = snapshots_to_expire(
+        table.metadata, max_age=max_age, min_snapshots=min_snapshots, now=dt.datetime.now(dt.UTC)
+    )
+    cache = _ManifestCache(table.io)
+    if not expired_ids:
+        return [], {kind: [] for kind in KINDS}, cache
+    expired = [table.metadata.snapshot_by_id(i) for i in expired_ids]
+    remaining = [s for s in table.metadata.snapshots if s.snapshot_id not in set(expired_ids)]
+    candidates = reachable_files(expired, cache, live_only=False)
+    return expired_ids, doomed_files(candidates, remaining, cache), cache
+
+
 class IcebergExpireProcess(TableProcess):
     def __init__(self, params: dict[str, Any], config: dict[str, Any]) -> None:
         super().__init__(EXPIRE_SNAPSHOTS, params)
@@ -102,6 +161,7 @@ class IcebergExpireProcess(TableProcess):
         self.max_age = parse_duration(merged["max-age"])
         self.min_snapshots = max(1, int(merged["min-snapshots"]))
         self.dry_run = bool(merged.get("dry-run", False))
+        self.trash = trash_retention(merged)
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
         from pyiceberg.table import StaticTable
@@ -120,6 +180,8 @@ class IcebergExpireProcess(TableProcess):
             "min_snapshots": self.min_snapshots,
             "expired_snapshots": expired_ids,
         }
+        if self.trash is not None:
+            summary["trash_retention_seconds"] = int(self.trash.total_seconds())
         if not expired_ids:
             return {**summary, **_counts({}), "kept_snapshots": len(table.metadata.snapshots)}
         expired = [table.metadata.snapshot_by_id(i) for i in expired_ids]
@@ -132,33 +194,76 @@ class IcebergExpireProcess(TableProcess):
             remaining = [s for s in table.metadata.snapshots if s.snapshot_id not in set(expired_ids)]
         else:
             context.report_progress(1, 3, "expiring snapshots")
-            table.maintenance.expire_snapshots().by_ids(expired_ids).commit()
-            table.refresh()
-            remaining = list(table.metadata.snapshots)  # concurrent commits included
-            still_there = {s.snapshot_id for s in remaining} & set(expired_ids)
-            if still_there:
-                raise RuntimeError(f"snapshots {sorted(still_there)} were not expired")
-        keep = reachable_files(remaining, cache, live_only=True)
+            with self._trash_checked(context, table, candidates, cache):
+                remaining = _expire(table, expired_ids)
         # A file a remaining snapshot reaches in any role is never deleted.
-        protected = set().union(*keep.values())
-        doomed = {kind: sorted(paths - protected) for kind, paths in candidates.items()}
+        doomed = doomed_files(candidates, remaining, cache)
         summary["kept_snapshots"] = len(remaining)
         summary.update(_counts(doomed))
         summary["files"] = {kind: summary_list(paths) for kind, paths in doomed.items()}
         if self.dry_run:
             return summary
 
-        context.report_progress(2, 3, "deleting unreachable files")
-        summary["delete_failures"] = _delete_files(table.io, doomed)
+        if self.trash is not None:
+            context.report_progress(2, 3, "moving unreachable files to the trash")
+            summary["trash"] = self._keep_in_trash(context, table, doomed, cache)
+        else:
+            context.report_progress(2, 3, "deleting unreachable files")
+            summary["delete_failures"] = _delete_files(table.io, doomed)
         context.report_progress(3, 3, "done")
         return summary
 
+    def _trash_checked(
+        self, context: ProcessContext, table: Any, candidates: dict, cache: _ManifestCache
+    ) -> contextlib.AbstractContextManager:
+        """With trash on: the manifest is written before the commit (a store refusing the trash
+        fails the process with nothing changed) and removed again if the commit fails."""
+        from processes.factories.iceberg_orphans import iceberg_store_options, normalise
+
+        if self.trash is None:
+            return contextlib.nullcontext()
+        return trash_checked(
+            context,
+            action=EXPIRE_SNAPSHOTS,
+            root=normalise(table.location()),
+            files=[
+                (normalise(p), cache.sizes.get(p, 0), kind)
+                for kind in KINDS
+                for p in sorted(candidates[kind])
+            ],
+            storage=iceberg_store_options(context.runtime, table),
+        )
+
+    def _keep_in_trash(
+        self, context: ProcessContext, table: Any, doomed: dict, cache: _ManifestCache
+    ) -> dict:
+        from processes.factories.iceberg_orphans import iceberg_store_options, normalise
+
+        files = [(normalise(path), cache.size(path), kind) for kind in KINDS for path in doomed[kind]]
+        assert self.trash is not None
+        return keep_in_trash(
+            context,
+            action=EXPIRE_SNAPSHOTS,
+            retention=self.trash,
+            root=normalise(table.location()),
+            files=files,
+            storage=iceberg_store_options(context.runtime, table),
+        )
+
+
+def _expire(table: Any, expired_ids: list[int]) -> list[Any]:
+    """Commit the expiry; the snapshots that remain (concurrent commits included)."""
+    table.maintenance.expire_snapshots().by_ids(expired_ids).commit()
+    table.refresh()
+    remaining = list(table.metadata.snapshots)
+    still_there = {s.snapshot_id for s in remaining} & set(expired_ids)
+    if still_there:
+        raise RuntimeError(f"snapshots {sorted(still_there)} were not expired")
+    return remaining
+
 
 def _counts(doomed: dict[str, Any]) -> dict[str, int]:
-    return {
-        f"deleted_{kind}": len(doomed.get(kind, ()))
-        for kind in ("data_files", "delete_files", "manifests", "manifest_lists")
-    }
+    return {f"deleted_{kind}": len(doomed.get(kind, ())) for kind in KINDS}
 
 
 class IcebergExpireSnapshotsFactory(ProcessFactory):
@@ -171,6 +276,7 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
             "parallelism": {"type": "integer", "minimum": 1},
             "max-age": AGE_SCHEMA,
             "min-snapshots": {"type": "integer", "minimum": 1},
+            TRASH_RETENTION: AGE_SCHEMA,
         },
     }
     default_properties = {
@@ -178,6 +284,7 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
         "parallelism": 1,
         "max-age": DEFAULT_MAX_AGE_SECONDS,
         "min-snapshots": 1,
+        TRASH_RETENTION: 0,
     }
     params_schema = {
         "type": "object",
@@ -212,6 +319,34 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
 
     def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
         return IcebergExpireProcess(dict(record.params), runtime.config)
+
+    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview | None:
+        """The snapshots a run would expire now and the files (and bytes) it would delete, or
+        move to the trash; read from the metadata, nothing changed."""
+        from pyiceberg.table import StaticTable
+
+        table = getattr(runtime.load(), "pyiceberg_table", None)
+        if table is None:
+            return None
+        if isinstance(table, StaticTable):
+            return Preview(notes=["nothing would run: expiring snapshots needs a catalog to commit"])
+        process = IcebergExpireProcess(dict(params), runtime.config)
+        expired_ids, doomed, cache = plan_expiry(
+            table, max_age=process.max_age, min_snapshots=process.min_snapshots
+        )
+        files = [path for kind in KINDS for path in doomed[kind]]
+        return removal_preview(
+            len(files),
+            sum(cache.size(path) for path in files),
+            {
+                "snapshots_to_expire": expired_ids,
+                "snapshots_removed": len(expired_ids),  # read by the health prediction
+                "kept_snapshots": len(table.metadata.snapshots) - len(expired_ids),
+                **_counts(doomed),
+            },
+            trash=process.trash,
+            idle=None if expired_ids else "no snapshot is older than max-age beyond the kept ones",
+        )
 
 
 def _delete_files(io, doomed: dict[str, list[str]]) -> int:

@@ -39,9 +39,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from processes.factories.compaction import InputError
 from processes.factories.iceberg_rewrite import _catalog_table
+from processes.factories.rewrite_preview import iceberg_catalog_table
+from processes.factories.schemas import INTERVAL, PARALLELISM, with_defaults
 from processes.plugin import (
     REWRITE_MANIFESTS,
+    Preview,
     ProcessContext,
     ProcessFactory,
     ProcessRecord,
@@ -299,13 +303,14 @@ class IcebergRewriteManifestsProcess(TableProcess):
 
 
 def _check_table(metadata: Any, spec_id: int | None) -> None:
+    """``InputError`` (no retry mends it) for a v3 table or a spec id the table does not have."""
     if metadata.format_version > 2:
-        raise ValueError(
+        raise InputError(
             f"rewrite-manifests supports Iceberg format versions 1 and 2; this table is v{metadata.format_version}"
             " (pyiceberg 0.12 writes no v3 manifests, and row lineage would have to be kept)"
         )
     if spec_id is not None and spec_id not in metadata.specs():
-        raise ValueError(
+        raise InputError(
             f"spec-id {spec_id} is not a partition spec of this table ({sorted(metadata.specs())})"
         )
 
@@ -377,26 +382,46 @@ def is_due(manifests: Iterable[Any], *, min_manifests: int, target: int) -> bool
 class IcebergRewriteManifestsFactory(ProcessFactory):
     name = "iceberg-rewrite-manifests"
     description = "Rewrites Iceberg data manifests clustered by partition at the target manifest size"
-    properties_schema = {
-        "type": "object",
-        "properties": {
-            "interval": {"type": "integer", "minimum": 60},
-            "parallelism": {"type": "integer", "minimum": 1},
-            "min-manifests": {"type": "integer", "minimum": 1},
-            "target-manifest-size-bytes": {"oneOf": [{"type": "null"}, {"type": "integer", "minimum": 1024}]},
-        },
-    }
     default_properties = {
         "interval": 86400,
         "parallelism": 1,
         "min-manifests": 10,
         "target-manifest-size-bytes": None,
     }
+    properties_schema = with_defaults(
+        {
+            "type": "object",
+            "properties": {
+                "interval": INTERVAL,
+                "parallelism": PARALLELISM,
+                "min-manifests": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Scheduled runs wait for more data manifests than this, two of them"
+                    " under half the target size",
+                },
+                "target-manifest-size-bytes": {
+                    "oneOf": [{"type": "null"}, {"type": "integer", "minimum": 1024}],
+                    "description": "Bytes per new manifest (null: the table's"
+                    " commit.manifest.target-size-bytes, else 8 MiB)",
+                },
+            },
+        },
+        default_properties,
+    )
     params_schema = {
         "type": "object",
         "properties": {
-            "target-manifest-size-bytes": {"type": "integer", "minimum": 1024},
-            "spec-id": {"type": "integer", "minimum": 0},
+            "target-manifest-size-bytes": {
+                "type": "integer",
+                "minimum": 1024,
+                "description": "Bytes per new manifest (default: the property)",
+            },
+            "spec-id": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Rewrite only the data manifests of this partition spec (default: all)",
+            },
         },
         "additionalProperties": False,
     }
@@ -423,3 +448,33 @@ class IcebergRewriteManifestsFactory(ProcessFactory):
 
     def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
         return IcebergRewriteManifestsProcess(dict(record.params), runtime.config)
+
+    def validate(self, runtime: Any, action: str, params: dict[str, Any]) -> None:
+        table = iceberg_catalog_table(runtime)
+        if table is not None:
+            _check_table(table.metadata, params.get("spec-id"))
+
+    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview | None:
+        """The run's plan (entries counted per partition and cut into manifests), not written."""
+        table = iceberg_catalog_table(runtime, strict=True)
+        process = IcebergRewriteManifestsProcess(dict(params), runtime.config)
+        _check_table(table.metadata, process.spec_id)
+        snapshot = table.metadata.current_snapshot()
+        if snapshot is None:
+            return Preview(notes=["nothing to do: the table has no snapshot"])
+        target = process.target_size(table)
+        plan = plan_manifests(table.io, snapshot, target=target, spec_id=process.spec_id)
+        preview = Preview(
+            groups=len(plan.bins),
+            files_in=0 if plan.empty else len(plan.rewrite),
+            bytes_in=0 if plan.empty else sum(m.manifest_length for m in plan.rewrite),
+            files_out=0 if plan.empty else len(plan.bins),
+            bytes_out=0 if plan.empty else round(plan.entries * plan.entry_bytes),
+            details={**_plan_summary(plan, target), "snapshots_added": int(not plan.empty)},
+        )
+        preview.notes.append(
+            "nothing to do: the data manifests would be written again as they are"
+            if plan.empty
+            else "the replaced manifests stay on storage until snapshot expiry deletes them"
+        )
+        return preview

@@ -5,8 +5,14 @@ Referenced: the current metadata file and every metadata file of the metadata lo
 manifest list, its manifests and every data and delete file they list (deleted entries included:
 a file a manifest still names is never an orphan). Files younger than ``min-age`` (default 3 days:
 a writer may have written a file and not committed it yet) and everything under the
-``.lakewarden-staging`` folder (active processes' staging, cleaned by the executor) are left alone.
+``.lakewarden-staging`` folder (active processes' staging, cleaned by the executor) and the
+``.lakewarden-trash`` folder (files kept by trash, purged by their own task) are left alone.
 ``dry-run`` lists the orphans without deleting them.
+
+With ``trash-retention`` (off by default; a factory property, overridable per table) orphans are
+moved into ``<table>/.lakewarden-trash/<process id>/`` instead of deleted (``storage.trash``) and can
+be restored while it lasts: a file a writer committed after the cleanup took it (a slow writer, a
+clock gone wrong) is put back and the table reads again.
 
 ``min-age`` is seconds or an ISO 8601 duration (``P3D``), and never less than an hour.
 
@@ -30,9 +36,18 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from processes.factories.retention import AGE_SCHEMA, parse_duration, summary_list
+from processes.factories.retention import (
+    AGE_SCHEMA,
+    TRASH_RETENTION,
+    keep_in_trash,
+    parse_duration,
+    removal_preview,
+    summary_list,
+    trash_retention,
+)
 from processes.plugin import (
     CLEAN_ORPHAN_FILES,
+    Preview,
     ProcessContext,
     ProcessFactory,
     ProcessRecord,
@@ -42,10 +57,10 @@ from processes.plugin import (
 from storage.io import PathNotAllowed, StoreOptions, filesystem, is_local, is_object_store, local_path
 from storage.io import normalise as normalise_location
 from storage.io import uri as location_uri
+from storage.trash import PRIVATE_FOLDERS
 
 logger = logging.getLogger(__name__)
 
-STAGING_FOLDER = ".lakewarden-staging"
 DEFAULT_MIN_AGE_SECONDS = 3 * 24 * 3600
 MIN_AGE_FLOOR = dt.timedelta(hours=1)
 
@@ -110,7 +125,8 @@ class StoredFile:
 
 
 def walk_files(root: str) -> Iterator[os.DirEntry]:
-    """Files under the local folder ``root``, the staging folder excluded, symlinks not followed."""
+    """Files under the local folder ``root``, Lakewarden's own folders (staging, trash) excluded,
+    symlinks not followed."""
     stack = [root]
     while stack:
         folder = stack.pop()
@@ -120,24 +136,25 @@ def walk_files(root: str) -> Iterator[os.DirEntry]:
             continue
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
-                if not (folder == root and entry.name == STAGING_FOLDER):
+                if not (folder == root and entry.name in PRIVATE_FOLDERS):
                     stack.append(entry.path)
             elif entry.is_file(follow_symlinks=False):
                 yield entry
 
 
 def stored_files(root: str, storage: StoreOptions | None = None) -> Iterator[StoredFile]:
-    """Files under ``root`` (a normalised location), the staging folder excluded: a directory
-    walk locally, the store's listing (``LastModified`` as the time) on an object store."""
+    """Files under ``root`` (a normalised location), Lakewarden's own folders (staging, trash)
+    excluded: a directory walk locally, the store's listing (``LastModified`` as the time) on an
+    object store."""
     if is_local(root):
         for entry in walk_files(root):
             stat = entry.stat(follow_symlinks=False)
             yield StoredFile(posixpath.normpath(entry.path), stat.st_size, stat.st_mtime)
         return
     fs, base = filesystem(root, storage)
-    staging = f"{base}/{STAGING_FOLDER}/"
+    private = tuple(f"{base}/{folder}/" for folder in PRIVATE_FOLDERS)
     for info in fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)):
-        if info.type != pafs.FileType.File or info.path.startswith(staging):
+        if info.type != pafs.FileType.File or info.path.startswith(private):
             continue
         try:
             location = normalise(location_uri(root, info.path))
@@ -156,27 +173,26 @@ def find_orphans(
     now: dt.datetime,
     context=None,
     storage: StoreOptions | None = None,
-) -> tuple[list[str], int, int]:
-    """(orphan locations old enough to delete, their bytes, unreferenced files still too young)."""
+) -> tuple[list[StoredFile], int]:
+    """(orphans old enough to delete, the number of unreferenced files still too young)."""
     root = normalise(table.location())
     referenced = referenced_paths(table, context)
     referenced.add(normalise(f"{root}/metadata/version-hint.text"))
     cutoff = (now - min_age).timestamp()
-    orphans, size, young = [], 0, 0
+    orphans, young = [], 0
     for stored in stored_files(root, storage):
         if stored.location in referenced:
             continue
         if stored.mtime > cutoff:
             young += 1
             continue
-        orphans.append(stored.location)
-        size += stored.size
-    return orphans, size, young
+        orphans.append(stored)
+    return orphans, young
 
 
-def _store_options(context: ProcessContext, table: Any) -> StoreOptions | None:
+def iceberg_store_options(runtime: Any, table: Any) -> StoreOptions | None:
     """The console's credentials for the table, else those of the table's own file IO."""
-    options = getattr(context.runtime, "store_options", None)
+    options = getattr(runtime, "store_options", None)
     found = options() if callable(options) else None
     if found is None and is_object_store(table.location()):
         found = StoreOptions.from_properties(
@@ -195,37 +211,55 @@ def delete_file(location: str, storage: StoreOptions | None) -> bool:
     return True
 
 
+def _refreshed(table: Any) -> Any:
+    if hasattr(table, "refresh"):
+        try:
+            table.refresh()
+        except NotImplementedError:  # a table opened from its metadata file is current already
+            pass
+    return table
+
+
 class IcebergOrphanFilesProcess(TableProcess):
     def __init__(self, params: dict[str, Any], config: dict[str, Any]) -> None:
         super().__init__(CLEAN_ORPHAN_FILES, params)
         merged = {**IcebergOrphanFilesFactory.default_properties, **config, **params}
         self.min_age = max(parse_duration(merged["min-age"]), MIN_AGE_FLOOR)
         self.dry_run = bool(merged.get("dry-run", False))
+        self.trash = trash_retention(merged)
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
-        table = context.table.pyiceberg_table
-        if hasattr(table, "refresh"):
-            try:
-                table.refresh()
-            except NotImplementedError:  # a table opened from its metadata file is current already
-                pass
-        storage = _store_options(context, table)
-        orphans, size, young = find_orphans(
+        table = _refreshed(context.table.pyiceberg_table)
+        storage = iceberg_store_options(context.runtime, table)
+        orphans, young = find_orphans(
             table, min_age=self.min_age, now=utcnow(), context=context, storage=storage
         )
         context.check_cancelled()
+        paths = [orphan.location for orphan in orphans]
         summary: dict[str, Any] = {
             "dry_run": self.dry_run,
             "min_age_seconds": int(self.min_age.total_seconds()),
             "orphan_files": len(orphans),
-            "orphan_bytes": size,
+            "orphan_bytes": sum(orphan.size for orphan in orphans),
             "too_young_to_delete": young,
-            "files": summary_list(orphans),
+            "files": summary_list(paths),
         }
         if self.dry_run:
             return summary
+        if self.trash is not None:
+            context.report_progress(0, len(orphans), "moving orphan files to the trash")
+            trash = keep_in_trash(
+                context,
+                action=CLEAN_ORPHAN_FILES,
+                retention=self.trash,
+                root=normalise(table.location()),
+                files=[(orphan.location, orphan.size, "orphan") for orphan in orphans],
+                storage=storage,
+            )
+            context.report_progress(len(orphans), len(orphans), "done")
+            return {**summary, "trash": trash, "deleted_files": 0, "delete_failures": trash["failed"]}
         deleted = failed = 0
-        for position, path in enumerate(orphans):
+        for position, path in enumerate(paths):
             if position % 100 == 0:
                 context.check_cancelled()
                 context.report_progress(position, len(orphans), "deleting orphan files")
@@ -247,9 +281,15 @@ class IcebergOrphanFilesFactory(ProcessFactory):
             "interval": {"type": "integer", "minimum": 60},
             "parallelism": {"type": "integer", "minimum": 1},
             "min-age": AGE_SCHEMA,
+            TRASH_RETENTION: AGE_SCHEMA,
         },
     }
-    default_properties = {"interval": 7 * 86400, "parallelism": 1, "min-age": DEFAULT_MIN_AGE_SECONDS}
+    default_properties = {
+        "interval": 7 * 86400,
+        "parallelism": 1,
+        "min-age": DEFAULT_MIN_AGE_SECONDS,
+        TRASH_RETENTION: 0,
+    }
     params_schema = {
         "type": "object",
         "properties": {"dry-run": {"type": "boolean"}, "min-age": AGE_SCHEMA},
@@ -271,3 +311,26 @@ class IcebergOrphanFilesFactory(ProcessFactory):
 
     def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
         return IcebergOrphanFilesProcess(dict(record.params), runtime.config)
+
+    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview | None:
+        """The orphans a run would delete (or move to the trash) now and their bytes: the location
+        is listed and the metadata read, nothing changed."""
+        table = getattr(runtime.load(), "pyiceberg_table", None)
+        if table is None:
+            return None
+        process = IcebergOrphanFilesProcess(dict(params), runtime.config)
+        table = _refreshed(table)
+        orphans, young = find_orphans(
+            table, min_age=process.min_age, now=utcnow(), storage=iceberg_store_options(runtime, table)
+        )
+        return removal_preview(
+            len(orphans),
+            sum(orphan.size for orphan in orphans),
+            {
+                "files": summary_list([orphan.location for orphan in orphans]),
+                "too_young_to_delete": young,
+                "min_age_seconds": int(process.min_age.total_seconds()),
+            },
+            trash=process.trash,
+            idle=None if orphans else "no unreferenced file is older than min-age",
+        )

@@ -7,9 +7,14 @@ years and months are refused (their length varies).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
+from collections.abc import Iterator
 from typing import Any
+
+from processes.plugin import Preview, ProcessInputError
+from storage.trash import TrashUnavailable, prepare_batch, purge_batch
 
 _ISO_DURATION = re.compile(
     r"^P(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
@@ -50,3 +55,97 @@ def parse_duration(value: Any) -> dt.timedelta:
 
 def summary_list(paths: list[str]) -> list[str]:
     return sorted(paths)[:SUMMARY_LIST_LIMIT]
+
+
+# --- trash instead of delete -----------------------------------------------------------------------
+
+#: Property of the expiry, orphan-cleanup and vacuum factories (overridable per table): how long
+#: removed files are kept in the table's trash; 0 (the default) deletes them at once.
+TRASH_RETENTION = "trash-retention"
+
+
+def trash_retention(config: dict[str, Any]) -> dt.timedelta | None:
+    """The configured trash retention, or None when trash is off (unset or zero)."""
+    value = config.get(TRASH_RETENTION)
+    if value in (None, "", 0):
+        return None
+    retention = parse_duration(value)
+    return retention if retention.total_seconds() > 0 else None
+
+
+def keep_in_trash(
+    context: Any,
+    *,
+    action: str,
+    retention: dt.timedelta,
+    root: str,
+    files: list[tuple[str, int, str]],
+    storage: Any,
+) -> dict[str, Any]:
+    """Move ``files`` ((location, size, kind), spelt as ``root`` is) into this process's trash
+    batch instead of deleting them; the facts for the process summary."""
+    from storage.models import Table
+    from storage.trash.services import trash_files
+
+    if not files:  # nothing removed: no batch, no folder
+        return {
+            "location": None,
+            "expires_at": None,
+            "files": 0,
+            "bytes": 0,
+            "kinds": {},
+            "missing": 0,
+            "failed": 0,
+        }
+    table = getattr(context.runtime, "table", None)
+    if not isinstance(table, Table):
+        raise ValueError(f"{TRASH_RETENTION} needs a table registered in Lakewarden")
+    try:
+        outcome = trash_files(
+            table=table,
+            process_id=context.process_id,
+            action=action,
+            retention=retention,
+            root=root,
+            files=files,
+            storage=storage,
+        )
+    except TrashUnavailable as error:
+        raise ProcessInputError(str(error)) from None
+    return outcome.summary()
+
+
+@contextlib.contextmanager
+def trash_checked(
+    context: Any, *, action: str, root: str, files: list[tuple[str, int, str]], storage: Any
+) -> Iterator[None]:
+    """Around the step that commits a removal: first write the trash manifest (naming ``files``,
+    what may be removed), so a store that refuses the trash folder fails the process before
+    anything changed; if the step fails, the manifest goes again."""
+    try:
+        batch, _ = prepare_batch(root, context.process_id, files, storage, action=action)
+    except TrashUnavailable as error:
+        raise ProcessInputError(str(error)) from None
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):
+            purge_batch(batch, storage)
+        raise
+
+
+def removal_preview(
+    count: int, size: int, details: dict[str, Any], *, trash: dt.timedelta | None, idle: str | None
+) -> Preview:
+    """The ``Preview`` of a process that removes files: ``count`` objects of ``size`` bytes to
+    delete (or keep in the trash), ``details`` as they are; ``idle`` says why there is nothing to do."""
+    preview = Preview(
+        objects_to_delete=count,
+        bytes_to_delete=size,
+        details={**details, "trash_retention_seconds": int(trash.total_seconds()) if trash else 0},
+    )
+    if idle:
+        preview.notes.append(f"nothing to do: {idle}")
+    elif trash and count:
+        preview.notes.append(f"the files would be kept in the trash for {trash}, restorable until then")
+    return preview

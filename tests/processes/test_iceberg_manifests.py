@@ -194,13 +194,18 @@ def test_a_single_manifest_is_left_alone(make_iceberg, run_now):
     assert table.current_snapshot().snapshot_id == head
 
 
-def test_a_spec_id_that_does_not_exist_fails_and_changes_nothing(many_manifests, run_now):
+def test_a_spec_id_that_does_not_exist_is_refused_and_changes_nothing(many_manifests):
+    from processes import services
+    from processes.models import Process
+    from storage.errors import InvalidInput
+
     console_table, table = many_manifests
     before = table.metadata_location
 
-    process = run_now(console_table, "rewrite-manifests", {"spec-id": 42})
+    with pytest.raises(InvalidInput, match="spec-id 42 is not a partition spec"):
+        services.process_create(table=console_table, action="rewrite-manifests", params={"spec-id": 42})
 
-    assert process.status == ProcessStatus.FAILED and "spec-id 42 is not a partition spec" in process.failure
+    assert not Process.objects.exists()
     table.refresh()
     assert table.metadata_location == before and unreferenced_metadata(table) == set()
 

@@ -98,14 +98,19 @@ def test_an_older_spec_can_be_the_output_spec(evolved, run_now):
     assert multiset(iceberg_rows(table)) == before
 
 
-def test_an_unknown_output_spec_fails_before_anything_is_done(evolved, run_now):
+def test_an_unknown_output_spec_is_refused_at_submission(evolved):
+    from processes import services
+    from processes.models import Process
+    from storage.errors import InvalidInput
+
     console_table, table = evolved
     snapshot, files = table.current_snapshot().snapshot_id, iceberg_files(table)
 
-    process = run_now(console_table, "rewrite", {"output-spec-id": 7})
+    with pytest.raises(InvalidInput) as refused:
+        services.process_create(table=console_table, action="rewrite", params={"output-spec-id": 7})
 
-    assert process.status == ProcessStatus.FAILED
-    assert "output-spec-id 7 is not a partition spec of this table (its specs: 0, 1)" in process.failure
+    assert "output-spec-id 7 is not a partition spec of this table (its specs: 0, 1)" in refused.value.message
+    assert not Process.objects.exists()
     table.refresh()
     assert table.current_snapshot().snapshot_id == snapshot and iceberg_files(table) == files
 

@@ -221,14 +221,18 @@ def test_a_second_run_replaces_the_statistics_and_an_older_snapshot_gets_its_own
     ],
     ids=["unknown", "not-primitive", "no-such-snapshot"],
 )
-def test_bad_input_fails_clearly_and_changes_nothing(stats_table, run_now, params, message):
+def test_bad_input_is_refused_clearly_and_changes_nothing(stats_table, params, message):
+    from processes import services
+    from processes.models import Process
+    from storage.errors import InvalidInput
+
     console_table, table, _ = stats_table
     before = table.metadata_location
 
-    process = run_now(console_table, "compute-statistics", params)
+    with pytest.raises(InvalidInput) as refused:
+        services.process_create(table=console_table, action="compute-statistics", params=params)
 
-    assert process.status == ProcessStatus.FAILED
-    assert message in process.failure
+    assert message in refused.value.message and not Process.objects.exists()
     table.refresh()
     assert table.metadata_location == before and table.metadata.statistics == []
     assert stats_files(table) == set()

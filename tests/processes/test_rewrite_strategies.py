@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import re
 from decimal import Decimal
 
 import numpy as np
@@ -249,18 +250,24 @@ def test_delta_sort_and_zorder_keep_rows_and_order_files(delta_xy, run_now, monk
         ({"strategy": "sort"}, "strategy sort needs a sort-order: the table has no sort order"),
     ],
 )
-def test_bad_orderings_fail_before_anything_is_done(iceberg_xy, run_now, params, reason):
+def test_bad_orderings_are_refused_at_submission(iceberg_xy, params, reason):
+    from processes import services
+    from processes.models import Process
+    from storage.errors import InvalidInput
+
     console_table, table = iceberg_xy
     snapshot = table.current_snapshot().snapshot_id
-    process = run_now(console_table, "rewrite", params)
-    assert process.status == ProcessStatus.FAILED
-    assert reason in process.failure
+    with pytest.raises(InvalidInput) as refused:
+        services.process_create(table=console_table, action="rewrite", params=params)
+    assert reason in refused.value.message and not Process.objects.exists()
     table.refresh()
     assert table.current_snapshot().snapshot_id == snapshot
 
 
-def test_delta_zorder_on_a_partition_column_is_refused(warehouse, run_now):
+def test_delta_zorder_on_a_partition_column_is_refused(warehouse, db):
+    from processes import services as process_services
     from storage import services
+    from storage.errors import InvalidInput
 
     path = warehouse / "delta_part"
     for part in xy_files(3):
@@ -272,9 +279,9 @@ def test_delta_zorder_on_a_partition_column_is_refused(warehouse, run_now):
         )
     console_table = services.table_register(location=str(path))
     version = delta_spec(path).version
-    process = run_now(console_table, "rewrite", {"strategy": "zorder", "zorder-columns": ["x", "region"]})
-    assert process.status == ProcessStatus.FAILED
-    assert "zorder-columns region: a partition column" in process.failure
+    params = {"strategy": "zorder", "zorder-columns": ["x", "region"]}
+    with pytest.raises(InvalidInput, match="zorder-columns region: a partition column"):
+        process_services.process_create(table=console_table, action="rewrite", params=params)
     assert delta_spec(path).version == version
 
 
@@ -318,7 +325,9 @@ def test_iceberg_sort_defaults_to_the_table_sort_order_and_zorder_refuses_partit
     from pyiceberg.table.sorting import NullOrder
     from pyiceberg.transforms import BucketTransform, IdentityTransform
 
+    from processes import services
     from processes.factories.compaction import CompactionSettings, iceberg_strategy
+    from storage.errors import InvalidInput
 
     console_table, table = make_iceberg(files=6, rows_per_file=20, partitioned=True)
     zorder = CompactionSettings.from_config({"strategy": "zorder", "zorder-columns": ["id", "region"]})
@@ -345,7 +354,7 @@ def test_iceberg_sort_defaults_to_the_table_sort_order_and_zorder_refuses_partit
         update.asc("id", BucketTransform(4), NullOrder.NULLS_FIRST)
     table.refresh()
     snapshot = table.current_snapshot().snapshot_id
-    process = run_now(console_table, "rewrite", {"strategy": "sort"})
-    assert process.status == ProcessStatus.FAILED and "bucket[4](id)" in process.failure
+    with pytest.raises(InvalidInput, match=re.escape("bucket[4](id)")):
+        services.process_create(table=console_table, action="rewrite", params={"strategy": "sort"})
     table.refresh()
     assert table.current_snapshot().snapshot_id == snapshot

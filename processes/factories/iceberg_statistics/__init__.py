@@ -43,7 +43,7 @@ import os
 import uuid
 from typing import Any
 
-from processes.factories.compaction import local_path
+from processes.factories.compaction import InputError, local_path
 from processes.factories.iceberg_rewrite import _catalog_table, spec_view
 from processes.factories.iceberg_statistics.puffin import puffin_file, statistics_file
 from processes.factories.iceberg_statistics.scan import (
@@ -55,8 +55,11 @@ from processes.factories.iceberg_statistics.scan import (
     spark_cores,
 )
 from processes.factories.iceberg_statistics.sketches import ThetaSketch
+from processes.factories.rewrite_preview import iceberg_catalog_table
+from processes.factories.schemas import INTERVAL, PARALLELISM, with_defaults
 from processes.plugin import (
     COMPUTE_STATISTICS,
+    Preview,
     ProcessContext,
     ProcessFactory,
     ProcessRecord,
@@ -97,7 +100,7 @@ class IcebergStatisticsProcess(TableProcess):
         schema = _snapshot_schema(metadata, snapshot)
         columns = plan_columns(schema, self.columns)
         if not columns:
-            raise ValueError("the snapshot's schema has no primitive column to compute statistics for")
+            raise InputError("the snapshot's schema has no primitive column to compute statistics for")
         spec = spec_view(table)
         splits = list(spec.plan_splits(snapshot.snapshot_id))
         chunks = chunk_splits(splits, spark_cores(context, self.engine) * 2)
@@ -130,7 +133,7 @@ class IcebergStatisticsProcess(TableProcess):
             return metadata.current_snapshot()
         snapshot = metadata.snapshot_by_id(int(self.snapshot_id))
         if snapshot is None:
-            raise ValueError(f"snapshot-id {self.snapshot_id} is not a snapshot of this table")
+            raise InputError(f"snapshot-id {self.snapshot_id} is not a snapshot of this table")
         return snapshot
 
 
@@ -220,23 +223,26 @@ def _delete_quietly(io: Any, path: str) -> None:
 
 
 COLUMNS_SCHEMA: dict[str, Any] = {
-    "oneOf": [{"type": "null"}, {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}]
+    "oneOf": [
+        {"type": "null"},
+        {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+    ],
+    "description": "Columns to sketch (dotted names for struct fields; null: every top-level primitive"
+    " column with a single-value serialization)",
+}
+COMPRESSION_SCHEMA: dict[str, Any] = {
+    "enum": ["zstd", "none"],
+    "description": "Compression of the sketch blobs in the Puffin file (zstd, as Iceberg writes them)",
+}
+ENGINE_SCHEMA: dict[str, Any] = {
+    "enum": ["spark", "local"],
+    "description": "spark: Spark tasks sketch the splits; local: the worker reads them itself",
 }
 
 
 class IcebergComputeStatisticsFactory(ProcessFactory):
     name = "iceberg-compute-statistics"
     description = "Computes per-column NDV theta sketches into a Puffin statistics file (Iceberg)"
-    properties_schema = {
-        "type": "object",
-        "properties": {
-            "interval": {"type": "integer", "minimum": 60},
-            "parallelism": {"type": "integer", "minimum": 1},
-            "columns": COLUMNS_SCHEMA,
-            "blob-compression": {"enum": ["zstd", "none"]},
-            "engine": {"enum": ["spark", "local"]},
-        },
-    }
     default_properties = {
         "interval": 86400,
         "parallelism": 1,
@@ -244,13 +250,29 @@ class IcebergComputeStatisticsFactory(ProcessFactory):
         "blob-compression": "zstd",
         "engine": "spark",
     }
+    properties_schema = with_defaults(
+        {
+            "type": "object",
+            "properties": {
+                "interval": INTERVAL,
+                "parallelism": PARALLELISM,
+                "columns": COLUMNS_SCHEMA,
+                "blob-compression": COMPRESSION_SCHEMA,
+                "engine": ENGINE_SCHEMA,
+            },
+        },
+        default_properties,
+    )
     params_schema = {
         "type": "object",
         "properties": {
-            "snapshot-id": {"type": "integer"},
+            "snapshot-id": {
+                "type": "integer",
+                "description": "The snapshot to compute statistics for (default: the current one)",
+            },
             "columns": COLUMNS_SCHEMA,
-            "blob-compression": {"enum": ["zstd", "none"]},
-            "engine": {"enum": ["spark", "local"]},
+            "blob-compression": COMPRESSION_SCHEMA,
+            "engine": ENGINE_SCHEMA,
         },
         "additionalProperties": False,
     }
@@ -275,3 +297,48 @@ class IcebergComputeStatisticsFactory(ProcessFactory):
 
     def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
         return IcebergStatisticsProcess(dict(record.params), runtime.config)
+
+    def validate(self, runtime: Any, action: str, params: dict[str, Any]) -> None:
+        self._columns(runtime, params)
+
+    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview | None:
+        """The files the run reads (the snapshot's data files) and the Puffin file it writes."""
+        resolved = self._columns(runtime, params, strict=True)
+        if resolved is None:
+            return Preview(notes=["nothing to do: the table has no snapshot"])
+        table, snapshot, columns = resolved
+        files = list(spec_view(table).file_index().list_files_at(snapshot.snapshot_id))
+        replaced = [
+            s.statistics_path for s in table.metadata.statistics if s.snapshot_id == snapshot.snapshot_id
+        ]
+        return Preview(
+            groups=len(columns),
+            files_in=sum(1 for f in files if f.base_file is not None),
+            bytes_in=sum(f.size_bytes for f in files),
+            files_out=1,
+            details={
+                "snapshot_id": snapshot.snapshot_id,
+                "columns": [c.name for c in columns],
+                "rows_in": sum(f.record_count for f in files),
+                "delete_files_applied": sum(len(f.delete_files) for f in files),
+                "replaced_statistics_files": replaced,
+            },
+            notes=["a replaced statistics file stays until orphan cleanup (older metadata names it)"]
+            if replaced
+            else [],
+        )
+
+    def _columns(self, runtime: Any, params: dict[str, Any], *, strict: bool = False) -> Any:
+        """(table, snapshot, columns) the run would sketch; None without a snapshot (or, unless
+        ``strict``, without a catalog: the run refuses it); ``InputError`` for bad parameters."""
+        table = iceberg_catalog_table(runtime, strict=strict)
+        if table is None:
+            return None
+        process = IcebergStatisticsProcess(dict(params), runtime.config)
+        snapshot = process._snapshot(table.metadata)
+        if snapshot is None:
+            return None
+        columns = plan_columns(_snapshot_schema(table.metadata, snapshot), process.columns)
+        if not columns:
+            raise InputError("the snapshot's schema has no primitive column to compute statistics for")
+        return table, snapshot, columns

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from processes.factories.compaction import InputError
 from processes.factories.iceberg_rewrite import portable_io
 from processes.factories.iceberg_statistics.sketches import KINDS, ThetaSketch, value_hashes
 from processes.plugin import ProcessContext
@@ -34,7 +35,7 @@ class ColumnPlan:
 
 
 def plan_columns(schema: Any, wanted: list[str] | None) -> list[ColumnPlan]:
-    """The columns of ``schema`` (a pyiceberg schema) to sketch; ``ValueError`` naming the first
+    """The columns of ``schema`` (a pyiceberg schema) to sketch; ``InputError`` naming the first
     bad one. None means every top-level primitive column (those without a serialization left out)."""
     from pyiceberg.types import StructType
 
@@ -44,24 +45,24 @@ def plan_columns(schema: Any, wanted: list[str] | None) -> list[ColumnPlan]:
             ColumnPlan(f.name, f.field_id, KINDS[type(f.field_type).__name__]) for f in fields if _kind(f)
         ]
     if not wanted:
-        raise ValueError("columns is empty: name at least one column, or leave it out for all of them")
+        raise InputError("columns is empty: name at least one column, or leave it out for all of them")
     plans: list[ColumnPlan] = []
     names = ", ".join(f.name for f in schema.fields)
     for name in dict.fromkeys(wanted):
         field = schema.find_field(name) if _has(schema, name) else None
         if field is None:
-            raise ValueError(f"unknown column {name!r}; the snapshot's schema has {names}")
+            raise InputError(f"unknown column {name!r}; the snapshot's schema has {names}")
         parents = name.split(".")[:-1]
         for depth in range(len(parents)):
             parent = schema.find_field(".".join(parents[: depth + 1]))
             if not isinstance(parent.field_type, StructType):
-                raise ValueError(
+                raise InputError(
                     f"column {name!r} lies inside a list or map: only struct fields are sketched"
                 )
         if not field.field_type.is_primitive:
-            raise ValueError(f"column {name!r} is {field.field_type}, not a primitive type: no statistics")
+            raise InputError(f"column {name!r} is {field.field_type}, not a primitive type: no statistics")
         if not _kind(field):
-            raise ValueError(
+            raise InputError(
                 f"column {name!r} is {field.field_type}, which has no single-value serialization"
             )
         plans.append(ColumnPlan(name, field.field_id, KINDS[type(field.field_type).__name__]))

@@ -1,0 +1,47 @@
+"""The trash card of a process page (loaded by the page, then swapped in place by its button)."""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404, render
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET, require_POST
+
+from console.decorators import role_required
+from console.roles import OPERATOR
+from processes.models import Process
+from processes.trash import process_trash_restore
+from storage.errors import ServiceError
+from storage.trash.models import TrashBatch, TrashState
+
+TEMPLATE = "console/partials/process_trash.html"
+
+
+def _card(request, process: Process, *, error: str = "", status: int = 200):
+    batch = TrashBatch.objects.filter(process_id=process.pk).first()
+    context = {
+        "process": process,
+        "trash_loaded": True,
+        "batch": batch,
+        "restorable": batch is not None and batch.restore_refusal() is None,
+        "refusal": batch.restore_refusal() if batch is not None and batch.state == TrashState.KEPT else "",
+        "trash_error": error,
+    }
+    response = render(request, TEMPLATE, context, status=status)
+    patch_vary_headers(response, ("HX-Request",))
+    return response
+
+
+@require_GET
+def process_trash(request, pk: int):
+    return _card(request, get_object_or_404(Process, pk=pk))
+
+
+@role_required(OPERATOR)
+@require_POST
+def process_trash_restore_view(request, pk: int):
+    process = get_object_or_404(Process, pk=pk)
+    try:
+        process_trash_restore(process_id=process.pk, user=request.user)
+    except ServiceError as error:
+        return _card(request, process, error=error.message, status=error.status_code)
+    return _card(request, process)
