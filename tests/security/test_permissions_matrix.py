@@ -81,6 +81,12 @@ RULES: dict[str, Rule] = {
     "console:table-process-run": Rule(
         CONSOLE, {"POST": OPERATOR}, obj="table", body=lambda lake: {"action": "touch", "params": "{}"}
     ),
+    "console:table-process-preview": Rule(
+        CONSOLE, {"POST": OPERATOR}, obj="table", body=lambda lake: {"action": "touch", "params": "{}"}
+    ),
+    # Trash (issue 14): a process's trash card for anyone, its restore for operators.
+    "console:process-trash": _read(obj="process"),
+    "console:process-trash-restore": Rule(CONSOLE, {"POST": OPERATOR}, obj="process", body=lambda lake: {}),
     "console:process-list": _read(),
     "console:process-detail": _read(obj="process"),
     "console:process-act": Rule(
@@ -159,6 +165,12 @@ RULES: dict[str, Rule] = {
     "process-cancel": Rule(API, {"POST": OPERATOR}, obj="process", body=lambda lake: {}),
     "process-kill": Rule(API, {"POST": OPERATOR}, obj="process", body=lambda lake: {"grace_seconds": 0}),
     "process-retry": Rule(API, {"POST": OPERATOR}, obj="process", body=lambda lake: {}),
+    "process-trash": _read(API, "process"),
+    "process-restore": Rule(API, {"POST": OPERATOR}, obj="process", body=lambda lake: {}),
+    "trash-list": _read(API),
+    "table-process-preview": Rule(
+        API, {"POST": OPERATOR}, obj="table", body=lambda lake: {"action": "touch", "params": {}}
+    ),
     "plugin-list": _read(API),
     "storage-list": Rule(
         API,
@@ -343,6 +355,9 @@ def _allowed_problem(method: str, response, rule: Rule, endpoint: Endpoint) -> s
         return None if status in (200, 503) else f"expected 200 or 503, got {status}"
     if endpoint.name.startswith("oidc_"):  # tests/security/test_sso_oidc.py covers them switched on
         return None if status == 404 else f"expected 404 while OIDC is off, got {status}"
+    if endpoint.name == "process-trash" and status == 404:  # the fixture process trashed nothing
+        said = response.json().get("error", "")
+        return None if "trash" in said else f"expected a 404 saying there is no trash, got {said!r}"
     if status >= 500 or status in (401, 403):
         return f"expected to be allowed, got {status}"
     if method == "GET" and status != 200:
