@@ -9,13 +9,16 @@ Spark, delta-rs) and a purge of deletion vectors a ``REORG`` (Delta Spark's ``RE
 APPLY (PURGE)``). Every action here has ``dataChange: false``: no row changes, so change-feed and
 streaming readers skip the commit.
 
-Put-if-absent: the commit is written to a temporary file in the log folder, flushed to disk, then
-hard-linked to its final name; ``link`` fails when the name exists, atomically (the primitive
-deltalake uses on local file systems), so a version another writer took is never overwritten and
-a reader never sees half a commit. Object stores: pyarrow's S3 file system has no conditional put
-(``If-None-Match``) and no library here offers one, so this writer refuses them
-(``CommitUnsupported``); there the rewrite commits files without deletion vectors through
-deltalake (whose commit is a conditional put) and leaves files with deletion vectors alone.
+Put-if-absent: on a file system the commit is written to a temporary file in the log folder,
+flushed to disk, then hard-linked to its final name; ``link`` fails when the name exists,
+atomically (the primitive deltalake uses on local file systems), so a version another writer took
+is never overwritten and a reader never sees half a commit. On S3 the commit is one ``PUT`` with
+``If-None-Match: *`` (``object_put_if_absent``; what deltalake's own commit sends, and what AWS S3,
+MinIO, SeaweedFS and R2 honour): the store creates the object only if the key is free, else answers
+412 (409 for a concurrent conditional put of the key), and a PUT is atomic, so a reader never sees
+half a commit either. pyarrow's S3 file system cannot send that header, so the request is signed
+here (AWS Signature Version 4 with the table's ``StoreOptions``). Other object stores are refused
+(``CommitUnsupported``).
 
 Conflicts: before each try the latest version is read. The commit goes to latest + 1 only if
 every file it removes is still live there with the same deletion vector, and the table's protocol
@@ -30,22 +33,28 @@ Writer features: a table whose protocol needs a writer feature this writer does 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import hmac
 import importlib.metadata
 import json
 import logging
 import os
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from processes.factories.compaction import RewriteConflict
 from storage.formats.delta._dv import unique_id
-from storage.io import StoreOptions, filesystem
+from storage.io import StoreError, StoreOptions, filesystem
+from storage.io.stores import S3_SCHEMES
 
 logger = logging.getLogger(__name__)
 
@@ -369,13 +378,10 @@ def _checked_actions(latest: Any, request: RewriteCommit) -> list[dict[str, Any]
 
 def put_if_absent(store: Any, version: int, content: bytes) -> bool:
     """Create ``_delta_log/<version>.json`` with ``content`` unless it exists (then False)."""
-    if store.scheme:
-        raise CommitUnsupported(
-            f"{store.uri(store.root)}: no put-if-absent on this store through the libraries Lakewarden "
-            "uses (pyarrow's S3 has no If-None-Match), so this commit cannot be written safely"
-        )
     log_dir = store.table_path("_delta_log")
     target = f"{log_dir}/{version:020d}.json"
+    if store.scheme:
+        return object_put_if_absent(store, target, content)
     temporary = f"{log_dir}/_commit_{uuid.uuid4().hex}.json.tmp"
     with open(temporary, "xb") as out:
         out.write(content)
@@ -405,3 +411,79 @@ def _sync_directory(path: str) -> None:
         pass
     finally:
         os.close(descriptor)
+
+
+# --- put-if-absent on S3 ---------------------------------------------------------------------------
+
+
+def object_put_if_absent(store: Any, fs_path: str, content: bytes) -> bool:
+    """Create the object ``fs_path`` (``bucket/key``) of an S3 store unless it exists: one PUT with
+    ``If-None-Match: *`` (the store answers 412 when the key exists, 409 when a concurrent
+    conditional put of the key is in flight: False either way). ``CommitUnsupported`` for other
+    stores; ``StoreError`` for any other answer."""
+    if store.scheme.removesuffix("://") not in S3_SCHEMES:
+        raise CommitUnsupported(
+            f"{store.uri(store.root)}: Lakewarden's Delta commit writer has a put-if-absent for S3"
+            " stores only, so this commit cannot be written safely"
+        )
+    options = store.storage if store.storage is not None else StoreOptions.from_env()
+    bucket, _, key = fs_path.partition("/")
+    status, body = _signed_put(options, bucket, key, content, {"if-none-match": "*"})
+    if status in (200, 201, 204):
+        return True
+    if status in (409, 412):
+        return False
+    raise StoreError(f"{store.uri(fs_path)}: the store answered {status} to a conditional put: {body[:300]}")
+
+
+def _signed_put(
+    options: StoreOptions, bucket: str, key: str, content: bytes, extra: dict[str, str]
+) -> tuple[int, str]:
+    """One PUT of ``content`` to ``bucket/key``, signed with AWS Signature Version 4 when the
+    options carry credentials: (status, body)."""
+    region = options.region or "us-east-1"
+    endpoint = urlparse((options.endpoint or f"https://s3.{region}.amazonaws.com").rstrip("/"))
+    host = endpoint.netloc if options.path_style else f"{bucket}.{endpoint.netloc}"
+    path = quote(f"/{bucket}/{key}" if options.path_style else f"/{key}", safe="/-_.~")
+    payload = hashlib.sha256(content).hexdigest()
+    now = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    headers = {"host": host, "x-amz-content-sha256": payload, "x-amz-date": now, **extra}
+    if options.session_token:
+        headers["x-amz-security-token"] = options.session_token
+    if options.access_key:
+        headers["authorization"] = _authorization(options, region, "PUT", path, headers, payload)
+    request = urllib.request.Request(
+        f"{endpoint.scheme}://{host}{path}",
+        data=content,
+        method="PUT",
+        headers={name: value for name, value in headers.items() if name != "host"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=options.request_timeout) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
+    except OSError as error:
+        raise StoreError(f"s3://{bucket}/{key}: the store could not be reached: {error}") from error
+
+
+def _authorization(
+    options: StoreOptions, region: str, method: str, path: str, headers: dict[str, str], payload: str
+) -> str:
+    """The ``Authorization`` header of AWS Signature Version 4 (service ``s3``, no query string)."""
+    names = sorted(headers)
+    canonical = "\n".join(
+        [method, path, "", "".join(f"{n}:{headers[n].strip()}\n" for n in names), ";".join(names), payload]
+    )
+    day = headers["x-amz-date"][:8]
+    scope = f"{day}/{region}/s3/aws4_request"
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    to_sign = f"AWS4-HMAC-SHA256\n{headers['x-amz-date']}\n{scope}\n{digest}"
+    signing = f"AWS4{options.secret_key}".encode()
+    for part in (day, region, "s3", "aws4_request"):
+        signing = hmac.new(signing, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(signing, to_sign.encode(), hashlib.sha256).hexdigest()
+    return (
+        f"AWS4-HMAC-SHA256 Credential={options.access_key}/{scope}, "
+        f"SignedHeaders={';'.join(names)}, Signature={signature}"
+    )

@@ -11,23 +11,17 @@ large); ``purge-deletion-vectors`` rewrites the files whose vectors delete at le
 Column-mapped tables are written with the physical column names and the field ids in the parquet
 schema, and their statistics and partition values keyed by physical names, as Delta requires.
 
-Local tables commit through our own commit writer (``delta_commit``: the removes carry the
+Every table commits through our own commit writer (``delta_commit``: the removes carry the
 deletion vectors of the adds they remove; operation ``OPTIMIZE``, or ``REORG`` for a purge;
-put-if-absent by hard link). Before committing, the latest version is read: every file to remove
+put-if-absent by hard link on a file system, by a ``PUT`` with ``If-None-Match: *`` on S3, as
+deltalake's own commit does). Before committing, the latest version is read: every file to remove
 must still be live there with the same deletion vector (a vector added meanwhile deletes rows the
 new file would bring back) and the protocol and metadata must be unchanged, else the run re-plans
 once and then fails cleanly.
 
 Object stores: new files are written in place under unique names (``outputs``) and deleted when
-the commit does not land. No library here offers a put-if-absent on S3 except deltalake's own
-commit, whose ``RemoveAction`` cannot name a deletion vector: so there the rewrite commits through
-deltalake (a ``WRITE`` commit with ``dataChange=false``; the next ``_delta_log/NNN.json`` is
-created with ``If-None-Match: *``, ``conditional_put`` in ``StoreOptions.delta_options``; a
-version another writer took is refused with 412, deltalake checks the winner for conflicts and
-commits at the next version, or raises and the run re-plans), files with deletion vectors are left
-out of the plan (the summary counts them), and ``purge-deletion-vectors`` is refused. A store
-that ignores ``If-None-Match`` would let the second put overwrite the first commit: such a store
-is only safe with a single writer per table.
+the commit does not land. A store that ignores ``If-None-Match`` would let a second put overwrite
+the first commit: such a store is only safe with a single writer per table.
 
 Two rewrites of one Delta table must never run at once (both would commit and duplicate rows):
 the executor's per-table lock guarantees it; these processes rely on it.
@@ -62,7 +56,6 @@ from processes.factories.compaction import (
 )
 from processes.factories.delta_commit import (
     CommitRefused,
-    CommitUnsupported,
     RewriteCommit,
     add_action,
     check_writable,
@@ -126,10 +119,6 @@ PURGE_PARAMS_SCHEMA: dict[str, Any] = {
     },
     "additionalProperties": False,
 }
-VECTORS_ON_OBJECT_STORES = (
-    "files with deletion vectors are not rewritten on object stores: removing one needs a commit "
-    "naming its vector, and no put-if-absent commit but deltalake's (which cannot name it) is available"
-)
 
 
 def delta_table(location: str, storage: StoreOptions | None = None) -> Any:
@@ -257,17 +246,9 @@ class DeltaRewriteProcess(TableProcess):
         self.ordering: Ordering | None = None
 
     def plan(self, spec: Any, *, in_place: bool) -> tuple[CompactionPlan, dict[str, Any]]:
-        """The plan and notes for the summary (on object stores, files with deletion vectors
-        are left out: see the module docstring)."""
+        """The plan and notes for the summary."""
         ordering = self.ordering or delta_ordering(spec, self.settings)
-        if not in_place:
-            return plan_delta(spec, self.settings, ordering=ordering), {}
-        plan = plan_delta(spec, self.settings, vectors=False, ordering=ordering)
-        skipped = sum(1 for s in spec.file_index().list_files_at() if s.delete_files)
-        notes = (
-            {"deletion_vector_files_skipped": skipped, "note": VECTORS_ON_OBJECT_STORES} if skipped else {}
-        )
-        return plan, notes
+        return plan_delta(spec, self.settings, ordering=ordering), {}
 
     def operation_parameters(self) -> dict[str, str]:
         return {"predicate": "[]", "targetSize": str(self.settings.target_file_size)}
@@ -295,7 +276,7 @@ class DeltaRewriteProcess(TableProcess):
         location = context.runtime.location
         layout = WriteLayout.of(spec)
         plan, notes = self.plan(spec, in_place=not is_local(location))
-        notes.update(operation=self.operation if is_local(location) else "WRITE")
+        notes.update(operation=self.operation)
         if plan.empty:
             return compaction.rewrite_summary(plan, [], version=spec.version, attempts=attempt, **notes)
         notes["deletion_vectors_applied"] = sum(1 for g in plan.groups for s in g.slices if s.delete_files)
@@ -359,9 +340,6 @@ class DeltaRewriteProcess(TableProcess):
     ) -> int:
         """Publish the new files and commit them with the removes; the new version."""
         location = context.runtime.location
-        if not is_local(location):
-            args = (location, spec, plan, written, schema, context.process_id, outputs, storage)
-            return commit_delta(*args, custom=self.commit_properties(context))
         published: list[str] = []
         try:
             request = RewriteCommit(
@@ -397,10 +375,6 @@ class DeltaPurgeProcess(DeltaRewriteProcess):
         self.threshold = float(merged["deleted-ratio-threshold"])
 
     def plan(self, spec: Any, *, in_place: bool) -> tuple[CompactionPlan, dict[str, Any]]:
-        if in_place:
-            raise CommitUnsupported(
-                f"purge-deletion-vectors on {spec.location_uri}: {VECTORS_ON_OBJECT_STORES}"
-            )
         plan = plan_purge(spec, self.settings, self.threshold)
         deleted = sum(d.record_count for g in plan.groups for s in g.slices for d in s.delete_files)
         return plan, {"deleted_ratio_threshold": self.threshold, "deleted_rows_purged": deleted}
@@ -443,98 +417,12 @@ def new_files(
     return adds
 
 
-# --- committing through deltalake (object stores, no deletion vectors) -----------------------------
+# --- committing ------------------------------------------------------------------------------------
 
 
 def _key(location: str) -> str:
     """A comparable spelling of a data file's location (normalised paths locally, URIs as is)."""
     return os.path.normpath(location) if is_local(location) else location
-
-
-def commit_delta(
-    location: str,
-    spec: Any,
-    plan: CompactionPlan,
-    written: list[WrittenGroup],
-    schema: pa.Schema,
-    process_id: int,
-    outputs: RewriteOutputs,
-    storage: StoreOptions | None = None,
-    custom: dict[str, str] | None = None,
-) -> int:
-    """Validate at the latest version, publish, commit remove + add through deltalake; the new
-    version. Files of a commit that did not land are the caller's to discard (``outputs.keep``
-    when it landed despite an error or its outcome is unknown)."""
-    from deltalake.exceptions import CommitFailedError, DeltaError
-    from deltalake.transaction import CommitProperties
-
-    table = delta_table(location, storage)
-    _validate_still_live(location, table.version(), plan, storage)
-    published: list[str] = []
-    try:
-        adds = new_files(spec, written, schema, outputs, published, storage)
-        table.create_write_transaction(
-            actions=_deltalake_actions(spec, plan, adds),
-            mode="append",
-            schema=table.schema(),
-            partition_by=table.metadata().partition_columns,
-            commit_properties=CommitProperties(
-                custom_metadata={
-                    "lakewarden.process-id": str(process_id),
-                    "lakewarden.operation": "rewrite",
-                    **(custom or {}),
-                }
-            ),
-        )
-    except BaseException as error:
-        if _landed(location, published, storage):
-            outputs.keep = True
-            if isinstance(error, Exception):
-                logger.warning("rewrite of %s: the commit landed despite %s", location, error)
-                return delta_table(location, storage).version()
-            raise
-        if isinstance(error, CommitFailedError):
-            raise RewriteConflict(f"the commit was refused: {error}") from error
-        if isinstance(error, DeltaError) and any(
-            word in str(error).lower() for word in ("conflict", "concurrent")
-        ):
-            raise RewriteConflict(f"the commit was refused: {error}") from error
-        raise
-    return delta_table(location, storage).version()
-
-
-def _deltalake_actions(spec: Any, plan: CompactionPlan, adds: list[dict[str, Any]]) -> list[Any]:
-    from deltalake.transaction import AddAction, RemoveAction
-
-    live = live_files(spec)
-    now_ms = int(time.time() * 1000)
-    actions: list[Any] = []
-    for group in plan.groups:
-        for file_slice in group.slices:
-            add = live[_slice_key(file_slice)]
-            values = dict(add.get("partitionValues") or {})
-            actions.append(RemoveAction(add["path"], False, now_ms, int(add["size"]), values))
-    for action in adds:
-        add = action["add"]
-        actions.append(
-            AddAction(add["path"], add["size"], add["partitionValues"], now_ms, False, add["stats"])
-        )
-    return actions
-
-
-def _validate_still_live(
-    location: str, version: int, plan: CompactionPlan, storage: StoreOptions | None = None
-) -> None:
-    """Every planned file is still live at ``version`` and got no deletion vector meanwhile."""
-    latest = open_version(location, version, storage)
-    live = {_key(s.base_file.path): s for s in latest.file_index().list_files_at()}
-    for group in plan.groups:
-        for planned in group.slices:
-            now = live.get(_key(planned.base_file.path))
-            if now is None:
-                raise RewriteConflict(f"{planned.base_file.path} is no longer live")
-            if now.delete_files or now.base_file.extra.get("deletion_vector"):
-                raise RewriteConflict(f"{planned.base_file.path} got a deletion vector")
 
 
 def _landed(location: str, published: list[str], storage: StoreOptions | None = None) -> bool:
@@ -582,11 +470,11 @@ class DeltaRewriteFactory(ProcessFactory):
 
     def validate(self, runtime: Any, action: str, params: dict[str, Any]) -> None:
         process = self.process_class(dict(params), runtime.config)
-        rewrite_preview.delta_validate(process, runtime, VECTORS_ON_OBJECT_STORES)
+        rewrite_preview.delta_validate(process, runtime)
 
     def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Any:
         process = self.process_class(dict(params), runtime.config)
-        return rewrite_preview.delta_preview(process, runtime, VECTORS_ON_OBJECT_STORES, WriteLayout.of)
+        return rewrite_preview.delta_preview(process, runtime, WriteLayout.of)
 
 
 class DeltaPurgeDeletionVectorsFactory(DeltaRewriteFactory):

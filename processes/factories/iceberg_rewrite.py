@@ -42,9 +42,7 @@ a catalog.
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-import pyarrow.parquet as pq
+from typing import Any, NamedTuple
 
 from processes.factories import compaction
 from processes.factories.compaction import (
@@ -67,12 +65,31 @@ from processes.factories.iceberg_commit import (
     decode_partition,
     v3_metadata_writes,
 )
-from processes.factories.iceberg_lineage import rewrite_inputs, statistics_inputs
+from processes.factories.iceberg_commit.batches import (
+    PARTIAL_PROGRESS_DEFAULTS,
+    PARTIAL_PROGRESS_SCHEMA,
+    BatchContext,
+    Batching,
+    PartialProgress,
+    RewritePartiallyCommitted,
+)
+from processes.factories.iceberg_commit.validation import (
+    COMMIT_ATTEMPTS,
+    delete_refused_metadata,
+    iceberg_data_file,
+    landed,
+    snapshot_ids,
+    validate_rewrite,
+)
+from processes.factories.iceberg_lineage import rewrite_inputs
 from processes.factories.outputs import RewriteOutputs, rewrite_outputs, sweep_leftovers
+from processes.factories.schemas import with_defaults
 from processes.plugin import (
     REWRITE,
+    ProcessCancelled,
     ProcessContext,
     ProcessFactory,
+    ProcessInputError,
     ProcessRecord,
     TableProcess,
     TriggerStrategy,
@@ -82,15 +99,6 @@ from storage.spec.models import FileContent
 
 logger = logging.getLogger(__name__)
 
-#: Catalog commits tried per written plan when another writer commits in between.
-COMMIT_ATTEMPTS = 4
-
-DELETE_FILE_SUMMARY_KEYS = (
-    "added-delete-files",
-    "added-position-delete-files",
-    "added-equality-delete-files",
-    "added-dvs",
-)
 OUTPUT_SPEC_ID = "output-spec-id"
 ICEBERG_REWRITE_PARAMS_SCHEMA: dict[str, Any] = {
     **REWRITE_PARAMS_SCHEMA,
@@ -102,8 +110,14 @@ ICEBERG_REWRITE_PARAMS_SCHEMA: dict[str, Any] = {
             "description": "Partition spec of the rewritten files (default: the table's default spec);"
             " files of every other spec are rewritten into it",
         },
+        **PARTIAL_PROGRESS_SCHEMA,
     },
 }
+ICEBERG_REWRITE_PROPERTIES_SCHEMA: dict[str, Any] = {
+    **REWRITE_PROPERTIES_SCHEMA,
+    "properties": {**REWRITE_PROPERTIES_SCHEMA["properties"], **PARTIAL_PROGRESS_SCHEMA},
+}
+ICEBERG_REWRITE_DEFAULTS: dict[str, Any] = {**REWRITE_DEFAULTS, **PARTIAL_PROGRESS_DEFAULTS}
 
 
 class IcebergSliceReader:
@@ -122,14 +136,30 @@ class IcebergSliceReader:
             yield from reader.read(file_slice)
 
 
+class _Run(NamedTuple):
+    """One attempt of a rewrite: the table, its spec view and output spec, and the progress
+    steps (a step per group and per batch commit)."""
+
+    table: Any
+    spec: Any
+    spec_id: int
+    attempt: int
+    steps: int
+    batches: int
+
+    def say(self, word: str, number: int, partial: bool) -> str:
+        return f"{word} batch {number} of {self.batches}" if partial else word
+
+
 class IcebergRewriteProcess(TableProcess):
     def __init__(self, params: dict[str, Any], config: dict[str, Any]) -> None:
         super().__init__(REWRITE, params)
         self.settings = CompactionSettings.from_config({**config, **params})
+        self.batching = Batching.from_config({**config, **params})
 
     def before_commit(self, context: ProcessContext, plan: CompactionPlan) -> None:
-        """Called after the groups are written, before the cancel check and the commit (a seam
-        for tests that simulate a concurrent writer or a late cancel)."""
+        """Called after the groups (of a batch) are written, before the cancel check and the commit
+        (a seam for tests that simulate a concurrent writer or a late cancel)."""
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
         table = _catalog_table(context.table)
@@ -137,6 +167,7 @@ class IcebergRewriteProcess(TableProcess):
         self.ordering = iceberg_strategy(table.metadata, spec_id, self.settings, spec_view(table).schema)
         check_v3_metadata(table)
         swept = _sweep(table, context)
+        self.progress = PartialProgress()
         for attempt in (1, 2):
             summary = self._attempt(context, table, attempt)
             if summary is not None:
@@ -146,22 +177,93 @@ class IcebergRewriteProcess(TableProcess):
         raise AssertionError("unreachable")
 
     def _attempt(self, context: ProcessContext, table: Any, attempt: int) -> dict[str, Any] | None:
-        """One plan, write and commit: the run's summary, or None to plan again (the table
-        changed under the first attempt)."""
+        """One plan, written and committed batch by batch (one batch without partial progress):
+        the run's summary, or None to plan again (a batch's plan did not hold at the head on the
+        first attempt). With partial progress a conflict fails only its batch."""
         table.refresh()
         spec_id = output_spec(table, self.params.get(OUTPUT_SPEC_ID))
         spec = spec_view(table)
         plan = plan_rewrite(spec, self.settings, output_spec_id=spec_id, ordering=self.ordering)
-        if plan.empty:
+        if plan.empty and not (self.progress.committed or self.progress.failed):
             return compaction.rewrite_summary(plan, [], snapshot_id=plan.instant, attempts=attempt)
+        batches = self.batching.split(plan) if not plan.empty else []
+        run = _Run(table, spec, spec_id, attempt, len(plan.groups) + len(batches), len(batches))
+        notes: list[str] = []
+        done = 0
+        for number, batch in enumerate(batches, 1):
+            try:
+                notes += self._batch(context, run, batch, number, done)
+            except RewriteConflict as conflict:
+                if not self.batching.partial:
+                    if attempt == 2:
+                        raise RewriteConflict(
+                            f"the table changed during the rewrite twice: {conflict}"
+                        ) from None
+                    logger.info("rewrite of %s re-plans: %s", table.name(), conflict)
+                    return None
+                logger.info("rewrite of %s: batch %s failed: %s", table.name(), number, conflict)
+                self.progress.conflicted(attempt, number, batch, str(conflict))
+            except (ProcessCancelled, ProcessInputError):
+                raise
+            except Exception as error:
+                if not self.progress.committed:
+                    raise
+                reason = f"{self.progress.describe()}; then {type(error).__name__}: {error}"
+                raise RewritePartiallyCommitted(reason) from error
+            done += len(batch.groups) + 1
+        if self.progress.failed_in(attempt) and attempt == 1:
+            logger.info("rewrite of %s re-plans what its failed batches left", table.name())
+            return None
+        if self.progress.failed_in(attempt) and not self.progress.committed:
+            reason = self.progress.failed[-1]["reason"]
+            raise RewriteConflict(f"the table changed during the rewrite twice: {reason}")
+        return self._summary(plan, attempt, spec_id, notes, len(batches))
+
+    def _batch(
+        self, context: ProcessContext, run: _Run, batch: CompactionPlan, number: int, done: int
+    ) -> list[str]:
+        """Write and commit one batch of groups (the whole plan without partial progress); its
+        files are deleted on every path where its commit did not land. Returns the writer's notes."""
+        partial = self.batching.partial
         outputs = rewrite_outputs(
-            table.location(),
-            context.staging_dir / f"attempt-{attempt}",
+            run.table.location(),
+            context.staging_dir / f"attempt-{run.attempt}-batch-{number}",
             _store_options(context),
             context.process_id,
         )
+        label = run.say("file groups of", number, partial)
+        view = BatchContext(context, done_before=done, total=run.steps, label=label) if partial else context
+        writer = self._writer(view, run, outputs)
+        try:
+            written = writer.write_all(batch.groups, progress_total=run.steps)
+            context.checkpoint("after-write")
+            self.before_commit(context, batch)
+            context.report_progress(
+                done + len(batch.groups), run.steps, run.say("committing", number, partial)
+            )
+            context.checkpoint("before-commit")
+            if partial:
+                context.checkpoint(f"before-commit-batch-{number}")  # fault tests stop at one batch
+            snapshot_id, commits = commit_rewrite(
+                run.table, batch, written, context.process_id, outputs, run.spec_id
+            )
+        except BaseException:
+            outputs.discard()
+            raise
+        outputs.finish()
+        self.progress.commits += commits
+        self.progress.landed(run.attempt, number, batch, written, snapshot_id)
+        context.report_progress(
+            done + len(batch.groups) + 1, run.steps, run.say("committed", number, partial)
+        )
+        if number < run.batches:
+            context.checkpoint("after-batch-commit")  # a cancel here keeps the committed batches
+        return writer.notes
+
+    def _writer(self, context: Any, run: _Run, outputs: RewriteOutputs) -> GroupWriter:
+        table, spec = run.table, run.spec
         schema, settings = rewrite_inputs(table.metadata, spec.schema, self.settings)  # v3 row lineage
-        writer = GroupWriter(
+        return GroupWriter(
             context,
             IcebergSliceReader(table.io, schema),
             schema,
@@ -170,32 +272,25 @@ class IcebergRewriteProcess(TableProcess):
             field_ids=True,
             sort_columns=spec.definition.sort_columns,
             compression=_codec(self.settings, table.metadata.properties),
-            partitioner=group_partitioner(table, spec_id),
+            partitioner=group_partitioner(table, run.spec_id),
             ordering=self.ordering,
         )
-        steps = len(plan.groups) + 1
-        try:
-            written = writer.write_all(plan.groups, progress_total=steps)
-            context.checkpoint("after-write")
-            self.before_commit(context, plan)
-            context.report_progress(len(plan.groups), steps, "committing")
-            context.checkpoint("before-commit")
-            snapshot_id, commits = commit_rewrite(table, plan, written, context.process_id, outputs, spec_id)
-        except RewriteConflict as conflict:
-            outputs.discard()
-            if attempt == 2:
-                raise RewriteConflict(f"the table changed during the rewrite twice: {conflict}") from None
-            logger.info("rewrite of %s re-plans: %s", table.name(), conflict)
-            return None
-        except BaseException:
-            outputs.discard()
-            raise
-        outputs.finish()
-        context.report_progress(steps, steps, "committed")
-        extra: dict[str, Any] = {"commit_attempts": commits, "output_spec_id": spec_id}
-        if writer.notes:
-            extra["engine_note"] = writer.notes[0]
-        return compaction.rewrite_summary(plan, written, snapshot_id=snapshot_id, attempts=attempt, **extra)
+
+    def _summary(
+        self, plan: CompactionPlan, attempt: int, spec_id: int, notes: list[str], batches: int
+    ) -> dict[str, Any]:
+        """The summary of what landed (every batch of a rewrite without partial progress)."""
+        progress = self.progress
+        extra: dict[str, Any] = {"commit_attempts": progress.commits, "output_spec_id": spec_id}
+        if notes:
+            extra["engine_note"] = notes[0]
+        if self.batching.partial:
+            extra["partial_progress"] = progress.report(batches)
+        snapshot_id = progress.committed[-1]["snapshot_id"] if progress.committed else plan.instant
+        landed_plan = progress.plan(plan.instant, self.ordering)
+        return compaction.rewrite_summary(
+            landed_plan, progress.written, snapshot_id=snapshot_id, attempts=attempt, **extra
+        )
 
 
 def _sweep(table: Any, context: ProcessContext) -> list[str]:
@@ -236,7 +331,7 @@ def _catalog_table(spec_table: Any) -> Any:
 
     table = getattr(spec_table, "pyiceberg_table", None)
     if table is None or isinstance(table, StaticTable):
-        raise ValueError(
+        raise compaction.InputError(
             "this Iceberg table is registered by location without a catalog, or its catalog serves"
             " legacy v1 metadata pyiceberg cannot write back (read-only): rewrites need a catalog to"
             " commit atomically (a second writer could overwrite or lose a metadata version)"
@@ -264,7 +359,7 @@ def output_spec(table: Any, requested: int | None) -> int:
     if requested is None:
         return int(table.metadata.default_spec_id)
     if requested not in specs:
-        raise ValueError(
+        raise compaction.InputError(
             f"output-spec-id {requested} is not a partition spec of this table"
             f" (its specs: {', '.join(str(s) for s in sorted(specs))}); nothing was rewritten"
         )
@@ -342,89 +437,6 @@ def group_partitioner(table: Any, spec_id: int) -> Any:
     return partitioner
 
 
-def validate_rewrite(table: Any, plan: CompactionPlan) -> dict[str, Any]:
-    """The live pyiceberg DataFiles to remove, keyed by path; ``RewriteConflict`` when the plan no
-    longer holds at the table's (refreshed) head: the planned snapshot is no ancestor of it, a
-    delete file or deletion vector was committed since (by the summary, or by a delete manifest
-    adding files in a snapshot since), or a planned file is not live. (The deletion vectors to
-    remove are checked by the commit itself: ``RewriteFiles``.)"""
-    from pyiceberg.manifest import ManifestContent
-
-    head = table.metadata.current_snapshot()
-    if head is None:
-        raise RewriteConflict("the table has no current snapshot any more")
-    since = _snapshots_since(table.metadata, head, plan.instant)
-    manifests = head.manifests(table.io)
-    for manifest in manifests:
-        if (
-            manifest.content == ManifestContent.DELETES
-            and manifest.added_snapshot_id in since
-            and (manifest.added_files_count or 0) > 0
-        ):
-            raise RewriteConflict(f"snapshot {manifest.added_snapshot_id} added delete files after the plan")
-    wanted = {path for group in plan.groups for path in group.paths}
-    live: dict[str, Any] = {}
-    for manifest in manifests:
-        if manifest.content != ManifestContent.DATA:
-            continue
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-            if entry.data_file.file_path in wanted:
-                live[entry.data_file.file_path] = entry.data_file
-    missing = wanted - live.keys()
-    if missing:
-        raise RewriteConflict(f"{len(missing)} planned file(s) are no longer live, e.g. {sorted(missing)[0]}")
-    return live
-
-
-def _snapshots_since(metadata: Any, head: Any, instant: Any) -> set[int]:
-    """The ids of the snapshots from ``instant`` (exclusive) to ``head``; ``RewriteConflict`` when
-    ``instant`` is not an ancestor of the head or one of them added delete files."""
-    since: set[int] = set()
-    current = head
-    while current is not None and current.snapshot_id != instant:
-        summary = current.summary.additional_properties if current.summary is not None else {}
-        if any(int(summary.get(key, 0) or 0) for key in DELETE_FILE_SUMMARY_KEYS):
-            raise RewriteConflict(f"snapshot {current.snapshot_id} added delete files after the plan")
-        since.add(current.snapshot_id)
-        parent = current.parent_snapshot_id
-        current = metadata.snapshot_by_id(parent) if parent is not None else None
-    if current is None:
-        raise RewriteConflict(f"the planned snapshot {instant} is no longer an ancestor of the head")
-    return since
-
-
-def iceberg_data_file(table: Any, path: str, partition: Any, spec_id: int, size: int) -> Any:
-    """A pyiceberg DataFile with metrics from the footer of a file written for the table (read
-    through the table's file IO: a ranged read on an object store).
-
-    Like pyiceberg's ``parquet_file_to_data_file``, minus its nullability check: Spark writes
-    every column as optional, which holds required columns' values just as well.
-    """
-    from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-
-    with table.io.new_input(path).open() as stream:
-        parquet_metadata = pq.read_metadata(stream)
-    mapping, plan = statistics_inputs(table.metadata)  # the table's columns, and row lineage's
-    statistics = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=parquet_metadata, stats_columns=plan, parquet_column_mapping=mapping
-    )
-    data_file = DataFile.from_args(
-        _table_format_version=3,
-        content=DataFileContent.DATA,
-        file_path=path,
-        file_format=FileFormat.PARQUET,
-        partition=partition,
-        file_size_in_bytes=size,
-        sort_order_id=None,
-        equality_ids=None,
-        key_metadata=None,
-        **statistics.to_serialized_dict(),
-    )
-    data_file.spec_id = spec_id
-    return data_file
-
-
 def commit_rewrite(
     table: Any,
     plan: CompactionPlan,
@@ -443,7 +455,7 @@ def commit_rewrite(
     table.refresh()
     spec_id = table.metadata.default_spec_id if spec_id is None else spec_id
     live = validate_rewrite(table, plan)
-    head_before = table.metadata.current_snapshot().snapshot_id
+    known = snapshot_ids(table)
     added_paths = [
         (result, outputs.publish(path, result.group.paths[0]), size, key)
         for result in written
@@ -462,12 +474,12 @@ def commit_rewrite(
         except (CommitFailedException, ValidationException) as error:
             # Refused by the catalog (another writer got in first), or by the producer at a new
             # head (a planned file or vector is not live): validate at the new head, try again.
-            if _landed(table, head_before, process_id):
+            if landed(table, known, process_id):
                 outputs.keep = True
                 return table.metadata.current_snapshot().snapshot_id, commit
             if "producer" in state:
                 state["producer"]._clean_all_uncommitted()
-            _delete_refused_metadata(table.io, state.get("transaction"))
+            delete_refused_metadata(table.io, state.get("transaction"))
             if commit == COMMIT_ATTEMPTS:
                 raise RewriteConflict(f"the catalog refused the commit {commit} times: {error}") from error
             logger.info(
@@ -476,7 +488,7 @@ def commit_rewrite(
         except RewriteConflict:
             raise
         except BaseException:
-            if _landed(table, head_before, process_id):
+            if landed(table, known, process_id):
                 outputs.keep = True
             raise
     raise AssertionError("unreachable")
@@ -519,52 +531,11 @@ def _partition(result: WrittenGroup, key: str | None, live: dict[str, Any]) -> A
     return live[result.group.paths[0]].partition
 
 
-def _delete_refused_metadata(io: Any, transaction: Any) -> None:
-    """Delete the manifest list and the new manifests pyiceberg wrote for a commit the catalog
-    refused (a refused commit is final: nothing references them)."""
-    if transaction is None:
-        return
-    from pyiceberg.table.update import AddSnapshotUpdate
-
-    for update in getattr(transaction, "_updates", ()):
-        if not isinstance(update, AddSnapshotUpdate):
-            continue
-        snapshot = update.snapshot
-        try:
-            manifests = list(snapshot.manifests(io))
-        except OSError:  # pyiceberg cleaned up after itself already
-            manifests = []
-        doomed = [m.manifest_path for m in manifests if m.added_snapshot_id == snapshot.snapshot_id]
-        if snapshot.manifest_list:
-            doomed.append(snapshot.manifest_list)
-        for path in doomed:
-            try:
-                io.delete(path)
-            except FileNotFoundError:
-                pass
-            except OSError:
-                logger.warning("could not delete %s of a refused commit", path, exc_info=True)
-
-
-def _landed(table: Any, head_before: int, process_id: int) -> bool:
-    """Whether a commit of this process reached the table despite an error (unknown outcome)."""
-    try:
-        table.refresh()
-    except Exception:
-        return True  # cannot tell: keep the files (an orphan is safer than a missing file)
-    wanted = str(process_id)
-    for snapshot in table.metadata.snapshots:
-        summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
-        if summary.get("lakewarden.process-id") == wanted and snapshot.snapshot_id != head_before:
-            return True
-    return False
-
-
 class IcebergRewriteFactory(ProcessFactory):
     name = "iceberg-rewrite"
     description = "Compacts small Iceberg data files into files of the target size (Spark)"
-    properties_schema = REWRITE_PROPERTIES_SCHEMA
-    default_properties = REWRITE_DEFAULTS
+    properties_schema = with_defaults(ICEBERG_REWRITE_PROPERTIES_SCHEMA, ICEBERG_REWRITE_DEFAULTS)
+    default_properties = ICEBERG_REWRITE_DEFAULTS
     params_schema = ICEBERG_REWRITE_PARAMS_SCHEMA
 
     def supported_actions(self) -> dict[str, set[str]]:
@@ -592,3 +563,13 @@ class IcebergRewriteFactory(ProcessFactory):
 
     def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
         return IcebergRewriteProcess(dict(record.params), runtime.config)
+
+    def validate(self, runtime: Any, action: str, params: dict[str, Any]) -> None:
+        from processes.factories.rewrite_preview import iceberg_inputs
+
+        iceberg_inputs(runtime, params)  # output-spec-id, sort/z-order columns (rewrite_preview)
+
+    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Any:
+        from processes.factories.rewrite_preview import iceberg_preview
+
+        return iceberg_preview(runtime, params)

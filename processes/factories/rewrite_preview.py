@@ -194,20 +194,18 @@ def iceberg_preview(runtime: Any, params: dict[str, Any]) -> Preview:
 # --- Delta ---------------------------------------------------------------------------------------
 
 
-def delta_validate(process: Any, runtime: Any, refusal: str) -> None:
-    """``InputError`` for parameters a Delta rewrite (or purge: ``process.action``) of this table
-    cannot take; a purge on an object store is refused with ``refusal``."""
+def delta_validate(process: Any, runtime: Any) -> None:
+    """``InputError`` for parameters a Delta rewrite of this table cannot take (a purge takes none
+    the table could refuse)."""
     if process.action == PURGE_DELETION_VECTORS:
-        if not is_local(runtime.location):
-            raise InputError(f"purge-deletion-vectors on an object store: {refusal}")
         return
     delta_ordering(open_version(runtime.location, storage=runtime.store_options()), process.settings)
 
 
-def delta_preview(process: Any, runtime: Any, refusal: str, layout: Callable[[Any], Any]) -> Preview:
+def delta_preview(process: Any, runtime: Any, layout: Callable[[Any], Any]) -> Preview:
     """The preview of a Delta rewrite or purge ``process``; ``layout`` is the writer's check of
     the table (``CommitRefused`` for a table the rewrite cannot write: an ``InputError`` here)."""
-    delta_validate(process, runtime, refusal)
+    delta_validate(process, runtime)
     spec = open_version(runtime.location, storage=runtime.store_options())
     try:
         layout(spec)

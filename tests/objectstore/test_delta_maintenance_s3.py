@@ -1,24 +1,19 @@
 """Delta maintenance on the object store: tables written by deltalake on SeaweedFS's S3.
 
-Rewrite (compaction) writes its files in place under unique names and commits through deltalake,
-whose commit is a conditional put (``If-None-Match: *``) that the store refuses for a version that
-exists: a concurrent writer's commit is never overwritten. Vacuum deletes exactly the removed
-files (the prefix is listed before and after).
+Rewrite (compaction) writes its files in place under unique names and commits through Lakewarden's
+commit writer, whose commit is a conditional put (``If-None-Match: *``, as deltalake's) that the
+store refuses for a version that exists: a concurrent writer's commit is never overwritten. Vacuum
+deletes exactly the removed files (the prefix is listed before and after).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
-import hmac
-import urllib.error
-import urllib.request
 import uuid
 
 import pyarrow.fs as pafs
 import pytest
 
-from processes.factories import delta_rewrite
+from processes.factories import delta_commit
 from processes.factories.delta_rewrite import DeltaRewriteProcess
 from processes.factories.group_writer import S3A_FALLBACK
 from processes.models import ProcessStatus
@@ -195,20 +190,24 @@ def test_a_commit_racing_another_writer_for_the_same_version_loses_nothing(
 ):
     """The other writer takes the very version the rewrite is about to write (between its
     validation and its commit): the store refuses the rewrite's put of that version (412), and
-    deltalake commits it at the next one after checking the winner for conflicts."""
+    the commit writer commits it at the next one after checking the winner for conflicts."""
     from deltalake import write_deltalake
 
     console, location = make_s3_delta(files=20)
     appended = delta_rows(80_000, 11)
     expected = delta_rows_of(location, storage_options) + multiset(appended)
     version = delta(location, storage_options).version()
-    real_validate = delta_rewrite._validate_still_live
+    real_check = delta_commit._checked_actions
+    raced = []
 
-    def validate_then_race(*args, **kwargs):
-        real_validate(*args, **kwargs)
-        write_deltalake(location, appended, mode="append", storage_options=storage_options)
+    def check_then_race(latest, request):
+        actions = real_check(latest, request)
+        if not raced:
+            write_deltalake(location, appended, mode="append", storage_options=storage_options)
+            raced.append(True)
+        return actions
 
-    monkeypatch.setattr(delta_rewrite, "_validate_still_live", validate_then_race)
+    monkeypatch.setattr(delta_commit, "_checked_actions", check_then_race)
     process = run_now(console, "rewrite")
 
     assert process.status == ProcessStatus.SUCCESS, process.failure
@@ -220,56 +219,14 @@ def test_a_commit_racing_another_writer_for_the_same_version_loses_nothing(
     assert delta_rows_of(location, storage_options) == expected
 
 
-def test_the_store_refuses_a_second_put_of_a_commit_with_if_none_match(seaweedfs, s3_prefix):
-    """What deltalake's commit relies on: ``PUT`` with ``If-None-Match: *`` creates a key once;
+def test_the_store_refuses_a_second_put_of_a_commit_with_if_none_match(seaweedfs, s3_prefix, s3_options):
+    """What the commit writers rely on: ``PUT`` with ``If-None-Match: *`` creates a key once;
     a second one answers 412 Precondition Failed and leaves the first content."""
     key = f"{s3_prefix.removeprefix('s3://lake/')}/_delta_log/00000000000000000000.json"
-    assert _signed_put(seaweedfs, "lake", key, b"first", {"If-None-Match": "*"}) == 200
-    assert _signed_put(seaweedfs, "lake", key, b"second", {"If-None-Match": "*"}) == 412
+    assert delta_commit._signed_put(s3_options, "lake", key, b"first", {"if-none-match": "*"})[0] == 200
+    assert delta_commit._signed_put(s3_options, "lake", key, b"second", {"if-none-match": "*"})[0] == 412
     with seaweedfs.filesystem().open_input_file(f"lake/{key}") as handle:
         assert handle.read() == b"first"
-
-
-def _signed_put(seaweedfs, bucket: str, key: str, body: bytes, headers: dict[str, str]) -> int:
-    """One S3 ``PUT`` signed with AWS Signature V4 (a test probe of the store's own behaviour)."""
-    host = seaweedfs.endpoint.split("://", 1)[1]
-    now = dt.datetime.now(dt.UTC)
-    stamp, day, region = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d"), "us-east-1"
-    payload = hashlib.sha256(body).hexdigest()
-    signed = {"host": host, "x-amz-content-sha256": payload, "x-amz-date": stamp}
-    signed.update({k.lower(): v for k, v in headers.items()})
-    names = sorted(signed)
-    canonical = "\n".join(
-        [
-            "PUT",
-            f"/{bucket}/{key}",
-            "",
-            "".join(f"{n}:{signed[n]}\n" for n in names),
-            ";".join(names),
-            payload,
-        ]
-    )
-    scope = f"{day}/{region}/s3/aws4_request"
-    to_sign = "\n".join(["AWS4-HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()])
-    signing_key = ("AWS4" + seaweedfs.secret_key).encode()
-    for part in (day, region, "s3", "aws4_request"):
-        signing_key = hmac.new(signing_key, part.encode(), hashlib.sha256).digest()
-    signature = hmac.new(signing_key, to_sign.encode(), hashlib.sha256).hexdigest()
-    signed["authorization"] = (
-        f"AWS4-HMAC-SHA256 Credential={seaweedfs.access_key}/{scope}, "
-        f"SignedHeaders={';'.join(names)}, Signature={signature}"
-    )
-    request = urllib.request.Request(
-        f"{seaweedfs.endpoint}/{bucket}/{key}",
-        data=body,
-        method="PUT",
-        headers={k: v for k, v in signed.items() if k != "host"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - the test's own store
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
 
 
 def test_deltalake_commits_with_a_conditional_put(s3_options):

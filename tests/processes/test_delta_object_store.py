@@ -1,17 +1,19 @@
 """The Delta maintenance of this issue on the object store (SeaweedFS's S3): files with deletion
-vectors are left out of compactions there and counted (no put-if-absent commit that can name a
-vector), ``purge-deletion-vectors`` is refused with the reason, and ``checkpoint`` writes the
-checkpoint and cleans the log through the store."""
+vectors are compacted and purged there with the commit writer's put-if-absent (a ``PUT`` with
+``If-None-Match: *``), each removed with its vector, and ``checkpoint`` writes the checkpoint and
+cleans the log through the store."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
-from processes.factories.delta_rewrite import VECTORS_ON_OBJECT_STORES
+from processes.factories import delta_commit
+from processes.factories.delta_commit import live_files, object_put_if_absent, open_version
 from processes.models import ProcessStatus
 from tests.conftest import upload_folder
 from tests.objectstore.test_delta_maintenance_s3 import (  # noqa: F401 (fixtures)
@@ -21,15 +23,23 @@ from tests.objectstore.test_delta_maintenance_s3 import (  # noqa: F401 (fixture
     s3_root,
     storage_options,
 )
-from tests.processes.conftest import multiset
+from tests.processes.conftest import delta_rows, multiset
 from tests.processes.test_delta_deletion_vectors import DV_ON, all_rows, delete_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+DELETED = {1, 12, 23}  # one row in each of the first three files (10 rows a file)
 
 
 def scan(location, storage_options):
     table = DeltaTable(location, storage_options=storage_options)
     return multiset(pa.RecordBatchReader.from_stream(table.scan()).read_all())
+
+
+def last_commit(seaweedfs, location: str) -> list[dict]:
+    log = sorted(p for p in objects(seaweedfs, location) if p.endswith(".json") and "/_delta_log/" in p)[-1]
+    with seaweedfs.filesystem().open_input_stream(log.removeprefix("s3://")) as stream:
+        return [json.loads(line) for line in stream.read().decode().splitlines() if line.strip()]
 
 
 @pytest.fixture
@@ -39,41 +49,102 @@ def s3_dv_table(make_delta, seaweedfs, s3_root, s3_prefix, storage_options):
     from storage.models import Table
 
     _, path = make_delta(files=8, rows_per_file=10, partitioned=False, configuration=DV_ON)
-    deleted = {1, 12, 23}
-    delete_rows(path, deleted)
+    delete_rows(path, DELETED)
     location = upload_folder(seaweedfs, path, f"{s3_prefix}/dv-{uuid.uuid4().hex[:6]}")
     console = Table.objects.create(location=location, format="delta", name=location.rsplit("/", 1)[1])
     rows = all_rows(8, 10, partitioned=False)
-    expected = multiset(rows.filter(pa.array([i not in deleted for i in rows["id"].to_pylist()])))
+    expected = multiset(rows.filter(pa.array([i not in DELETED for i in rows["id"].to_pylist()])))
     assert scan(location, storage_options) == expected
     return console, location, expected
 
 
-def test_on_s3_files_with_deletion_vectors_are_left_out_and_counted(s3_dv_table, run_now, storage_options):
+def vectors_of(location, s3_options) -> dict[str, dict]:
+    return {
+        add["path"]: add["deletionVector"]
+        for add in live_files(open_version(location, storage=s3_options)).values()
+        if add.get("deletionVector")
+    }
+
+
+def test_put_if_absent_on_s3_creates_a_commit_once_and_never_overwrites_it(s3_dv_table, s3_options):
+    _, location, _ = s3_dv_table
+    spec = open_version(location, storage=s3_options)
+    target = spec.store.table_path(f"_delta_log/{spec.version + 5:020d}.json")
+
+    assert object_put_if_absent(spec.store, target, b"first") is True
+    assert object_put_if_absent(spec.store, target, b"second") is False
+    with spec.store.fs.open_input_stream(target) as stream:
+        assert stream.read() == b"first"
+
+
+def test_on_s3_files_with_deletion_vectors_are_compacted_with_their_vectors_removed(
+    s3_dv_table, run_now, seaweedfs, storage_options, s3_options
+):
     console, location, expected = s3_dv_table
+    vectors = vectors_of(location, s3_options)
+    version = DeltaTable(location, storage_options=storage_options).version()
+    assert len(vectors) == 3
 
     process = run_now(console, "rewrite", {"min-input-files": 2})
 
     assert process.status == ProcessStatus.SUCCESS, process.failure
     summary = process.summary
-    assert (summary["files_in"], summary["files_out"], summary["deletion_vector_files_skipped"]) == (5, 1, 3)
-    assert summary["note"] == VECTORS_ON_OBJECT_STORES and summary["operation"] == "WRITE"
-    assert scan(location, storage_options) == expected
+    assert (summary["files_in"], summary["files_out"], summary["deletion_vectors_applied"]) == (8, 1, 3)
+    assert summary["operation"] == "OPTIMIZE" and summary["version"] == version + 1
+    assert scan(location, storage_options) == expected  # deltalake reads it
     table = DeltaTable(location, storage_options=storage_options)
-    assert table.history(1)[0]["lakewarden.process-id"] == str(process.pk)
-    assert len(table.file_uris()) == 4  # the compacted file and the three with vectors
+    assert len(table.file_uris()) == 1
+    actions = last_commit(seaweedfs, location)
+    assert actions[0]["commitInfo"]["lakewarden.process-id"] == str(process.pk)
+    removes = [a["remove"] for a in actions if "remove" in a]
+    assert {r["path"]: r["deletionVector"] for r in removes if r.get("deletionVector")} == vectors
+    assert len(removes) == 8 and not any(r["dataChange"] for r in removes)
 
 
-def test_purge_on_s3_is_refused_and_changes_nothing(s3_dv_table, run_now, seaweedfs, storage_options):
+def test_purge_on_s3_rewrites_the_files_with_vectors(
+    s3_dv_table, run_now, seaweedfs, storage_options, s3_options
+):
     console, location, expected = s3_dv_table
-    before = objects(seaweedfs, location)
+    vectors = vectors_of(location, s3_options)
 
     process = run_now(console, "purge-deletion-vectors", {"deleted-ratio-threshold": 0})
 
-    assert process.status == ProcessStatus.FAILED
-    assert "CommitUnsupported" in process.failure and VECTORS_ON_OBJECT_STORES in process.failure
-    assert objects(seaweedfs, location) == before
+    assert process.status == ProcessStatus.SUCCESS, process.failure
+    assert process.summary["files_in"] == 3 and process.summary["deleted_rows_purged"] == 3
     assert scan(location, storage_options) == expected
+    assert vectors_of(location, s3_options) == {}
+    assert len(DeltaTable(location, storage_options=storage_options).file_uris()) == 5 + 1
+    info = last_commit(seaweedfs, location)[0]["commitInfo"]
+    assert info["operation"] == "REORG" and info["operationMetrics"]["numDeletionVectorsRemoved"] == "3"
+    assert set(vectors) <= {a["remove"]["path"] for a in last_commit(seaweedfs, location) if "remove" in a}
+
+
+def test_on_s3_a_writer_taking_the_next_version_first_is_checked_again_and_kept(
+    s3_dv_table, run_now, storage_options, monkeypatch
+):
+    console, location, expected = s3_dv_table
+    appended = delta_rows(90_000, 7)
+    real = delta_commit._checked_actions
+    raced = []
+
+    def check_then_race(latest, request):
+        actions = real(latest, request)
+        if not raced:  # another writer takes the version this commit is about to create
+            write_deltalake(location, appended, mode="append", storage_options=storage_options)
+            raced.append(True)
+        return actions
+
+    monkeypatch.setattr(delta_commit, "_checked_actions", check_then_race)
+    version = DeltaTable(location, storage_options=storage_options).version()
+    process = run_now(console, "rewrite", {"min-input-files": 2})
+
+    assert process.status == ProcessStatus.SUCCESS, process.failure
+    assert process.summary["version"] == version + 2 and process.summary["attempts"] == 1
+    history = {
+        h["version"]: h["operation"] for h in DeltaTable(location, storage_options=storage_options).history(2)
+    }
+    assert history == {version + 1: "WRITE", version + 2: "OPTIMIZE"}
+    assert scan(location, storage_options) == expected + multiset(appended)
 
 
 def test_a_checkpoint_on_s3_cleans_the_log_through_the_store(

@@ -590,14 +590,18 @@ def test_bad_parameters_are_a_400_and_create_nothing(make_iceberg, api_as, opera
     assert Process.objects.count() == 0
 
 
-def test_a_parameter_of_another_action_fails_the_run_before_anything_is_done(position_table, run):
+def test_a_parameter_of_another_action_is_refused_at_submission(position_table, run):
+    from storage.errors import InvalidInput
+
     console_table, table, _, _ = position_table
     head = table.current_snapshot().snapshot_id
 
-    process = run(console_table, "remove-dangling-deletes", {"min-delete-files": 3})
+    with pytest.raises(
+        InvalidInput, match="min-delete-files is a parameter of rewrite-position-deletes only"
+    ):
+        run(console_table, "remove-dangling-deletes", {"min-delete-files": 3})
 
-    assert process.status == ProcessStatus.FAILED
-    assert "min-delete-files is a parameter of rewrite-position-deletes only" in process.failure
+    assert Process.objects.count() == 0
     table.refresh()
     assert table.current_snapshot().snapshot_id == head
 
@@ -664,14 +668,14 @@ def test_a_deletion_vector_of_a_dropped_data_file_is_removed_and_the_shared_puff
     assert ours(table) == before
 
 
-def test_the_writing_actions_refuse_a_v3_table(v3_table, run):
+def test_a_v3_table_takes_no_new_position_delete_file(v3_table, run):
     console_table, table, _ = v3_table
     head = table.current_snapshot().snapshot_id
 
-    process = run(console_table, "rewrite-position-deletes")
+    process = run(console_table, "rewrite-position-deletes")  # nothing to do: no position deletes
 
-    assert process.status == ProcessStatus.FAILED
-    assert "must not be added to a v3 table" in process.failure
+    assert process.status == ProcessStatus.SUCCESS, process.failure
+    assert process.summary["removed_delete_files"] == 0
     table.refresh()
     assert table.current_snapshot().snapshot_id == head
     # the producer itself refuses to add one, whoever asks

@@ -36,6 +36,7 @@ from processes.factories.iceberg_commit.manifests import (
     CONTENT_SIZE,
     FIRST_ROW_ID,
     MANIFEST_FIRST_ROW_ID,
+    REFERENCED_DATA_FILE,
     DeleteManifestWriterV2,
     DVKey,
     ManifestListWriterV3,
@@ -115,7 +116,9 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
         self._removed_delete_files = []
         kept = []
         removed_deletes = self._removed_dvs | self._removed_delete_paths
-        for manifest in read_manifest_list(self._io, parent):
+        manifests = read_manifest_list(self._io, parent)
+        self._check_one_vector_per_file(manifests)
+        for manifest in manifests:
             wanted: Collection[Any] = (
                 self._removed.keys() if manifest.content == ManifestContent.DATA else removed_deletes
             )
@@ -128,6 +131,32 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
                 f"{len(missing)} file(s) to remove are not live any more, e.g. {sorted(map(str, missing))[0]}"
             )
         return self._write_added() + self._write_added_deletes() + kept
+
+    def _check_one_vector_per_file(self, manifests: list[ManifestFile]) -> None:
+        """``ValidationException`` when a data file an added vector belongs to has a live vector
+        this commit does not remove (another writer's, committed since the plan): a data file
+        holds one vector at most, and the added one was merged with the old one only."""
+        targets = {
+            new.data_file[REFERENCED_DATA_FILE]
+            for new in self._added_deletes
+            if new.data_file.file_format == FileFormat.PUFFIN
+        }
+        if not targets:
+            return
+        for manifest in manifests:
+            if manifest.content != ManifestContent.DELETES:
+                continue
+            for entry in read_entries(self._io, manifest):
+                data_file = entry.data_file
+                if (
+                    entry.status != ManifestEntryStatus.DELETED
+                    and data_file.file_format == FileFormat.PUFFIN
+                    and data_file[REFERENCED_DATA_FILE] in targets
+                    and dv_key(data_file) not in self._removed_dvs
+                ):
+                    raise ValidationException(
+                        f"{data_file[REFERENCED_DATA_FILE]} got a deletion vector this commit does not replace"
+                    )
 
     def _filter(self, manifest: ManifestFile, wanted: Collection[Any], found: set[Any]) -> ManifestFile:
         """``manifest`` itself when it holds nothing to remove, else its rewrite (package docstring)."""
@@ -230,8 +259,13 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
             collector.add_file(data_file, schema, specs[self._output_spec_id])
         for data_file in self._removed.values():
             collector.remove_file(data_file, schema, specs[data_file.spec_id])
+        added_vectors = 0
         for new in self._added_deletes:
-            collector.add_file(new.data_file, schema, specs[new.data_file.spec_id])
+            added = new.data_file
+            if added.file_format == FileFormat.PUFFIN:
+                added_vectors += 1
+                added = _dv_for_summary(added)
+            collector.add_file(added, schema, specs[added.spec_id])
         vectors = 0
         for removed in self._removed_delete_files:
             if removed.file_format == FileFormat.PUFFIN:
@@ -241,6 +275,8 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
         properties = collector.build()
         if vectors:
             properties["removed-dvs"] = str(vectors)
+        if added_vectors:
+            properties["added-dvs"] = str(added_vectors)
         parent = metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id else None
         # pyiceberg computes totals for append/overwrite/delete only; a replace's are the same sums
         totals = update_snapshot_summaries(
@@ -319,8 +355,9 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
 def _check_delete_files(metadata: Any, removed: Sequence[DataFile], added: Sequence[NewDeleteFile]) -> None:
     """``ValueError`` for delete files this producer cannot move: any in a v1 table, a deletion
     vector among ``removed_deletes`` (``removed_dvs`` names those), a data file, an added file
-    without its spec id or with a data sequence number beyond the table's next one, or an added
-    position delete file in a v3 table (the spec forbids new ones there: vectors replace them)."""
+    without its spec id or with a data sequence number beyond the table's next one, an added
+    position delete file in a v3 table (the spec forbids new ones there: vectors replace them), or
+    an added deletion vector outside a v3 table or without ``referenced_data_file``."""
     if not removed and not added:
         return
     if metadata.format_version < 2:
@@ -335,7 +372,18 @@ def _check_delete_files(metadata: Any, removed: Sequence[DataFile], added: Seque
             raise ValueError(f"{data_file.file_path} is not a delete file with a partition spec id")
         if sequence is not None and not 0 <= sequence < next_sequence:
             raise ValueError(f"data sequence number {sequence} is not one of an earlier snapshot")
-        if metadata.format_version >= 3 and data_file.content == DataFileContent.POSITION_DELETES:
+        vector = data_file.file_format == FileFormat.PUFFIN
+        if vector and (
+            metadata.format_version < 3
+            or len(data_file) <= REFERENCED_DATA_FILE
+            or data_file[REFERENCED_DATA_FILE] is None
+        ):
+            raise ValueError(f"{data_file.file_path}: a deletion vector needs a v3 table and its data file")
+        if (
+            metadata.format_version >= 3
+            and data_file.content == DataFileContent.POSITION_DELETES
+            and not vector
+        ):
             raise ValueError("position delete files must not be added to a v3 table (spec: deletion vectors)")
 
 

@@ -34,9 +34,15 @@ from the new head, and the run fails cleanly if that conflicts too; a commit the
 (another writer got in first) is validated and tried again at the new head. New files are written
 like the data rewrite's (``outputs``: staged and renamed beside the files they replace on a local
 disk, unique names in place on an object store) and deleted again if the commit does not land.
-Position delete files must not be added to v3 tables (the spec's deletion vectors replace them),
-so the two writing actions refuse v3 tables; ``remove-dangling-deletes`` handles v2 and v3. Tables
+Position delete files must not be added to v3 tables (the spec's deletion vectors replace them):
+on a v3 table the two writing actions write deletion vectors instead (``vectors``: one per data
+file, in one Puffin file; ``convert-equality-deletes`` merges the vector a data file had,
+``rewrite-position-deletes`` turns the position delete files a v2 past left into vectors, where
+no vector shadows them); ``remove-dangling-deletes`` handles v2 and v3. Tables
 registered by location without a catalog are refused (no atomic commit).
+
+``validate`` and ``preview`` (``preview``) answer at submission what the run would refuse and what
+it would do, without writing anything.
 
 Properties (defaults): ``interval`` 3600 s and ``parallelism`` 1 (each action is evaluated on its
 own, only after a new snapshot); ``min-delete-files`` 2. Run-now parameters: ``dry-run`` (plan
@@ -64,6 +70,7 @@ from processes.factories.iceberg_deletes.state import (
     find_dangling,
     read_state,
 )
+from processes.factories.iceberg_deletes.vectors import plan_vectors
 from processes.factories.iceberg_deletes.writing import (
     DeleteFileWriter,
     StagedDeleteFile,
@@ -78,6 +85,7 @@ from processes.plugin import (
     CONVERT_EQUALITY_DELETES,
     REMOVE_DANGLING_DELETES,
     REWRITE_POSITION_DELETES,
+    Preview,
     ProcessContext,
     ProcessFactory,
     ProcessRecord,
@@ -109,6 +117,8 @@ class DeleteFilesProcess(TableProcess):
 
     action_name: ClassVar[str]
     writes_files: ClassVar[bool] = True
+    #: Whether the action writes deletion vectors instead of position delete files on v3 tables.
+    writes_vectors: ClassVar[bool] = False
 
     def __init__(self, params: dict[str, Any], config: dict[str, Any]) -> None:
         super().__init__(self.action_name, params)
@@ -136,7 +146,7 @@ class DeleteFilesProcess(TableProcess):
         simulate a concurrent writer)."""
 
     def check_table(self, table: Any) -> None:
-        if self.writes_files and table.metadata.format_version >= 3:
+        if self.writes_files and not self.writes_vectors and table.metadata.format_version >= 3:
             raise ValueError(
                 f"{self.action_name} writes position delete files, which must not be added to a v3 table"
                 " (the spec's deletion vectors replace them); this table is not changed"
@@ -250,6 +260,7 @@ class RemoveDanglingDeletes(DeleteFilesProcess):
 
 class RewritePositionDeletes(DeleteFilesProcess):
     action_name = REWRITE_POSITION_DELETES
+    writes_vectors = True
 
     def plan(self, table: Any, snapshot: Any) -> DeletePlan:
         state = read_state(table, snapshot)
@@ -272,7 +283,7 @@ class RewritePositionDeletes(DeleteFilesProcess):
             context.report_progress(
                 1, 3, f"rewriting the position deletes of partition {done + 1}/{len(plan.work)}"
             )
-            result = rewrite_group(table.io, group, writer)
+            result = rewrite_group(table.io, group, writer, vectors=table.metadata.format_version >= 3)
             entries_in += result.entries_in
             entries_out += result.entries_out
             if result.staged is not None:
@@ -292,10 +303,13 @@ class RewritePositionDeletes(DeleteFilesProcess):
 
 class ConvertEqualityDeletes(DeleteFilesProcess):
     action_name = CONVERT_EQUALITY_DELETES
+    writes_vectors = True
 
     def plan(self, table: Any, snapshot: Any) -> DeletePlan:
         state = read_state(table, snapshot, equality_targets=True)
         removed = state.of_kind(EQUALITY)
+        if removed and table.metadata.format_version >= 3:
+            removed += plan_vectors(state)  # merged into the new vectors (``vectors``)
         summary = {"data_files_to_read": len(state.equality_targets)}
         return DeletePlan(state.snapshot_id, removed, [state], summary)
 
@@ -375,9 +389,21 @@ class IcebergDeletesFactory(ProcessFactory):
         if snapshot is None or not _has_delete_files(snapshot):
             return None
         process = PROCESSES[action]({}, runtime.config)
-        if process.writes_files and table.metadata.format_version >= 3:
+        if process.writes_files and not process.writes_vectors and table.metadata.format_version >= 3:
             return None
         return process if process.due(table, snapshot) else None
 
     def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
         return PROCESSES[record.action](dict(record.params), runtime.config)
+
+    def validate(self, runtime: Any, action: str, params: dict[str, Any]) -> None:
+        from processes.factories.iceberg_deletes.preview import delete_validate
+
+        delete_validate(PROCESSES[action], runtime, params)
+
+    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview:
+        """Delete files in, delete files expected out, from a plan made as the run makes it;
+        nothing is written (``preview``)."""
+        from processes.factories.iceberg_deletes.preview import delete_preview
+
+        return delete_preview(PROCESSES[action], runtime, params)

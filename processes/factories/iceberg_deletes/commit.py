@@ -9,8 +9,13 @@ from typing import Any
 
 from processes.factories.compaction import RewriteConflict
 from processes.factories.iceberg_commit import NewDeleteFile, RewriteFiles, v3_metadata_writes
+from processes.factories.iceberg_commit.validation import (
+    COMMIT_ATTEMPTS,
+    delete_refused_metadata,
+    landed,
+    snapshot_ids,
+)
 from processes.factories.iceberg_deletes.state import VECTOR, LiveDelete, validate_at_head
-from processes.factories.iceberg_rewrite import COMMIT_ATTEMPTS, _delete_refused_metadata, _landed
 from processes.factories.outputs import RewriteOutputs
 
 logger = logging.getLogger(__name__)
@@ -32,7 +37,7 @@ def commit_deletes(
     from pyiceberg.exceptions import CommitFailedException, ValidationException
 
     table.refresh()
-    head_before = table.metadata.current_snapshot().snapshot_id
+    known = snapshot_ids(table)
     properties = {"lakewarden.process-id": str(process_id), "lakewarden.operation": operation}
     state: dict[str, Any] = {}
     for commit in range(1, COMMIT_ATTEMPTS + 1):
@@ -43,12 +48,12 @@ def commit_deletes(
             _commit_once(table, removed, added, properties, state)
             return table.metadata.current_snapshot().snapshot_id, commit
         except (CommitFailedException, ValidationException) as error:
-            if _landed(table, head_before, process_id):
+            if landed(table, known, process_id):
                 _keep(outputs)
                 return table.metadata.current_snapshot().snapshot_id, commit
             if "producer" in state:
                 state["producer"]._clean_all_uncommitted()
-            _delete_refused_metadata(table.io, state.get("transaction"))
+            delete_refused_metadata(table.io, state.get("transaction"))
             if commit == COMMIT_ATTEMPTS:
                 raise RewriteConflict(f"the catalog refused the commit {commit} times: {error}") from error
             logger.info(
@@ -61,7 +66,7 @@ def commit_deletes(
         except RewriteConflict:
             raise
         except BaseException:
-            if _landed(table, head_before, process_id):
+            if landed(table, known, process_id):
                 _keep(outputs)
             raise
     raise AssertionError("unreachable")

@@ -75,6 +75,11 @@ class StagedDeleteFile:
     metrics: dict[str, Any]
     data_sequence_number: int
 
+    def delete_files(self, path: str) -> list[NewDeleteFile]:
+        """The delete files to commit once the file is published at ``path``."""
+        data_file = position_delete_file(path, self.size, self.metrics, self.partition, self.spec_id)
+        return [NewDeleteFile(data_file, self.data_sequence_number)]
+
 
 class DeleteFileWriter:
     """Writes the position delete files of one attempt through its ``outputs``; ``publish`` moves
@@ -105,13 +110,26 @@ class DeleteFileWriter:
             uri(out, fs_path), size, beside, partition, spec_id, position_metrics(rows), data_sequence_number
         )
 
-    def publish(self, staged: list[StagedDeleteFile]) -> list[NewDeleteFile]:
-        """Move the staged files into the table; the delete files to commit."""
+    def write_bytes(self, content: bytes, *, beside: str, suffix: str) -> tuple[str, int]:
+        """A file of ``content`` (a Puffin file of deletion vectors), to be published in the
+        folder of ``beside``: (location, size)."""
+        self.written += 1
+        out, prefix = self.outputs.target(_Target(self.written, [beside]))
+        fs, root = filesystem(out, self.outputs.storage)
+        if is_local(out):
+            os.makedirs(root, exist_ok=True)
+        fs_path = f"{root}/{prefix}deletes-{self.written:05d}{suffix}"
+        with fs.open_output_stream(fs_path) as stream:
+            stream.write(content)
+        self.bytes_written += len(content)
+        return uri(out, fs_path), len(content)
+
+    def publish(self, staged: list[Any]) -> list[NewDeleteFile]:
+        """Move the staged files (``StagedDeleteFile``, ``vectors.StagedVectors``) into the table;
+        the delete files to commit."""
         published = []
         for file in staged:
-            path = self.outputs.publish(file.location, file.beside)
-            data_file = position_delete_file(path, file.size, file.metrics, file.partition, file.spec_id)
-            published.append(NewDeleteFile(data_file, file.data_sequence_number))
+            published += file.delete_files(self.outputs.publish(file.location, file.beside))
         return published
 
 
@@ -186,18 +204,22 @@ def position_groups(state: DeleteState, min_files: int) -> list[PositionGroup]:
 
 @dataclass
 class GroupResult:
-    staged: StagedDeleteFile | None
+    staged: Any  # StagedDeleteFile, vectors.StagedVectors or None
     entries_in: int
     entries_out: int
 
 
-def rewrite_group(io: Any, group: PositionGroup, writer: DeleteFileWriter) -> GroupResult:
+def rewrite_group(
+    io: Any, group: PositionGroup, writer: DeleteFileWriter, *, vectors: bool = False
+) -> GroupResult:
     """One file of the group's entries that still delete a row: an entry of a delete file naming
     a data file the index applies that file to (a live data file of its partition, of a data
     sequence number at most the delete's, without a deletion vector), once, sorted. Its data
     sequence number is the greatest of the group's files (Java's ``RewritePositionDeletesGroup.
     maxRewrittenDataSequenceNumber``): every kept entry names a data file of a sequence number at
-    most its own file's, so the new file applies to exactly the data files its entries name."""
+    most its own file's, so the new file applies to exactly the data files its entries name.
+    With ``vectors`` (a v3 table) the entries become one deletion vector per data file instead,
+    in one Puffin file (the data files named have no vector: it would shadow the entries)."""
     parts, entries_in = [], 0
     for live in group.deletes:
         rows = read_positions(io, live)
@@ -209,6 +231,14 @@ def rewrite_group(io: Any, group: PositionGroup, writer: DeleteFileWriter) -> Gr
     if not rows.num_rows:
         return GroupResult(None, entries_in, 0)
     first = group.deletes[0].data_file
+    if vectors:
+        from processes.factories.iceberg_deletes.vectors import write_vectors
+
+        paths = rows["file_path"].to_numpy(zero_copy_only=False)
+        positions = rows["pos"].to_numpy()
+        found = {path: positions[paths == path] for path in dict.fromkeys(paths.tolist())}
+        homes = {path: (first.partition, first.spec_id) for path in found}
+        return GroupResult(write_vectors(io, {}, homes, found, writer)[0], entries_in, rows.num_rows)
     staged = writer.write(
         rows,
         beside=first.file_path,
@@ -257,7 +287,7 @@ def deleted_positions(io: Any, schema: pa.Schema, target: FileSlice) -> np.ndarr
 
 @dataclass
 class Conversion:
-    staged: list[StagedDeleteFile]
+    staged: list[Any]  # StagedDeleteFile, or vectors.StagedVectors
     data_files_read: int
     positions: int
 
@@ -272,14 +302,15 @@ def convert_equality(
     """Position delete files deleting exactly the rows the snapshot's equality deletes delete:
     per (spec, partition) of the data files they apply to, one file naming each deleted row, of
     the greatest data sequence number of the equality deletes behind it (each named data file's
-    is smaller than those deletes', so the file applies to exactly the rows it names)."""
+    is smaller than those deletes', so the file applies to exactly the rows it names). A v3 table
+    gets deletion vectors instead (``vectors.write_vectors``: one per data file, merged with the
+    vector the file had)."""
     targets = state.equality_targets
     data_files = live_data_files(
         table.io, table.metadata.snapshot_by_id(state.snapshot_id), {t.base_file.path for t in targets}
     )
-    parts: dict[tuple[int, str], list[pa.Table]] = defaultdict(list)
+    found: dict[str, np.ndarray] = {}
     sequences: dict[tuple[int, str], int] = {}
-    homes: dict[tuple[int, str], DataFile] = {}
     for done, target in enumerate(targets):
         progress(done, len(targets))
         path = target.base_file.path
@@ -287,13 +318,24 @@ def convert_equality(
         scope = (data_file.spec_id, encode_partition(data_file.partition))
         sequence = max(state.for_spec_file(d).sequence for d in target.delete_files)
         sequences[scope] = max(sequences.get(scope, 0), sequence)
-        positions = deleted_positions(table.io, schema, target)
+        found[path] = deleted_positions(table.io, schema, target)
+    if table.metadata.format_version >= 3:
+        from processes.factories.iceberg_deletes.vectors import replaced_vectors, write_vectors
+
+        homes = {path: (data_file.partition, data_file.spec_id) for path, data_file in data_files.items()}
+        staged = write_vectors(table.io, replaced_vectors(state), homes, found, writer)
+        return Conversion(staged, len(targets), sum(int(p.size) for p in found.values()))
+    parts: dict[tuple[int, str], list[pa.Table]] = defaultdict(list)
+    homes: dict[tuple[int, str], DataFile] = {}
+    for path, positions in found.items():
         if positions.size:
+            data_file = data_files[path]
+            scope = (data_file.spec_id, encode_partition(data_file.partition))
             parts[scope].append(
                 pa.table({"file_path": pa.array([path] * positions.size, pa.string()), "pos": positions})
             )
             homes.setdefault(scope, data_file)
-    added = []
+    added: list[Any] = []
     total = 0
     for scope in sorted(parts):
         rows = unique_sorted(parts[scope])
