@@ -132,6 +132,17 @@ def warehouse(tmp_path, settings) -> Path:
     return root
 
 
+FAST_PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def fast_passwords(settings):
+    """A fast password hasher for the test (the default takes about half a second a password on a
+    loaded 2-core machine, and hundreds of tests make users). Only for passwords checked in this
+    process: a served child process (gunicorn, workers) knows only the default hashers."""
+    settings.PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
+
+
 def _user_with_role(django_user_model, role: str):
     from django.contrib.auth.models import Group
 
@@ -142,17 +153,17 @@ def _user_with_role(django_user_model, role: str):
 
 
 @pytest.fixture
-def viewer(db, django_user_model):
+def viewer(db, django_user_model, fast_passwords):
     return _user_with_role(django_user_model, "viewer")
 
 
 @pytest.fixture
-def operator(db, django_user_model):
+def operator(db, django_user_model, fast_passwords):
     return _user_with_role(django_user_model, "operator")
 
 
 @pytest.fixture
-def admin_user(db, django_user_model):
+def admin_user(db, django_user_model, fast_passwords):
     return _user_with_role(django_user_model, "admin")
 
 

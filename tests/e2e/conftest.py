@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -36,6 +37,7 @@ class CeleryProcesses:
         self.app = app
         self.tmp_path = tmp_path
         self.children: list[tuple[str, subprocess.Popen, Path]] = []
+        self.nodes: list[str] = []  # the workers' node names
         self.env = {
             **os.environ,
             "DATABASE_URL": _database_url(connection.settings_dict),
@@ -81,11 +83,16 @@ class CeleryProcesses:
             "--queues",
             queue_names[queues],
             "--hostname",
-            f"{name}-{self.queue}@%h",
+            self._node_name(name),
             "--without-gossip",
             "--without-mingle",
         ]
         return self._spawn(f"worker {name}", command, log, extra_env)
+
+    def _node_name(self, name: str) -> str:
+        node = f"{name}-{self.queue}@{socket.gethostname()}"  # what %h gives
+        self.nodes.append(node)
+        return node
 
     def start_beat(self, *, extra_env: dict | None = None) -> subprocess.Popen:
         log = self.tmp_path / "beat.log"
@@ -124,9 +131,9 @@ class CeleryProcesses:
     def wait_for_workers(self, count: int = 1, timeout: float = 60) -> list[str]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            names = [
-                n for reply in (self.app.control.ping(timeout=1) or []) for n in reply if self.queue in n
-            ]
+            # Asked by name, the ping returns once that many answer instead of after its timeout.
+            replies = self.app.control.ping(destination=self.nodes, limit=count, timeout=1) or []
+            names = [n for reply in replies for n in reply if self.queue in n]
             if len(names) >= count:
                 return names
             for label, child, log in self.children:
@@ -141,15 +148,16 @@ class CeleryProcesses:
         return "\n".join(f"--- {label} ---\n{log.read_text()[-3000:]}" for label, _, log in self.children)
 
     def stop(self) -> None:
-        for _, child, _ in self.children:
-            if child.poll() is None:
-                child.terminate()
+        """kill -9 of every child's process group (pool, Spark JVM and its Python workers): a warm
+        shutdown took seconds a worker (and minutes a task stuck in a failpoint), and nothing after
+        a test depends on it. Their queues are the test's own; what they held dies with them."""
         for _, child, _ in self.children:
             try:
-                child.wait(timeout=20)
-            except subprocess.TimeoutExpired:
                 os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
+            except ProcessLookupError:
+                pass
+        for _, child, _ in self.children:
+            child.wait()
         self.app.conf.task_default_queue = self._previous_queue
 
 

@@ -95,13 +95,13 @@ class Daemon:
         return self.log.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        if self.child.poll() is None:
-            os.killpg(self.child.pid, signal.SIGTERM)
-            try:
-                self.child.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.child.pid, signal.SIGKILL)
-                self.child.wait()
+        """kill -9 of the daemon's process group (with the executors it started): no test looks at
+        how a daemon stops, and a graceful stop took seconds."""
+        try:
+            os.killpg(self.child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.child.wait()
         self._handle.close()
 
 

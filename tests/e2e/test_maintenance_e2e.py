@@ -51,32 +51,65 @@ def test_a_table_of_two_hundred_small_files_is_compacted_by_the_trigger_alone(ce
     assert not staging.exists() or not any(staging.iterdir())
 
 
-@pytest.mark.parametrize("step", ["after-write", "before-commit"])
-def test_a_worker_killed_mid_rewrite_leaves_the_table_as_it_was_and_the_retry_succeeds(
-    celery_processes, make_iceberg, step
+def test_workers_killed_mid_rewrite_and_before_the_commit_leave_the_table_as_it_was_and_a_retry_succeeds(
+    celery_processes, make_iceberg
 ):
+    """Two heavy workers die in turn on one table: the first after writing its files, the second,
+    running the automatic retry, just before the commit. Each time the table stays as it was and
+    the staging is removed; the next automatic retry succeeds on a third worker. (One table, light
+    worker and beat for both kills.)"""
     table, iceberg = make_iceberg(files=40, rows_per_file=5, partitioned=False)
     snapshot_before = iceberg.current_snapshot().snapshot_id
     rows_before = multiset(iceberg_rows(iceberg))
     only_factory("iceberg-rewrite", interval=3600)
     celery_processes.start_worker(name="light", queues="light", concurrency=1)
-    doomed = celery_processes.start_worker(
-        name="doomed", queues="heavy", concurrency=1, extra_env={"LAKEWARDEN_FAILPOINTS": f"{step}=hang:600"}
+    process = None
+    for step in ("after-write", "before-commit"):
+        doomed = celery_processes.start_worker(
+            name=f"doomed-{step}",
+            queues="heavy",
+            concurrency=1,
+            extra_env={"LAKEWARDEN_FAILPOINTS": f"{step}=hang:600"},
+        )
+        if process is None:
+            celery_processes.start_beat()
+            celery_processes.wait_for_workers(count=2)
+            process = wait_for(
+                lambda: Process.objects.filter(table=table, action="rewrite").first(),
+                message="the scheduler to trigger the rewrite",
+            )
+        failed = _kill_the_worker_at(step, doomed, process, celery_processes)
+        iceberg.refresh()
+        assert iceberg.current_snapshot().snapshot_id == snapshot_before
+        assert multiset(iceberg_rows(iceberg)) == rows_before
+        process = wait_for(
+            lambda f=failed: Process.objects.filter(retry_of=f).first(), message="an automatic retry"
+        )
+
+    celery_processes.start_worker(name="rescuer", queues="heavy", concurrency=1)
+    finished = wait_for(
+        lambda: (p := process_status(process.pk)).status in ("SUCCESS", "FAILED") and p,
+        timeout=180,
+        message="the retry to finish\n" + celery_processes.logs(),
     )
-    celery_processes.start_beat()
-    celery_processes.wait_for_workers(count=2)
+    assert finished.status == ProcessStatus.SUCCESS, finished.failure
+    assert finished.attempt == 3
+    assert multiset(iceberg_rows(iceberg)) == rows_before
+    assert len(iceberg_files(iceberg)) == 1
+
+
+def _kill_the_worker_at(step: str, doomed, process, celery_processes):
+    """Waits until ``process`` (run by ``doomed``, held by the failpoint) has staged its files (and
+    reached the commit step, for before-commit), kills the worker; returns the failed row once the
+    reaper failed it and removed its staging."""
     from processes.services import staging_dir
 
-    process = wait_for(
-        lambda: Process.objects.filter(table=table, action="rewrite").first(),
-        message="the scheduler to trigger the rewrite",
-    )
     staged = staging_dir(process)
     # Staged files exist once the groups are written; the failpoint then holds the worker there.
     wait_for(
         lambda: staged.exists() and any(staged.rglob("*.parquet")),
         timeout=120,
-        message="the rewrite to stage its files\n" + celery_processes.logs(),
+        message=f"the rewrite to stage its files ({step})\n" + celery_processes.logs(),
     )
     if step == "before-commit":
         wait_for(
@@ -87,7 +120,7 @@ def test_a_worker_killed_mid_rewrite_leaves_the_table_as_it_was_and_the_retry_su
     failed = wait_for(
         lambda: (p := process_status(process.pk)).status == ProcessStatus.FAILED and p,
         timeout=10,
-        message="the lost worker's process to be failed\n" + celery_processes.logs(),
+        message=f"the lost worker's process to be failed ({step})\n" + celery_processes.logs(),
     )
 
     assert "worker lost" in failed.failure
@@ -95,20 +128,7 @@ def test_a_worker_killed_mid_rewrite_leaves_the_table_as_it_was_and_the_retry_su
     # The reaper cleans before it fails the row and again after; the test waits for the condition
     # rather than assuming the order of the reaper's steps.
     wait_for(lambda: not staged.exists(), timeout=30, message="the lost worker's staging to be removed")
-    iceberg.refresh()
-    assert iceberg.current_snapshot().snapshot_id == snapshot_before
-    assert multiset(iceberg_rows(iceberg)) == rows_before
-
-    celery_processes.start_worker(name="rescuer", queues="heavy", concurrency=1)
-    retry = wait_for(lambda: Process.objects.filter(retry_of=failed).first(), message="an automatic retry")
-    finished = wait_for(
-        lambda: (p := process_status(retry.pk)).status in ("SUCCESS", "FAILED") and p,
-        timeout=180,
-        message="the retry to finish\n" + celery_processes.logs(),
-    )
-    assert finished.status == ProcessStatus.SUCCESS, finished.failure
-    assert multiset(iceberg_rows(iceberg)) == rows_before
-    assert len(iceberg_files(iceberg)) == 1
+    return failed
 
 
 def test_two_maintenance_processes_on_one_delta_table_never_overlap(celery_processes, make_delta):

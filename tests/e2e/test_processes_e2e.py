@@ -10,7 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from processes import services
-from processes.models import PluginConfig, Process, ProcessStatus, ProcessTrigger
+from processes.models import PluginConfig, Process, ProcessStatus, ProcessTrigger, ServiceHeartbeat
 from processes.registry import configured_factories
 from storage import services as console_services
 from tests.console.tables import write_delta_table
@@ -67,9 +67,13 @@ def test_beat_triggers_the_third_party_factory_and_a_worker_runs_it_until_disabl
     )
     count = Process.objects.count()
 
-    import time
+    ticks: set = set()  # the beat's scheduler stamps each tick
 
-    time.sleep(4)  # several scheduler ticks
+    def three_more_ticks() -> bool:
+        ticks.update(ServiceHeartbeat.objects.filter(name="beat").values_list("last_seen", flat=True))
+        return len(ticks) > 3
+
+    wait_for(three_more_ticks, timeout=60, message="three more scheduler ticks")
     assert Process.objects.count() == count
 
 
@@ -107,6 +111,8 @@ def test_a_worker_killed_mid_run_is_noticed_within_two_heartbeats_and_the_retry_
     # Beat after the process exists: its scheduler would otherwise trigger a touch of its own on
     # this never-maintained table first. Beat runs the reaper.
     celery_processes.start_beat()
+    # The reaper must be running before the kill, or the loss is noticed only once the beat is up.
+    wait_for(lambda: ServiceHeartbeat.objects.filter(name="beat").exists(), message="the beat's first tick")
     wait_for(lambda: _process(process.pk).progress_done > 2, message="the process to make progress")
     staging = services.staging_dir(process)
     assert staging.exists()
@@ -172,7 +178,9 @@ def test_a_delayed_task_held_by_a_killed_worker_runs_within_two_ticks_of_its_due
     )
     doomed = celery_processes.start_worker(name="doomed", queues="heavy", concurrency=1)
     celery_processes.wait_for_workers(count=2)
-    due = timezone.now() + dt.timedelta(seconds=40)
+    # Due well after the kill below (the doomed worker holds the task within seconds of its send),
+    # and late enough that the rescuer is up by then.
+    due = timezone.now() + dt.timedelta(seconds=20)
     process = services.process_create(table=table, action="touch", params={"seconds": 0.2}, not_before=due)
     celery_processes.start_beat()  # after the process: the scheduler would trigger one of its own
     task_id = wait_for(lambda: _process(process.pk).celery_task_id, message="the task to be sent")
@@ -186,6 +194,7 @@ def test_a_delayed_task_held_by_a_killed_worker_runs_within_two_ticks_of_its_due
     )
 
     celery_processes.kill_hard(doomed)
+    assert timezone.now() < due, "the doomed worker was killed only after the task's due time"
     celery_processes.start_worker(name="rescuer", queues="heavy", concurrency=1)
     finished = wait_for(
         lambda: (p := _process(process.pk)).status in ("SUCCESS", "FAILED") and p,
