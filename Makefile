@@ -17,8 +17,10 @@ demo: setup
 	$(PY) manage.py lakewarden_demo
 	$(PY) manage.py lakewarden_serve
 
+# Request-latency samples (prometheus-client's multiprocess files) of test processes go to a
+# throwaway folder, not var/prometheus.
 test: setup-test
-	$(PY) -m pytest $(PYTEST_ARGS)
+	PROMETHEUS_MULTIPROC_DIR=$$(mktemp -d) $(PY) -m pytest $(PYTEST_ARGS)
 
 setup:
 	scripts/setup.sh

@@ -6,6 +6,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
+from django.utils.html import format_html
 
 from console.admin_site import RoleModelAdmin
 from processes.models import PluginConfig, Process, TableState
@@ -139,6 +140,14 @@ class PluginConfigAdmin(RoleModelAdmin):
     list_display = ["name", "enabled", "priority", "supported", "updated_at"]
     list_editable = ["priority"]
     actions = ["disable_plugins"]
+    readonly_fields = ["properties_schema"]
+
+    @admin.display(description="properties: JSON Schema (defaults, descriptions)")
+    def properties_schema(self, config: PluginConfig) -> str:
+        cls = factory_classes().get(config.name)
+        if cls is None:
+            return "not installed"
+        return format_html("<pre>{}</pre>", json.dumps(cls.properties_schema, indent=2, sort_keys=True))
 
     @admin.display(description="formats → actions")
     def supported(self, config: PluginConfig) -> str:
@@ -172,3 +181,7 @@ class ProcessAdmin(RoleModelAdmin):
 class TableStateAdmin(RoleModelAdmin):
     list_display = ["table", "key", "value", "updated_at"]
     search_fields = ["key", "table__name"]
+
+
+# Alerts (issue 16): channels (with a "send test" action), rules, episodes, deliveries.
+from console import alerts_admin  # noqa: E402,F401

@@ -1,5 +1,6 @@
-"""The demo lakehouse: Iceberg tables in a SQL catalog kept in Lakewarden's Postgres database and
-Delta tables written by deltalake, built from many small commits so maintenance has work to do.
+"""The demo lakehouse: Iceberg tables in a SQL catalog kept in Lakewarden's Postgres database,
+Delta tables written by deltalake and, when the plugins in ``plugins/`` are installed, a Lance
+dataset and a Paimon primary-key table, built from many small commits so maintenance has work to do.
 
 ``demo_lakehouse_build`` puts it in the local warehouse; ``demo_lakehouse_build_s3`` on an object
 store (SeaweedFS under ``var/`` for ``LAKEWARDEN_DEMO_STORAGE=s3``): the same tables, the Iceberg
@@ -246,7 +247,40 @@ def demo_lakehouse_build(
     )
     built = _build_iceberg(iceberg_catalog(iceberg), scale, report)
     built += _build_delta(str(delta_root), scale, report)
-    return {"built": built, **_sync(iceberg, paths)}
+    return {"built": built, **_sync(iceberg, paths, *_build_plugin_formats(warehouse, scale, report))}
+
+
+def _build_plugin_formats(warehouse: Path, scale: int, report: Callable[[str], None]) -> list[Catalog]:
+    """The formats of the plugins shipped in ``plugins/``, when installed: each in its own folder
+    of the warehouse, found by a path-root catalog's sync like the Delta tables."""
+    catalogs = []
+    try:
+        from lakewarden_lance.demo import build_demo_dataset
+    except ImportError:
+        report("lance: the lakewarden-lance plugin is not installed; no Lance demo dataset")
+    else:
+        lance_root = warehouse / "lance"
+        lance_root.mkdir(exist_ok=True)
+        if build_demo_dataset(str(lance_root / "clickstream"), appends=max(scale // 3, 4)):
+            report(f"lance clickstream: {max(scale // 3, 4)} small appends, an index, a tag and a delete")
+        catalogs.append(_path_root("warehouse-lance", lance_root))
+    try:
+        from lakewarden_paimon.demo import build_demo_paimon_table
+    except ImportError:
+        report("paimon: the lakewarden-paimon plugin is not installed; no Paimon demo table")
+    else:
+        paimon_root = warehouse / "paimon"
+        paimon_root.mkdir(exist_ok=True)
+        location = build_demo_paimon_table(str(paimon_root))
+        report(f"paimon paimon_orders: a primary-key table with five snapshots at {location}")
+        catalogs.append(_path_root("warehouse-paimon", paimon_root))
+    return catalogs
+
+
+def _path_root(name: str, root: Path) -> Catalog:
+    return Catalog.objects.filter(name=name).first() or services.catalog_create(
+        name=name, kind=CatalogKind.PATH_ROOT, properties={"root": str(root)}
+    )
 
 
 #: The object-store demo's catalog rows and result storage.

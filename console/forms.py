@@ -4,7 +4,8 @@ import json
 
 from django import forms
 
-from storage.models import FORMAT_CHOICES, CatalogKind
+from processes.models import QueryEngine
+from storage.models import CatalogKind, format_choices
 
 
 class TableRegisterForm(forms.Form):
@@ -13,7 +14,7 @@ class TableRegisterForm(forms.Form):
         help_text="Absolute path of the table folder, or its object-store URI (s3://bucket/prefix)",
     )
     format = forms.ChoiceField(
-        choices=[("", "detect")] + FORMAT_CHOICES, required=False, help_text="Leave on detect"
+        choices=lambda: [("", "detect"), *format_choices()], required=False, help_text="Leave on detect"
     )
 
 
@@ -105,3 +106,4 @@ class QueryForm(forms.Form):
     )
     cache = forms.BooleanField(required=False, initial=True)
     storage = forms.CharField(required=False)
+    engine = forms.ChoiceField(choices=QueryEngine.choices, required=False, initial=QueryEngine.AUTO)

@@ -8,8 +8,9 @@ from django.shortcuts import render
 
 from console.roles import VIEWER, has_role
 
-# The API authenticates itself (session or token) and answers 401/403 as JSON.
-EXEMPT_PREFIXES = ("/healthz", "/accounts/login/", "/api/", "/static/", "/favicon.ico")
+# The API authenticates itself (session or token) and answers 401/403 as JSON; /metrics takes its
+# own bearer token or address allow-list (console/metrics/access.py).
+EXEMPT_PREFIXES = ("/healthz", "/metrics", "/accounts/login/", "/api/", "/static/", "/favicon.ico")
 
 
 class LoginRequiredMiddleware:

@@ -237,5 +237,14 @@ MIDDLEWARE = settings_security.with_security_middleware(MIDDLEWARE)
 CACHES = settings_security.cache_settings(CELERY_BROKER_URL)
 SPECTACULAR_SETTINGS = settings_security.with_role_protected_schema(SPECTACULAR_SETTINGS)
 LOGGING = settings_security.with_masked_secrets(LOGGING)
+# Alerts (issue 16): channel delivery settings and the evaluation tick (processes/alerts, console/alerts.py).
+from console.settings_alerts import *  # noqa: E402,F403
 from console.settings_audit import *  # noqa: E402,F403  (audit trail: its app and middleware, console/audit)
+from console.settings_observability import *  # noqa: E402,F403  (/metrics access, request-latency middleware)
 from console.settings_sso import *  # noqa: E402,F403  (OpenID Connect and LDAP sign-in; inert unless LAKEWARDEN_OIDC_*/LAKEWARDEN_LDAP_* set)
+
+CELERY_BEAT_SCHEDULE.update(ALERTS_BEAT_SCHEDULE)  # noqa: F405
+CELERY_IMPORTS = [*CELERY_IMPORTS, *ALERTS_CELERY_IMPORTS]  # noqa: F405
+
+# --- DuckDB query engine: engine=auto runs a query on DuckDB when it scans at most this many bytes ---
+LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES = env_int("LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES", 256 * 1024 * 1024, minimum=0)

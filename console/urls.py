@@ -35,7 +35,9 @@ console_patterns = [
     path("tables/<int:pk>/processes/run/", process_views.table_process_run, name="table-process-run"),
     # plan preview beside "Run now" (submission helper)
     path(
-        "tables/<int:pk>/processes/preview/", process_views.table_process_preview, name="table-process-preview"
+        "tables/<int:pk>/processes/preview/",
+        process_views.table_process_preview,
+        name="table-process-preview",
     ),
     path("processes/", process_views.process_list, name="process-list"),
     path("processes/<int:pk>/", process_views.process_detail, name="process-detail"),
@@ -86,9 +88,21 @@ handler403 = "console.errorpages.permission_denied"
 handler404 = "console.errorpages.not_found"
 handler500 = "console.errorpages.server_error"
 
+# Prometheus metrics (token or allow-list, see console/metrics/access.py)
+from console.metrics.views import metrics as metrics_view  # noqa: E402
+
+urlpatterns += [path("metrics", metrics_view, name="metrics")]
 
 # Audit trail (issue 16, console/audit): the page, for operators and admins. (``+=`` extends the
 # list the "console" namespace already includes.)
 from console.views import audit as audit_views  # noqa: E402
 
 console_patterns += [path("audit/", audit_views.audit_list, name="audit")]
+
+# Alerts (issue 16): the page (channels, rules, episodes, deliveries) and its "send test" button, admins.
+from console.views import alerts as alert_views  # noqa: E402
+
+console_patterns += [
+    path("alerts/", alert_views.alerts_page, name="alerts"),
+    path("alerts/channels/<int:pk>/test/", alert_views.alert_channel_test, name="alert-channel-test"),
+]

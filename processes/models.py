@@ -195,6 +195,14 @@ class QueryStatus(models.TextChoices):
     CANCELED = "CANCELED"
 
 
+class QueryEngine(models.TextChoices):
+    """The engine a query asks for (``auto``: DuckDB below the scanned-bytes limit, else Spark)."""
+
+    AUTO = "auto", "Auto"
+    SPARK = "spark", "Spark"
+    DUCKDB = "duckdb", "DuckDB"
+
+
 class Query(models.Model):
     sql = models.TextField()
     cache = models.BooleanField(default=True)
@@ -220,6 +228,9 @@ class Query(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    engine = models.CharField(max_length=10, choices=QueryEngine.choices, default=QueryEngine.SPARK)
+    engine_used = models.CharField(max_length=10, blank=True, help_text="The engine that ran it")
+    engine_reason = models.CharField(max_length=200, blank=True, help_text="Why that engine ran it")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -278,3 +289,6 @@ class ServiceHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} @ {self.last_seen}"
+
+
+from processes.alerts.models import AlertChannel, AlertDelivery, AlertEpisode, AlertRule  # noqa: E402,F401  alerts (issue 16)

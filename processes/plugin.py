@@ -253,6 +253,12 @@ class ProcessFactory(abc.ABC):
         without writing or deleting anything; None when the factory offers no preview."""
         return None
 
+    def declined_actions(self) -> dict[str, dict[str, str]]:
+        """``{format: {action: reason}}``: actions deliberately not offered for a format (e.g.
+        compaction of Paimon primary-key tables, which is the format's own writers' job). The
+        console shows them, with the reason, where it offers actions. Default: none."""
+        return {}
+
     def pairs(self) -> set[tuple[str, str]]:
         return {(fmt, action) for fmt, actions in self.supported_actions().items() for action in actions}
 

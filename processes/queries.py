@@ -14,9 +14,20 @@ from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
-from processes.models import Query, QueryStatus
+from processes.models import Query, QueryEngine, QueryStatus
+from processes.query_duckdb import (
+    DEFAULT_MAX_SCAN_BYTES,
+    DUCKDB,
+    ENGINES,
+    DuckDbRun,
+    ScanEstimate,
+    arrow_rows,
+    choose_engine,
+    duckdb_sql,
+    refuse_duckdb_statements,
+)
 from processes.spark.session import interrupt_jobs, spark_session, tag_jobs, untag_jobs
-from processes.sql_policy import SqlPolicyError, check_query
+from processes.sql_policy import SqlPolicyError, SqlUnparsable, check_query
 from processes.watch import Watch
 from storage.cache import (
     QueryPlan,
@@ -48,8 +59,12 @@ def query_submit(
     backend: StorageBackend | None = None,
     user=None,
     row_limit: int | None = None,
+    engine: str = QueryEngine.SPARK,
 ) -> Query:
-    """Validate now (bad SQL and unknown tables answer at once), run later on a worker."""
+    """Validate now (bad SQL and unknown tables answer at once), run later on a worker on
+    ``engine`` (spark, duckdb, or auto: DuckDB below ``LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES``)."""
+    if engine not in ENGINES:
+        raise InvalidInput(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}", field="engine")
     limit = row_limit or settings.LAKEWARDEN_QUERY_ROW_LIMIT
     if limit > settings.LAKEWARDEN_QUERY_ROW_LIMIT:
         raise InvalidInput(
@@ -65,6 +80,7 @@ def query_submit(
         backend=backend,
         fingerprint=plan.fingerprint,
         row_limit=limit,
+        engine=engine,
         user=user if getattr(user, "is_authenticated", False) else None,
     )
     query_id = query.pk
@@ -105,18 +121,39 @@ def query_run(*, query_id: int, spark=None) -> str:
         return "not claimed"
     query = Query.objects.select_related("backend").get(pk=query_id)
     started = time.perf_counter()
+    try:
+        _check_policy(query.sql)  # again on the worker: a row written by other means is checked too
+        plan = query_plan(query.sql)
+        limit = getattr(settings, "LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES", DEFAULT_MAX_SCAN_BYTES)
+        engine, reason, estimate = choose_engine(query.engine, plan, limit)
+    except Exception as error:
+        return _record_failure(query_id, error, started)
+    Query.objects.filter(pk=query_id).update(engine_used=engine, engine_reason=reason)
+    if engine == DUCKDB and estimate is not None:
+        return _run_on_duckdb(query, plan, estimate, started, spark)
+    return _run_on_spark(query, plan, started, spark)
+
+
+def _cancel_watch(query_id: int, interrupt) -> Watch:
+    """A started watch that calls ``interrupt`` every tick once the query's cancel is requested."""
+    watch = Watch(
+        name=f"query-cancel-{query_id}",
+        interval=CANCEL_POLL_SECONDS,
+        cancel_requested=lambda: Query.objects.filter(pk=query_id, cancel_requested=True).exists(),
+        interrupt=interrupt,
+    )
+    watch.start()
+    return watch
+
+
+def _run_on_spark(query: Query, plan: QueryPlan, started: float, spark) -> str:
+    query_id = query.pk
     spark = spark if spark is not None else spark_session()
     tag = f"lakewarden-query-{query.pk}"
     tag_jobs(spark, tag)
-    watch = Watch(
-        name=f"query-cancel-{query.pk}",
-        interval=CANCEL_POLL_SECONDS,
-        cancel_requested=lambda: Query.objects.filter(pk=query_id, cancel_requested=True).exists(),
-        interrupt=lambda: interrupt_jobs(spark, tag),
-    )
-    watch.start()
+    watch = _cancel_watch(query_id, lambda: interrupt_jobs(spark, tag))
     try:
-        return _run(spark, query, started)
+        return _run(spark, query, plan, started)
     except Exception as error:
         return _record_failure(query_id, error, started)
     finally:
@@ -127,12 +164,57 @@ def query_run(*, query_id: int, spark=None) -> str:
             logger.debug("could not untag the Spark jobs of query %s", query_id, exc_info=True)
 
 
-def _run(spark, query: Query, started: float) -> str:
-    _check_policy(query.sql)  # again on the worker: a row written by other means is checked too
-    plan = query_plan(query.sql)
+def _run(spark, query: Query, plan: QueryPlan, started: float) -> str:
     backend = (query.backend or storage_backend_default()) if query.cache else None
     frame, served, result = _result_frame(spark, plan, backend)
     rows, columns, total = _collect(frame, query.row_limit)
+    return _record_success(query, plan, (rows, columns, total), served, result, started)
+
+
+def _run_on_duckdb(query: Query, plan: QueryPlan, estimate: ScanEstimate, started: float, spark) -> str:
+    """The query on an in-process DuckDB fed from the planned splits; a cancel interrupts it."""
+    query_id = query.pk
+    run = DuckDbRun()
+    watch = _cancel_watch(query_id, run.interrupt)
+    try:
+        return _run_duckdb(run, query, plan, estimate, started, spark)
+    except Exception as error:
+        return _record_failure(query_id, error, started)
+    finally:
+        watch.stop()
+        run.close()
+
+
+def _run_duckdb(
+    run: DuckDbRun, query: Query, plan: QueryPlan, estimate: ScanEstimate, started: float, spark
+) -> str:
+    backend = (query.backend or storage_backend_default()) if query.cache else None
+    if backend is not None:
+        found = cached_result_find(plan=plan, backend=backend)
+        if found is not None:  # stored results are read as the Spark engine reads them
+            result, storage = found
+            frame = storage.read(spark if spark is not None else spark_session(), result.properties)
+            return _record_success(query, plan, _collect(frame, query.row_limit), True, result, started)
+    sql = duckdb_sql(plan)
+    run.register(plan, estimate, sql)
+    table, total = run.fetch(sql, query.row_limit, whole=backend is not None)
+    result = None
+    if backend is not None:
+        spark = spark if spark is not None else spark_session()
+        _frame, _served, result = _populate(spark, plan, backend, spark.createDataFrame(table))
+    rows = arrow_rows(table, query.row_limit)
+    return _record_success(query, plan, (rows, list(table.column_names), total), False, result, started)
+
+
+def _record_success(
+    query: Query,
+    plan: QueryPlan,
+    collected: tuple[list[list[Any]], list[str], int],
+    served: bool,
+    result: CachedResult | None,
+    started: float,
+) -> str:
+    rows, columns, total = collected
     Query.objects.filter(pk=query.pk).update(
         status=QueryStatus.SUCCESS,
         served_from_cache=served,
@@ -163,7 +245,11 @@ def _record_failure(query_id: int, error: Exception, started: float) -> str:
 def _check_policy(sql: str) -> None:
     """Only functions on the workbench's allow-list may run: no JVM reflection, no file access."""
     try:
-        check_query(sql)
+        try:
+            check_query(sql)
+        except SqlUnparsable:
+            refuse_duckdb_statements(sql)  # ATTACH, EXPORT...: name the statement, not the parse error
+            raise
     except SqlPolicyError as error:
         raise InvalidInput(str(error), field="sql") from None
 

@@ -1,16 +1,21 @@
 """The scheduler tick: which (table, action) pairs are due, within parallelism, one active each.
 
-Bounded queries whatever the number of tables: per (format, action) pair one query for candidate
-tables, one for active processes and one for evaluation times; factories are only asked about
-tables that are due.
+Bounded queries whatever the number of tables: one for active processes, one counting tables per
+format, then per (format, action) pair one query that picks the due tables in the database (from
+the evaluation times and seen snapshots kept as ``TableState`` rows); factories are only asked
+about tables that are due.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 from dataclasses import dataclass, field
 
+from django.core.cache import cache
+from django.db import connection
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from processes.models import ACTIVE_STATUSES, Process, ProcessStatus, ProcessTrigger, TableState
@@ -44,12 +49,18 @@ class TickReport:
     errors: dict[str, str] = field(default_factory=dict)
 
 
+#: "Not before a new snapshot": a wake time no tick reaches (a refresh blanks it).
+NEVER = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
+PAIRS_CACHE_KEY = "lakewarden:scheduler:pairs:v1"
+
+
 def schedule_tick(*, now: dt.datetime | None = None) -> TickReport:
     now = now or timezone.now()
     report = TickReport()
     pairs = coordinators()
     report.pairs = len(pairs)
-    snapshot = _Snapshot()
+    _wake_all_if_configuration_changed(pairs)
+    snapshot = _Snapshot(now)
     running_by_pair: dict[tuple[str, str], int] = {}
     for table_format, action in snapshot.active:
         running_by_pair[(table_format, action)] = running_by_pair.get((table_format, action), 0) + 1
@@ -59,61 +70,110 @@ def schedule_tick(*, now: dt.datetime | None = None) -> TickReport:
         due_ids = _due_table_ids(snapshot, table_format, action, strategy, now, report)
         if not due_ids:
             continue
-        if free <= 0:
-            report.skipped_busy += len(due_ids)
-            continue
-        evaluated: list[Table] = []
-        position = 0
-        # A factory that declines a table frees no slot: keep asking, a batch of rows at a time.
-        while free > 0 and position < len(due_ids):
-            batch = due_ids[position : position + max(free, EVALUATION_BATCH)]
-            position += len(batch)
-            tables = Table.objects.in_bulk(batch)
-            for table_id in batch:
-                table = tables.get(table_id)
-                if table is None:
-                    continue
-                if free <= 0:
-                    break
-                evaluated.append(table)
-                if _trigger_one(configured, table, action, report):
-                    free -= 1
+        evaluated = _evaluate(configured, action, due_ids, free, report) if free > 0 else []
         report.skipped_busy += len(due_ids) - len(evaluated)
         _record_evaluations(evaluated, action, now)
+        asked = {table.pk for table in evaluated}
+        for table_id in due_ids:  # asked: again after the interval; left waiting: next tick
+            snapshot.wake_no_later(table_id, now + strategy.interval if table_id in asked else now)
+    snapshot.save_wakes()
     return report
 
 
+def _evaluate(
+    configured: ConfiguredFactory, action: str, due_ids: list[int], free: int, report
+) -> list[Table]:
+    """Ask the factory about due tables in order until ``free`` processes were created."""
+    evaluated: list[Table] = []
+    position = 0
+    # A factory that declines a table frees no slot: keep asking, a batch of rows at a time.
+    while free > 0 and position < len(due_ids):
+        batch = due_ids[position : position + max(free, EVALUATION_BATCH)]
+        position += len(batch)
+        tables = Table.objects.in_bulk(batch)
+        for table_id in batch:
+            table = tables.get(table_id)
+            if table is None:
+                continue
+            if free <= 0:
+                break
+            evaluated.append(table)
+            if _trigger_one(configured, table, action, report):
+                free -= 1
+    return evaluated
+
+
+def _wake_all_if_configuration_changed(pairs: dict[tuple[str, str], ConfiguredFactory]) -> None:
+    """Wake times assume the pairs, intervals and properties they were computed with: when those
+    change (a factory enabled, an interval shortened), every table is looked at again once."""
+    described = []
+    for (table_format, action), configured in sorted(pairs.items()):
+        strategy = configured.factory.trigger_strategy(table_format, action)
+        properties = sorted((str(k), repr(v)) for k, v in (configured.factory.properties or {}).items())
+        described.append((table_format, action, configured.name, repr(strategy), properties))
+    fingerprint = hashlib.sha256(repr(described).encode()).hexdigest()
+    try:
+        known = cache.get(PAIRS_CACHE_KEY)
+    except Exception:  # an unreachable cache: look at every table, as after a change
+        logger.warning("the scheduler cannot read its configuration fingerprint", exc_info=True)
+        known = None
+    if known != fingerprint:
+        Table.objects.exclude(scheduler_wake_at=None).update(scheduler_wake_at=None)
+        try:
+            cache.set(PAIRS_CACHE_KEY, fingerprint, timeout=None)
+        except Exception:
+            logger.warning("the scheduler cannot keep its configuration fingerprint", exc_info=True)
+
+
 class _Snapshot:
-    """What one tick reads, once per format: candidate tables, scheduler states, active processes.
+    """What one tick reads once: active processes, the number of tables per format and the
+    tables awake (their wake time passed or blank); only those are looked at. Each awake table
+    gets the earliest time any of its pairs may become due as its next wake time."""
 
-    Three queries per format whatever the number of pairs; nothing per table."""
-
-    def __init__(self) -> None:
-        self._tables: dict[str, list[tuple[int, str]]] = {}
-        self._states: dict[str, dict[int, dict]] = {}
+    def __init__(self, now: dt.datetime) -> None:
+        self.now = now
         self.active: list[tuple[str, str]] = []
-        self.active_tables: set[tuple[int, str]] = set()
+        self.busy: dict[str, list[int]] = {}  # action -> tables with an active process for it
         for table_id, table_format, action in Process.objects.filter(status__in=ACTIVE_STATUSES).values_list(
             "table_id", "table__format", "action"
         ):
             self.active.append((table_format, action))
-            self.active_tables.add((table_id, action))
+            self.busy.setdefault(action, []).append(table_id)
+        self._counts: dict[str, int] | None = None
+        self.awake: dict[str, list[int]] = {}
+        self.instants: dict[int, str] = {}
+        awake = Table.objects.filter(
+            Q(scheduler_wake_at=None)
+            | Q(scheduler_wake_at__lte=now)
+            | ~Q(current_instant=F("scheduler_instant"))
+        ).order_by()
+        for table_id, table_format, instant in awake.values_list("pk", "format", "current_instant"):
+            self.awake.setdefault(table_format, []).append(table_id)
+            self.instants[table_id] = instant
+        self.wakes: dict[int, dt.datetime] = dict.fromkeys(self.instants, NEVER)
 
-    def tables(self, table_format: str) -> list[tuple[int, str]]:
-        if table_format not in self._tables:
-            self._tables[table_format] = list(
-                Table.objects.filter(format=table_format).order_by("pk").values_list("pk", "current_instant")
+    def table_count(self, table_format: str) -> int:
+        if self._counts is None:
+            self._counts = dict(Table.objects.order_by().values_list("format").annotate(n=Count("id")))
+        return self._counts.get(table_format, 0)
+
+    def wake_no_later(self, table_id: int, moment: dt.datetime) -> None:
+        if table_id in self.wakes and moment < self.wakes[table_id]:
+            self.wakes[table_id] = moment
+
+    def save_wakes(self) -> None:
+        """One update, with the snapshot each wake time was computed at: a table whose snapshot
+        moves (meanwhile or later) is awake again whatever its wake time."""
+        if not self.wakes:
+            return
+        ids = list(self.wakes)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Table._meta.db_table} t SET scheduler_wake_at = v.wake, scheduler_instant = v.instant"
+                " FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[]) AS v(id, instant, wake)"
+                " WHERE t.id = v.id AND t.current_instant = v.instant",
+                [ids, [self.instants[i] for i in ids], [self.wakes[i] for i in ids]],
             )
-        return self._tables[table_format]
-
-    def states(self, table_format: str) -> dict[int, dict]:
-        if table_format not in self._states:
-            states: dict[int, dict] = {}
-            rows = TableState.objects.filter(key__startswith="scheduler.", table__format=table_format)
-            for table_id, key, value in rows.values_list("table_id", "key", "value"):
-                states.setdefault(table_id, {})[key] = value
-            self._states[table_format] = states
-        return self._states[table_format]
 
 
 def _record_evaluations(tables: list[Table], action: str, now: dt.datetime) -> None:
@@ -128,28 +188,53 @@ def _record_evaluations(tables: list[Table], action: str, now: dt.datetime) -> N
         )
 
 
+#: Due-ness in the database, one query per (format, action) pair over the awake tables: not busy
+#: with the action, not evaluated within the interval, and (``on_new_snapshot``) at a snapshot the
+#: factory has not seen; never evaluated first, then longest waiting, then by id. ``wake`` is when
+#: the pair may next be due (NULL: not before a new snapshot).
+_DUE_SQL = """
+SELECT t.id,
+  NOT (t.id = ANY(%(busy)s))
+  AND (jsonb_typeof(ev.value) IS DISTINCT FROM 'number' OR %(moment)s - (ev.value)::float8 >= %(interval)s)
+  AND (NOT %(on_new_snapshot)s OR seen.value IS NULL OR seen.value <> to_jsonb(t.current_instant)),
+  CASE WHEN t.id = ANY(%(busy)s) OR jsonb_typeof(ev.value) IS DISTINCT FROM 'number' THEN %(moment)s
+       WHEN %(on_new_snapshot)s AND seen.value = to_jsonb(t.current_instant) THEN NULL
+       ELSE (ev.value)::float8 + %(interval)s END
+FROM {table} t
+LEFT JOIN {state} ev ON ev.table_id = t.id AND ev.key = %(evaluated)s
+LEFT JOIN {state} seen ON seen.table_id = t.id AND seen.key = %(seen)s
+WHERE t.id = ANY(%(awake)s)
+ORDER BY CASE WHEN jsonb_typeof(ev.value) = 'number' THEN (ev.value)::float8 ELSE 0 END, t.id
+"""
+
+
 def _due_table_ids(snapshot: _Snapshot, table_format, action, strategy, now, report) -> list[int]:
     """Tables due for (format, action), longest waiting first."""
-    tables = snapshot.tables(table_format)
-    report.tables_considered += len(tables)
-    states = snapshot.states(table_format)
-    evaluated_name, seen_name = evaluated_key(action), seen_snapshot_key(action)
-    interval = strategy.interval.total_seconds()
-    moment = now.timestamp()
-    due: list[tuple[float, int]] = []
-    for table_id, current_instant in tables:
-        if (table_id, action) in snapshot.active_tables:
-            continue
-        state = states.get(table_id, {})
-        evaluated = state.get(evaluated_name)
-        if evaluated is not None and moment - float(evaluated) < interval:
-            continue
-        if strategy.on_new_snapshot and state.get(seen_name) == current_instant:
-            continue
-        due.append((float(evaluated or 0), table_id))
-    due.sort()
+    report.tables_considered += snapshot.table_count(table_format)
+    awake = snapshot.awake.get(table_format, [])
+    if not awake:
+        return []
+    sql = _DUE_SQL.format(table=Table._meta.db_table, state=TableState._meta.db_table)
+    params = {
+        "evaluated": evaluated_key(action),
+        "seen": seen_snapshot_key(action),
+        "awake": awake,
+        "busy": snapshot.busy.get(action, []),
+        "moment": now.timestamp(),
+        "interval": strategy.interval.total_seconds(),
+        "on_new_snapshot": bool(strategy.on_new_snapshot),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    due = []
+    for table_id, is_due, wake in rows:
+        if is_due:
+            due.append(table_id)  # its wake time depends on whether the factory is asked
+        elif wake is not None:
+            snapshot.wake_no_later(table_id, dt.datetime.fromtimestamp(wake, tz=dt.UTC))
     report.due += len(due)
-    return [table_id for _, table_id in due]
+    return due
 
 
 def _trigger_one(configured: ConfiguredFactory, table: Table, action: str, report: TickReport) -> bool:

@@ -103,3 +103,13 @@ def actions_for_format(table_format: str) -> list[dict]:
                 }
             )
     return offered
+
+
+def declined_actions_for_format(table_format: str) -> list[dict]:
+    """Actions enabled factories say they do not offer for this format, with the reason."""
+    declined = []
+    for configured in configured_factories():
+        for action, reason in sorted(configured.factory.declined_actions().get(table_format, {}).items()):
+            if not any(d["action"] == action for d in declined):
+                declined.append({"action": action, "factory": configured.name, "reason": reason})
+    return declined

@@ -56,6 +56,8 @@ command -v gcc >/dev/null || apt_install gcc
   || apt_install python3-dev
 # The LDAP sign-in tests run a real OpenLDAP server of their own (slapd, with slapadd).
 if [ "$WITH_TEST" = 1 ] && [ ! -x /usr/sbin/slapd ]; then apt_install slapd; fi
+# The metrics test lets a real Prometheus scrape /metrics once (skipped without it).
+if [ "$WITH_TEST" = 1 ] && ! command -v prometheus >/dev/null; then apt_install prometheus; fi
 
 # --- services ----------------------------------------------------------------------------------
 if ! pg_isready -q -h 127.0.0.1 -p 5432; then
@@ -109,12 +111,21 @@ if [ ! -x "$VENV/bin/python" ]; then
   say "creating the virtualenv $VENV"
   "$PY" -m venv "$VENV"
 fi
-STAMP="$VENV/.installed-$(cat requirements.txt pyproject.toml | sha256sum | cut -c1-16)"
+STAMP="$VENV/.installed-$(cat requirements.txt pyproject.toml plugins/*/pyproject.toml plugins/*/requirements.txt 2>/dev/null | sha256sum | cut -c1-16)"
 if [ ! -f "$STAMP" ]; then
   say "installing Python packages into $VENV"
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q -r requirements.txt
   "$VENV/bin/pip" install -q --no-deps -e .
+  # The format plugins shipped beside Lakewarden (plugins/*): each its library, pinned exactly in
+  # its requirements.txt, then the plugin itself, editable like the project (a change under
+  # plugins/ needs no reinstall; a new entry point needs this script to run again).
+  for plugin in plugins/*/; do
+    if [ -f "$plugin/requirements.txt" ]; then
+      "$VENV/bin/pip" install -q --no-deps -r "$plugin/requirements.txt"
+    fi
+    "$VENV/bin/pip" install -q --no-deps -e "$plugin"
+  done
   rm -f "$VENV"/.installed-*
   touch "$STAMP"
 fi

@@ -15,6 +15,7 @@ from django.db import connection
 
 from storage.io import PathNotAllowed, StoreOptions, filesystem, is_object_store, is_within, uri
 from storage.models import Catalog, CatalogKind
+from storage.spec.registry import format_adapters
 
 # Table folders are rarely deeper than this under a root; the bound keeps a sync of a big tree quick.
 MAX_DISCOVERY_DEPTH = 6
@@ -158,6 +159,7 @@ def table_folders(root: Path) -> Iterator[Path]:
             (path / "_delta_log").is_dir()
             or (path / ".hoodie").is_dir()
             or any((path / "metadata").glob("*.metadata.json"))
+            or plugin_format_detects(str(path))
         )
 
     stack = [(root, 0)]
@@ -193,7 +195,7 @@ def object_store_table_folders(root: str, options: StoreOptions) -> Iterator[str
             for info in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
             if info.type == pafs.FileType.Directory
         }
-        if _holds_table(fs, path, children):
+        if _holds_table(fs, path, children) or plugin_format_detects(uri(root, path), options):
             yield uri(root, path)
             continue
         if depth < MAX_DISCOVERY_DEPTH:
@@ -202,6 +204,21 @@ def object_store_table_folders(root: str, options: StoreOptions) -> Iterator[str
                 for name, info in sorted(children.items(), reverse=True)
                 if not name.startswith((".", "_"))
             )
+
+
+#: Formats whose tables the listings above recognise by their markers, without asking the adapter.
+_MARKED_FORMATS = frozenset({"iceberg", "delta", "hudi"})
+
+
+def plugin_format_detects(location: str, options: StoreOptions | None = None) -> bool:
+    """Whether the adapter of a format added by a plugin (Lance, Paimon...) recognises
+    ``location`` as one of its tables: discovery asks them, it does not know their markers."""
+    for name, adapter in format_adapters().items():
+        if name in _MARKED_FORMATS:
+            continue
+        if adapter.detect(location) if options is None else adapter.detect(location, storage=options):
+            return True
+    return False
 
 
 def _holds_table(fs: pafs.FileSystem, path: str, children: dict[str, pafs.FileInfo]) -> bool:

@@ -38,8 +38,11 @@ def table_metrics(spec_table: SpecTable) -> dict[str, Any]:
     histogram = [0] * (len(BUCKETS_MIB) + 1)
     partitions: dict[str, dict[str, Any]] = {}
     small_files = 0
+    # A delete file may apply to many data files: each is counted once.
+    delete_files: set[str] = set()
     if latest is not None:
         for file_slice in index.list_files_at(latest):
+            delete_files.update(delete.path for delete in file_slice.delete_files)
             base = file_slice.base_file
             if base is None:
                 continue
@@ -65,6 +68,7 @@ def table_metrics(spec_table: SpecTable) -> dict[str, Any]:
     return {
         "small_file_bytes": small,
         "small_file_count": small_files,
+        "delete_file_count": len(delete_files),
         "partition_count": len(partitions),
         "size_histogram": histogram,
         "partitions": top,

@@ -3,10 +3,13 @@ results. Catalog and Table were born in the ``console`` app; their database tabl
 
 from __future__ import annotations
 
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
+from django.db.models.functions import Upper
 from django.urls import reverse
 
 from storage.spec.models import TableFormat
+from storage.spec.registry import format_adapters
 
 
 class CatalogKind(models.TextChoices):
@@ -15,9 +18,18 @@ class CatalogKind(models.TextChoices):
     PATH_ROOT = "path_root", "Path root (Delta / Hudi / Iceberg folders)"
 
 
-#: The formats a table row may hold: the spec's one ``TableFormat`` enum, labelled for forms.
-FORMAT_CHOICES = [(member.value, member.value.capitalize()) for member in TableFormat]
-FORMAT_VALUES = [member.value for member in TableFormat]
+def format_choices() -> list[tuple[str, str]]:
+    """The formats a table row may hold, labelled for forms and badges: the spec's built-in
+    ``TableFormat`` members, then those installed plugins add (``lakewarden.table_formats``), each
+    labelled by its adapter's ``label`` or its name capitalised. A callable, so installing a
+    plugin changes no migration."""
+    adapters = format_adapters()
+    names = dict.fromkeys([*(member.value for member in TableFormat), *sorted(adapters)])
+    return [(name, getattr(adapters.get(name), "label", "") or name.capitalize()) for name in names]
+
+
+def format_values() -> list[str]:
+    return [value for value, _ in format_choices()]
 
 
 class Catalog(models.Model):
@@ -63,7 +75,7 @@ class Table(models.Model):
     identifier = models.CharField(
         max_length=255, blank=True, help_text="Catalog identifier, e.g. demo.orders"
     )
-    format = models.CharField(max_length=10, choices=FORMAT_CHOICES)
+    format = models.CharField(max_length=10, choices=format_choices)
     location = models.CharField(max_length=1024)
     properties = models.JSONField(
         default=dict, blank=True, help_text="Lakewarden overrides, e.g. target-file-size"
@@ -75,6 +87,7 @@ class Table(models.Model):
     instant_count = models.IntegerField(default=0)
     last_commit_at = models.DateTimeField(null=True, blank=True)
     small_file_count = models.BigIntegerField(default=0)
+    delete_file_count = models.BigIntegerField(default=0, help_text="Live delete files and deletion vectors")
     last_maintenance_at = models.DateTimeField(null=True, blank=True, help_text="Last successful process")
     metrics = models.JSONField(
         default=dict, blank=True, help_text="Histograms and timeline (storage/metrics.py)"
@@ -82,6 +95,21 @@ class Table(models.Model):
     refreshed_at = models.DateTimeField(null=True, blank=True)
     refresh_error = models.TextField(blank=True)
     registered_at = models.DateTimeField(auto_now_add=True)
+    metadata_pointer = models.CharField(
+        max_length=1024,
+        blank=True,
+        help_text="What the last refresh read (Iceberg metadata file, Delta version, Hudi instant):"
+        " a refresh pass re-reads only tables whose pointer moved (storage/refresh.py)",
+    )
+    scheduler_wake_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the scheduler must look at the table again (blank: at its next tick); a"
+        " refresh blanks it (processes/scheduler.py)",
+    )
+    scheduler_instant = models.CharField(
+        max_length=64, blank=True, help_text="The snapshot the scheduler's wake time was computed at"
+    )
 
     class Meta:
         ordering = ["name"]
@@ -93,7 +121,17 @@ class Table(models.Model):
                 name="table_catalog_identifier_unique",
             ),
         ]
-        indexes = [models.Index(fields=["format"], name="console_tab_format_bcaae8_idx")]
+        indexes = [
+            models.Index(fields=["format"], name="console_tab_format_bcaae8_idx"),
+            # The table list pages by name (issue 17: 100,000 tables).
+            models.Index(fields=["name", "id"], name="table_name_id_idx"),
+            models.Index(fields=["scheduler_wake_at"], name="table_scheduler_wake_idx"),
+            # The table list's search (``icontains``: UPPER(column) LIKE '%TEXT%') by trigrams.
+            *(
+                GinIndex(OpClass(Upper(column), name="gin_trgm_ops"), name=f"table_{column}_trgm_idx")
+                for column in ("name", "identifier", "location")
+            ),
+        ]
         db_table = "console_table"
 
     def __str__(self) -> str:

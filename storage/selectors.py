@@ -21,7 +21,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 from storage.catalogs import is_catalog_error
 from storage.errors import Conflict, InvalidInput
 from storage.metrics import BUCKETS_MIB, bucket_labels, size_bucket
-from storage.models import FORMAT_VALUES, Catalog, Table
+from storage.models import Catalog, Table, format_values
 from storage.services import table_open
 from storage.services.tables import table_error_text
 from storage.spec import (
@@ -319,9 +319,9 @@ def jsonable(value: Any) -> Any:
 
 def table_list(*, search: str = "", format: str = "", catalog_id: int | None = None) -> QuerySet[Table]:
     text_param(search, "search")
-    if format and format not in FORMAT_VALUES:
+    if format and format not in format_values():
         raise InvalidInput(
-            f"format must be one of {', '.join(FORMAT_VALUES)}, not {shown(format)}", field="format"
+            f"format must be one of {', '.join(format_values())}, not {shown(format)}", field="format"
         )
     tables = Table.objects.select_related("catalog")
     if search:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from storage import services
+from storage import refresh, services
 from storage.models import Table
 
 
@@ -20,8 +20,18 @@ def refresh_table_task(table_id: int) -> dict:
 
 @shared_task(soft_time_limit=60, time_limit=90)
 def refresh_tables_task() -> int:
-    """Queue a refresh of every table (beat); each runs as its own task so one slow table waits alone."""
-    ids = list(Table.objects.values_list("pk", flat=True))
-    for table_id in ids:
-        refresh_table_task.delay(table_id)
-    return len(ids)
+    """Check every table's metadata pointer (beat), a batch of tables per task; only tables whose
+    pointer moved are refreshed, each as its own task so one slow table waits alone (issue 17)."""
+    count = 0
+    for batch in refresh.table_id_batches():
+        refresh_pointers_task.delay(batch)
+        count += len(batch)
+    return count
+
+
+@shared_task(soft_time_limit=240, time_limit=300)
+def refresh_pointers_task(table_ids: list[int]) -> dict:
+    """Compare the pointers of ``table_ids`` with those of their last refresh; queue a refresh of
+    the tables whose pointer moved."""
+    report = refresh.refresh_changed(table_ids, refresh=refresh_table_task.delay)
+    return {"checked": report.checked, "unchanged": report.unchanged, "refreshed": report.refreshed}

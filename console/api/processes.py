@@ -201,6 +201,8 @@ class PluginSerializer(serializers.Serializer):
     enabled = serializers.BooleanField()
     priority = serializers.IntegerField()
     properties = serializers.DictField()
+    properties_schema = serializers.DictField(help_text="JSON Schema of the properties, with defaults")
+    params_schema = serializers.DictField(help_text="JSON Schema of the parameters a run-now may pass")
     strategies = TriggerStrategySerializer(many=True)
 
 
@@ -229,6 +231,8 @@ class PluginViewSet(ApiDefaults, viewsets.ViewSet):
                     "enabled": configured.enabled,
                     "priority": configured.priority,
                     "properties": mask_secrets(factory.properties),
+                    "properties_schema": type(factory).properties_schema,
+                    "params_schema": type(factory).params_schema,
                     "strategies": strategies,
                 }
             )

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from storage.models import FORMAT_CHOICES, Catalog, CatalogKind, Table
+from storage.models import Catalog, CatalogKind, Table, format_choices
 from storage.secrets import mask_mapping
 
 
@@ -68,7 +68,7 @@ class TableRegisterSerializer(serializers.Serializer):
     location = serializers.CharField(required=False, allow_blank=False, max_length=1024)
     catalog = serializers.PrimaryKeyRelatedField(queryset=Catalog.objects.all(), required=False)
     identifier = serializers.CharField(required=False, max_length=255)
-    format = serializers.ChoiceField(choices=FORMAT_CHOICES, required=False)
+    format = serializers.ChoiceField(choices=format_choices(), required=False)
     properties = serializers.DictField(required=False, default=dict)
 
     def validate(self, attrs):

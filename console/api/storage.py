@@ -13,7 +13,7 @@ from console.api.errors import ContentTooLarge
 from console.api.limits import MAX_SQL_CHARACTERS
 from console.roles import ADMIN, OPERATOR
 from processes import queries
-from processes.models import Query
+from processes.models import Query, QueryEngine
 from storage import services
 from storage.models import CachedResult, StorageBackend, StorageSource
 from storage.results.plugin import StorageDescriptor
@@ -124,6 +124,9 @@ class QuerySerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "duration_ms",
+            "engine",
+            "engine_used",
+            "engine_reason",
             "result",
         ]
 
@@ -171,6 +174,12 @@ class QueryCreateSerializer(serializers.Serializer):
         slug_field="name", queryset=StorageBackend.objects.all(), required=False, allow_null=True
     )
     row_limit = serializers.IntegerField(required=False, min_value=1)
+    engine = serializers.ChoiceField(
+        choices=QueryEngine.choices,
+        required=False,
+        default=QueryEngine.AUTO,
+        help_text="auto (DuckDB below LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES scanned, else Spark), spark or duckdb",
+    )
 
 
 class QueryViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -190,6 +199,7 @@ class QueryViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin
             backend=values.get("storage"),
             user=request.user,
             row_limit=values.get("row_limit"),
+            engine=values["engine"],
         )
         return Response(
             QuerySerializer(query, context={"request": request}).data, status=status.HTTP_201_CREATED

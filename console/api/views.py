@@ -25,7 +25,7 @@ from console.api.serializers import (
 from console.roles import OPERATOR
 from processes import services as process_services
 from storage import selectors, services
-from storage.models import FORMAT_VALUES, Catalog, Table
+from storage.models import Catalog, Table, format_values
 
 AT = OpenApiParameter(
     "at",
@@ -100,7 +100,7 @@ class TableViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin
     @extend_schema(
         parameters=[
             OpenApiParameter("search", str, description="part of the name, identifier or location"),
-            OpenApiParameter("format", str, enum=FORMAT_VALUES, description="only tables of this format"),
+            OpenApiParameter("format", str, enum=format_values(), description="only tables of this format"),
         ]
     )
     def list(self, request, *args, **kwargs):

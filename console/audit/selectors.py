@@ -34,8 +34,10 @@ class MomentField(forms.Field):
             moment = dt.datetime.combine(day, dt.time.max if self.end_of_day else dt.time.min)
             return timezone.make_aware(moment, dt.UTC)
         try:
-            return IsoDateTimeField().to_python(value)
-        except forms.ValidationError:
+            moment = IsoDateTimeField().to_python(value)
+            # In UTC: Postgres refuses offsets beyond ±15:59 that Python accepts (+16:42).
+            return moment.astimezone(dt.UTC) if moment is not None else None
+        except (forms.ValidationError, OverflowError, ValueError):
             raise forms.ValidationError(self.error_messages["invalid"], code="invalid") from None
 
 

@@ -11,7 +11,7 @@ from django.utils.safestring import mark_safe
 from django.utils.text import Truncator
 
 from console.api.serializers import mask_secrets
-from storage.models import FORMAT_CHOICES
+from storage.models import format_choices
 
 register = template.Library()
 
@@ -144,7 +144,7 @@ def table_rows(tables) -> str:
     """The ``<tr>`` of each table of the table list (console/partials/table_rows.html); ``tables``
     are rows of ``Table.objects.values(...)`` (see console/views/tables.py TABLE_ROW_FIELDS)."""
     url = _url_pattern("console:table-detail")
-    labels = dict(FORMAT_CHOICES)
+    labels = dict(format_choices())
     rows = []
     for table in tables:
         location, problem = table["location"], table["refresh_error"]

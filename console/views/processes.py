@@ -51,6 +51,7 @@ def table_processes(request, pk: int):
         "page": page,
         "any_active": any(p.status in ACTIVE_STATUSES for p in page.items),
         "offered": selectors.actions_for_format(table.format),
+        "declined": selectors.declined_actions_for_format(table.format),
         "params": request.GET,
     }
     return render_page(request, "processes/table_processes.html", "processes/partials/rows.html", context)

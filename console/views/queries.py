@@ -14,7 +14,7 @@ from console.forms import QueryForm, StorageBackendForm
 from console.htmx import hx_redirect, is_fragment, render_page
 from console.roles import ADMIN, OPERATOR
 from processes import queries
-from processes.models import Query
+from processes.models import Query, QueryEngine
 from storage import services
 from storage.errors import ServiceError
 from storage.models import CachedResult, CachedResultState, StorageBackend, StorageSource, Table
@@ -31,7 +31,8 @@ def _storage_types() -> list[str]:
 @require_GET
 def workbench(request):
     context = {
-        "form": QueryForm(initial={"cache": True}),
+        "form": QueryForm(initial={"cache": True, "engine": QueryEngine.AUTO}),
+        "engines": QueryEngine.choices,
         "table_names": sorted({t.identifier or t.name for t in Table.objects.all()}),
         "backends": StorageBackend.objects.all(),
         "history": Query.objects.select_related("backend").filter(user=request.user)[:20],
@@ -65,7 +66,11 @@ def query_run(request):
             )
     try:
         query = queries.query_submit(
-            sql=form.cleaned_data["sql"], cache=form.cleaned_data["cache"], backend=backend, user=request.user
+            sql=form.cleaned_data["sql"],
+            cache=form.cleaned_data["cache"],
+            backend=backend,
+            user=request.user,
+            engine=form.cleaned_data["engine"] or QueryEngine.AUTO,
         )
     except ServiceError as error:
         return render(

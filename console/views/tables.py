@@ -22,7 +22,7 @@ from console.roles import ADMIN
 from storage import selectors, services
 from storage.errors import ServiceError
 from storage.io import is_local, local_path
-from storage.models import FORMAT_CHOICES, Catalog, Table
+from storage.models import Catalog, Table, format_choices
 from storage.secrets import mask_mapping
 from storage.services.tables import table_open_error
 
@@ -122,13 +122,12 @@ def table_list(request):
         tables = selectors.table_list(search=search, format=format_filter)
     except ServiceError as problem:
         tables, error = Table.objects.none(), problem.message
-    rows = tables.select_related(None).values(*TABLE_ROW_FIELDS)  # plain dicts: no model per row
-    page = Paginator(rows, 50).get_page(request.GET.get("page"))
+    page = _table_page(tables, request.GET.get("page"))
     context = {
         "page": page,
         "search": search,
         "format_filter": format_filter,
-        "formats": FORMAT_CHOICES,
+        "formats": format_choices(),
         "form": TableRegisterForm(),
         "form_html": _blank_register_form_html(),
     }
@@ -140,6 +139,20 @@ def table_list(request):
         status=400 if error else 200,
         error=error,
     )
+
+
+def _table_page(tables, number):
+    """A page of 50 rows as plain dicts (no model per row), paged in the database along the
+    (name, id) index (issue 17): the page's ids first (an index-only walk, however deep the
+    page), then those rows alone."""
+    ids = tables.select_related(None).order_by("name", "id").values_list("id", flat=True)
+    page = Paginator(ids, 50).get_page(number)
+    rows = {
+        row["id"]: row
+        for row in Table.objects.filter(pk__in=list(page.object_list)).values(*TABLE_ROW_FIELDS)
+    }
+    page.object_list = [rows[pk] for pk in page.object_list if pk in rows]
+    return page
 
 
 @functools.cache

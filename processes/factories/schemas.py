@@ -8,7 +8,7 @@ from typing import Any
 
 INTERVAL: dict[str, Any] = {
     "type": "integer",
-    "minimum": 60,
+    "minimum": 1,
     "description": "Seconds between the scheduler's evaluations of a table for this action",
 }
 PARALLELISM: dict[str, Any] = {

@@ -33,6 +33,7 @@ from storage.io import (
 from storage.metrics import table_metrics
 from storage.models import Catalog, CatalogKind, Table
 from storage.paths import confine, local_path
+from storage.pointers import pointer_or_blank
 from storage.secrets import is_secret_key, mask_text
 from storage.services.results import cached_results_invalidate_for_table
 from storage.spec import SpecError, SpecTable
@@ -231,9 +232,13 @@ def table_register(
 def table_refresh(*, table: Table) -> Table:
     """Re-read the cached metadata facts; a failure is recorded on the row, not raised."""
     previous_instant = table.current_instant
+    # Read before the metadata: a commit landing in between moves the pointer again, so the
+    # next refresh pass re-reads the table instead of keeping facts older than the pointer.
+    pointer = pointer_or_blank(table)
     try:
         _apply_summary(table, table_open(table))
         table.refresh_error = ""
+        table.metadata_pointer = pointer
         if table.current_instant != previous_instant:
             cached_results_invalidate_for_table(table_id=table.pk, current_instant=table.current_instant)
     except Exception as error:
@@ -241,6 +246,7 @@ def table_refresh(*, table: Table) -> Table:
         if message is None:
             raise
         table.refresh_error = message
+        table.metadata_pointer = ""  # a failed refresh is retried by the next pass
     table.refreshed_at = timezone.now()
     table.save()
     return table
@@ -397,4 +403,6 @@ def _apply_summary(table: Table, spec_table: SpecTable) -> None:
     metrics = table_metrics(spec_table)
     table.metrics = metrics
     table.small_file_count = metrics["small_file_count"]
+    table.delete_file_count = metrics["delete_file_count"]
     table.refreshed_at = timezone.now()
+    table.scheduler_wake_at = None  # new facts: the scheduler looks at the table at its next tick

@@ -283,6 +283,8 @@ class TableFormatAdapter(abc.ABC):
     """Registered under ``lakewarden.table_formats``: recognises and opens tables of one format."""
 
     name: ClassVar[str]
+    #: How the console names the format ("Lance"); empty: the name capitalised.
+    label: ClassVar[str] = ""
     #: What ``detect`` looks for, named when no format recognises a location ("a _delta_log folder").
     looks_for: ClassVar[str] = ""
 

@@ -61,6 +61,11 @@ def lake(warehouse, test_plugin) -> Lake:
     process = process_services.process_create(table=table, action="touch", params={})
     lake = Lake(warehouse, table, catalog, process, unregistered)
     _add_storage_objects(lake)
+    from processes.alerts.models import AlertChannel
+
+    lake.alert_channel = AlertChannel.objects.create(
+        name="matrix", kind="webhook", url="http://127.0.0.1:9/hook"
+    )
     return lake
 
 

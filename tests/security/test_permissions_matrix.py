@@ -30,6 +30,9 @@ from console.roles import ADMIN, OPERATOR, VIEWER
 ANYONE = "anyone"
 VISITORS = (None, "none", VIEWER, OPERATOR, ADMIN)  # None: anonymous; "none": logged in, no role
 RANK = {None: -2, "none": -1, VIEWER: 0, OPERATOR: 1, ADMIN: 2}
+#: No login opens it: /metrics takes a bearer token or an allowed address (none set in this run).
+NOBODY = "nobody"
+RANK[NOBODY] = 99
 ALL_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 CONSOLE, API, ADMIN_SITE, PUBLIC = "console", "api", "admin", "public"
@@ -118,6 +121,9 @@ RULES: dict[str, Rule] = {
     "console:storage-delete": Rule(CONSOLE, {"POST": ADMIN}, obj="storage", body=lambda lake: {}),
     # The audit trail (console/audit): operators and admins read it; viewers get 403.
     "console:audit": Rule(CONSOLE, {"GET": OPERATOR}),
+    # Alerts (issue 16): admins only.
+    "console:alerts": Rule(CONSOLE, {"GET": ADMIN}),
+    "console:alert-channel-test": Rule(CONSOLE, {"POST": ADMIN}, obj="alert_channel", body=lambda lake: {}),
     # --- public ----------------------------------------------------------------------------------
     "healthz": Rule(PUBLIC, {"GET": ANYONE}),
     "login": Rule(
@@ -130,6 +136,8 @@ RULES: dict[str, Rule] = {
     # OpenID Connect sign-in (console/sso): public, and 404 while OIDC is off, as in this run.
     "oidc_authentication_init": Rule(PUBLIC, {"GET": ANYONE}),
     "oidc_authentication_callback": Rule(PUBLIC, {"GET": ANYONE}),
+    # Prometheus metrics: refused (401/403) to every login; tests/console/test_metrics.py covers the token.
+    "metrics": Rule(API, {"GET": NOBODY}),
     # --- API -------------------------------------------------------------------------------------
     "api-root": _read(API),
     "api-schema": _read(API),
@@ -193,6 +201,16 @@ RULES: dict[str, Rule] = {
     ),
     "cached-result-invalidate": Rule(API, {"POST": OPERATOR}, obj="cached_result", body=lambda lake: {}),
     "audit-list": Rule(API, {"GET": OPERATOR}),
+    "alert-channel-list": Rule(
+        API,
+        {"GET": ADMIN, "POST": ADMIN},
+        body=lambda lake: {"name": "matrix-new", "kind": "webhook", "url": "http://example.org/hook"},
+    ),
+    "alert-channel-detail": Rule(
+        API, {"GET": ADMIN, "DELETE": ADMIN}, obj="alert_channel", body=lambda lake: {}
+    ),
+    "alert-channel-test": Rule(API, {"POST": ADMIN}, obj="alert_channel", body=lambda lake: {}),
+    "alert-delivery-list": Rule(API, {"GET": ADMIN}),
 }
 
 

@@ -326,6 +326,11 @@ class Command(BaseCommand):
     def start(self, child: Child) -> None:
         # A process group per child: signals from the terminal reach only this command, which
         # forwards them, and a stuck child is killed with everything it started.
+        if child.name == "web":
+            # Request-latency samples of the previous web processes (prometheus-client multiprocess mode).
+            from console.metrics.http import reset_samples
+
+            reset_samples(settings.PROMETHEUS_MULTIPROC_DIR)
         output = open(child.log, "ab") if child.log else None  # noqa: SIM115 - handed to the child
         try:
             child.process = subprocess.Popen(

@@ -22,7 +22,8 @@ import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from storage.spec.models import DataFile, Split, TableFormat
+from storage.spec.models import DataFile, Split
+from storage.spec.registry import format_adapters
 from storage.spec.spark.filters import spark_filter_to_expression
 from storage.spec.spark.types import arrow_schema_to_spark, conform_batch
 
@@ -65,8 +66,8 @@ class SourceOptions:
                 "the lakewarden data source needs a table: .option('location', path) or .load(path)"
             )
         fmt = (options.get("format") or "").strip().lower() or None
-        if fmt is not None and fmt not in {f.value for f in TableFormat}:
-            known = ", ".join(f.value for f in TableFormat)
+        if fmt is not None and fmt not in format_adapters():  # plugin formats (Lance...) too
+            known = ", ".join(sorted(format_adapters()))
             raise ValueError(f"unknown table format {fmt!r} for the lakewarden data source (known: {known})")
         return cls(
             storage=options.get("storage") or "",

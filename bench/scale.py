@@ -1,0 +1,239 @@
+"""100,000 tables (issue 17): the scheduler tick, the metadata refresh pass and the console pages.
+
+Runs in a throwaway database (``lakewarden_bench_scale``, dropped first and after), rows made by
+``bulk_create``:
+
+- scheduler tick over 10k and 100k idle tables (built-in factories, every table evaluated a
+  moment ago at its current snapshot): median and max of 5 ticks, queries per tick (target < 1 s);
+- refresh pass at 10k and 100k tables: every row points at a real folder on local disk holding a
+  Delta log or Iceberg metadata file names (nothing else: an unchanged table is never opened),
+  1% of them moved since their last refresh; the pass checks every pointer and hands the moved
+  tables to the refresh (counted, not run). Target: one light worker keeps up with the default
+  ``LAKEWARDEN_REFRESH_SECONDS`` (300 s), i.e. the pass takes less;
+- overview and tables pages at 100k tables: p95 of 40 requests each (target < 150 ms).
+
+Prints the lines for bench/RESULTS.md; writes nothing there itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+DATABASE = "postgresql://lakewarden:lakewarden@127.0.0.1:5432/lakewarden_bench_scale"
+REFRESH_SECONDS = 300
+
+
+def _recreate_database(drop_only: bool = False) -> None:
+    import psycopg
+
+    with psycopg.connect(DATABASE.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        conn.execute('drop database if exists "lakewarden_bench_scale" with (force)')
+        if not drop_only:
+            conn.execute('create database "lakewarden_bench_scale"')
+
+
+def _make_tables(count: int, folder: Path) -> None:
+    """``count`` rows, half Delta half Iceberg, each with a folder holding its pointer's file."""
+    from storage.models import Table
+
+    rng = random.Random(17)
+    rows = []
+    for i in range(count):
+        table_format = ("delta", "iceberg")[i % 2]
+        location = folder / f"t{i}"
+        if table_format == "delta":
+            (location / "_delta_log").mkdir(parents=True)
+            for version in range(4):
+                (location / "_delta_log" / f"{version:020d}.json").touch()
+            pointer = "delta:3"
+        else:
+            (location / "metadata").mkdir(parents=True)
+            (location / "metadata" / "00003-a.metadata.json").touch()
+            pointer = "iceberg:00003-a.metadata.json"
+        files = rng.randrange(0, 20_000)
+        rows.append(
+            Table(
+                name=f"table_{rng.randrange(10**9):09d}",
+                format=table_format,
+                location=str(location),
+                current_instant="1",
+                file_count=files,
+                small_file_count=rng.randrange(0, files + 1),
+                instant_count=rng.randrange(0, 800),
+                total_bytes=files * 100_000,
+                metadata_pointer=pointer,
+            )
+        )
+    Table.objects.bulk_create(rows, batch_size=5000)
+
+
+def _mark_evaluated() -> None:
+    """Every table evaluated now at its current snapshot by every (format, action) pair."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from processes.models import TableState
+    from processes.registry import coordinators
+    from processes.scheduler import evaluated_key, seen_snapshot_key
+    from storage.models import Table
+
+    state, table = TableState._meta.db_table, Table._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"delete from {state}")
+        for table_format, action in coordinators():
+            for key, value in (
+                (evaluated_key(action), timezone.now().timestamp()),
+                (seen_snapshot_key(action), "1"),
+            ):
+                cursor.execute(
+                    f"insert into {state} (table_id, key, value, updated_at)"
+                    f" select id, %s, %s::jsonb, now() from {table} where format = %s",
+                    [key, json.dumps(value), table_format],
+                )
+    # What autovacuum does after a bulk insert (PostgreSQL 13+ vacuums after inserts too): the
+    # visibility map lets the table list walk its (name, id) index without visiting rows.
+    with connection.cursor() as cursor:
+        cursor.execute(f"vacuum analyze {state}")
+        cursor.execute(f"vacuum analyze {table}")
+
+
+def _tick(runs: int) -> tuple[float, float, int, int, float]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from processes.registry import coordinators
+    from processes.scheduler import schedule_tick
+
+    started = time.perf_counter()
+    schedule_tick()  # the first tick looks at every table once and sets its wake time
+    first = time.perf_counter() - started
+    timings, queries = [], 0
+    for _ in range(runs):
+        with CaptureQueriesContext(connection) as captured:
+            started = time.perf_counter()
+            report = schedule_tick()
+            timings.append(time.perf_counter() - started)
+        queries = len(captured.captured_queries)
+        assert report.triggered == [] and report.due == 0, report
+    return statistics.median(timings), max(timings), queries, len(coordinators()), first
+
+
+def _refresh_pass(folder: Path, count: int) -> tuple[float, int]:
+    """One pass over every table with 1% of them moved; the moved ones are counted, not refreshed."""
+    from storage.models import Table
+    from storage.refresh import refresh_changed, table_id_batches
+
+    moved = list(
+        Table.objects.filter(format="delta").order_by("pk").values_list("pk", "location")[: count // 100]
+    )
+    for _, location in moved:
+        (Path(location) / "_delta_log" / f"{4:020d}.json").touch()
+    queued: list[int] = []
+    started = time.perf_counter()
+    for batch in table_id_batches():
+        report = refresh_changed(batch, refresh=queued.append)
+        assert not report.unreadable_pointer, list(report.unreadable_pointer.items())[:3]
+    seconds = time.perf_counter() - started
+    assert sorted(queued) == sorted(pk for pk, _ in moved), (len(queued), len(moved))
+    for _, location in moved:
+        (Path(location) / "_delta_log" / f"{4:020d}.json").unlink()
+    return seconds, len(queued)
+
+
+def _pages(runs: int) -> list[tuple[str, float, float]]:
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from django.test import Client
+
+    user, _ = get_user_model().objects.get_or_create(username="bench-admin")
+    user.groups.add(Group.objects.get_or_create(name="admin")[0])
+    client = Client()
+    client.force_login(user)
+    pages = {
+        "overview": "/",
+        "tables, first page": "/tables/",
+        "tables, page 1,000": "/tables/?page=1000",
+        "tables, last page": "/tables/?page=2000",
+        "tables, format filter": "/tables/?format=iceberg&page=10",
+        "tables, search": "/tables/?q=table_12",
+    }
+    results = []
+    for label, url in pages.items():
+        assert client.get(url).status_code == 200, url  # warm-up
+        timings = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            response = client.get(url)
+            timings.append((time.perf_counter() - started) * 1000)
+            assert response.status_code == 200, url
+        timings.sort()
+        results.append((label, statistics.median(timings), timings[max(0, int(len(timings) * 0.95) - 1)]))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--runs", type=int, default=40)
+    args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",")]
+
+    os.environ["LAKEWARDEN_BENCH_DATABASE_URL"] = DATABASE
+    _recreate_database()
+    from common import django_on_bench_database, machine
+
+    django_on_bench_database()
+    from django.db import connection
+
+    from storage.models import Table
+
+    lines = []
+    for size in sizes:
+        folder = Path(tempfile.mkdtemp(prefix="lw_scale_"))
+        try:
+            Table.objects.all().delete()
+            _make_tables(size, folder)
+            _mark_evaluated()
+            median, worst, queries, pairs, first = _tick(5)
+            lines.append(
+                f"| scheduler tick, {size:,} idle tables ({pairs} pairs) | {median * 1000:.0f} ms median,"
+                f" {worst * 1000:.0f} ms max (first tick after a change of configuration, looking at every"
+                f" table: {first:.1f} s) | {queries} queries | < 1 s: {'met' if worst < 1 else 'NOT met'} |"
+            )
+            print(lines[-1], flush=True)
+            seconds, moved = _refresh_pass(folder, size)
+            lines.append(
+                f"| refresh pass, {size:,} tables ({moved} moved) | {seconds:.1f} s"
+                f" ({size / seconds:,.0f} tables/s) | — | < {REFRESH_SECONDS} s (keeps up):"
+                f" {'met' if seconds < REFRESH_SECONDS else 'NOT met'} |"
+            )
+            print(lines[-1], flush=True)
+            if size == max(sizes):
+                for label, median_ms, p95 in _pages(args.runs):
+                    lines.append(
+                        f"| {label}, {size:,} tables | {median_ms:.1f} ms median, {p95:.1f} ms p95 | — |"
+                        f" p95 < 150 ms: {'met' if p95 < 150 else 'NOT met'} |"
+                    )
+                    print(lines[-1], flush=True)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    connection.close()
+    _recreate_database(drop_only=True)
+    print(f"\n_{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}_\n")
+    print("| measure | time | queries | target |\n|---|---|---|---|\n" + "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

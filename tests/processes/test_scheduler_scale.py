@@ -1,0 +1,141 @@
+"""The scheduler at scale (issue 17): due tables are chosen in the database, with a number of
+queries that does not grow with the number of tables, and exactly the tables the per-table rule
+(evaluated within the interval, snapshot already seen, busy with the action) leaves due."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from processes.models import Process, ProcessStatus, TableState
+from processes.plugin import TriggerStrategy
+from processes.scheduler import (
+    TickReport,
+    _due_table_ids,
+    _Snapshot,
+    evaluated_key,
+    schedule_tick,
+    seen_snapshot_key,
+)
+from storage.models import Table
+from tests.processes.test_scheduler import _configure, _tables
+
+pytestmark = pytest.mark.django_db
+
+ACTION = "touch"
+
+
+def _reference_due(tables, states, busy, strategy, now) -> list[int]:
+    """The per-table rule the tick applied in Python before issue 17 (its executable spec)."""
+    due = []
+    for table in tables:
+        if table.pk in busy:
+            continue
+        state = states.get(table.pk, {})
+        evaluated = state.get(evaluated_key(ACTION))
+        if evaluated is not None and now.timestamp() - float(evaluated) < strategy.interval.total_seconds():
+            continue
+        if strategy.on_new_snapshot and state.get(seen_snapshot_key(ACTION)) == table.current_instant:
+            continue
+        due.append((float(evaluated or 0), table.pk))
+    return [pk for _, pk in sorted(due)]
+
+
+@pytest.fixture
+def mix():
+    """Delta tables in every state the rule distinguishes, and Iceberg tables that never count."""
+    now = timezone.now()
+    tables = Table.objects.bulk_create(
+        Table(name=f"m{i}", format="delta", location=f"/lake/m{i}", current_instant=str(i % 3))
+        for i in range(12)
+    )
+    Table.objects.bulk_create(
+        Table(name=f"i{i}", format="iceberg", location=f"/lake/i{i}", current_instant="0") for i in range(3)
+    )
+    ages = [None, 10, 50, 700, 700, 3000, None, 5, 900, 1200, 700, 40]  # seconds since evaluated
+    seen = ["0", "1", None, "0", "x", "2", None, "1", "2", "0", "1", None]
+    rows = []
+    for table, age, instant in zip(tables, ages, seen, strict=True):
+        if age is not None:
+            rows.append(TableState(table=table, key=evaluated_key(ACTION), value=now.timestamp() - age))
+        if instant is not None:
+            rows.append(TableState(table=table, key=seen_snapshot_key(ACTION), value=instant))
+    rows.append(TableState(table=tables[4], key=evaluated_key("other"), value=now.timestamp()))
+    TableState.objects.bulk_create(rows)
+    busy = {tables[3].pk}
+    Process.objects.create(table=tables[3], action=ACTION, factory="t", status=ProcessStatus.RUNNING)
+    Process.objects.create(table=tables[5], action="other", factory="t", status=ProcessStatus.RUNNING)
+    Process.objects.create(table=tables[8], action=ACTION, factory="t", status=ProcessStatus.SUCCESS)
+    return tables, busy, now
+
+
+@pytest.mark.parametrize("on_new_snapshot", [False, True])
+@pytest.mark.parametrize("interval", [30, 600])
+def test_the_database_picks_the_tables_the_per_table_rule_picks(mix, on_new_snapshot, interval):
+    tables, busy, now = mix
+    strategy = TriggerStrategy(interval=dt.timedelta(seconds=interval), on_new_snapshot=on_new_snapshot)
+    states: dict[int, dict] = {}
+    for table_id, key, value in TableState.objects.values_list("table_id", "key", "value"):
+        states.setdefault(table_id, {})[key] = value
+    expected = _reference_due(tables, states, busy, strategy, now)
+
+    report = TickReport()
+    due = _due_table_ids(_Snapshot(now), "delta", ACTION, strategy, now, report)
+
+    assert due == expected
+    assert report.due == len(expected) and report.tables_considered == 12
+    assert expected  # the mix leaves some tables due and keeps others back in every case
+    assert len(expected) < len(tables) - len(busy)
+
+
+def test_never_evaluated_tables_come_first_then_the_longest_waiting(mix):
+    tables, _, now = mix
+    strategy = TriggerStrategy(interval=dt.timedelta(seconds=600))
+
+    due = _due_table_ids(_Snapshot(now), "delta", ACTION, strategy, now, TickReport())
+
+    never = sorted(t.pk for t, i in zip(tables, range(12), strict=True) if i in (0, 6))
+    assert due[:2] == never
+    assert due[2:] == [tables[5].pk, tables[9].pk, tables[8].pk, tables[4].pk, tables[10].pk]
+
+
+def test_an_idle_tick_over_2000_tables_uses_the_same_few_queries_as_over_20(test_plugin):
+    _configure(parallelism=10, interval=3600, **{"min-files": 100})  # the factory declines every table
+    _tables(20, file_count=10)
+    schedule_tick()
+    with CaptureQueriesContext(connection) as small:
+        schedule_tick(now=timezone.now() + dt.timedelta(seconds=30))
+    Table.objects.bulk_create(
+        Table(name=f"b{i}", format="delta", location=f"/lake/b{i}", current_instant="1", file_count=10)
+        for i in range(1980)
+    )
+    first = schedule_tick()
+
+    with CaptureQueriesContext(connection) as large:
+        report = schedule_tick(now=timezone.now() + dt.timedelta(seconds=30))
+
+    assert first.due == 1980 and first.triggered == []
+    assert report.tables_considered == 2000 and report.due == 0
+    assert len(large.captured_queries) == len(small.captured_queries) <= 6
+
+
+def test_an_idle_table_is_looked_at_again_when_its_interval_passes_or_the_configuration_changes(test_plugin):
+    _configure(parallelism=10, interval=3600, **{"min-files": 100})  # the factory declines every table
+    _tables(3, file_count=10)
+    now = timezone.now()
+    schedule_tick(now=now)
+    asleep = schedule_tick(now=now + dt.timedelta(seconds=120))
+    _configure(parallelism=10, interval=60, **{"min-files": 100})
+
+    shortened = schedule_tick(now=now + dt.timedelta(seconds=120))
+    again = schedule_tick(now=now + dt.timedelta(seconds=150))
+    after_interval = schedule_tick(now=now + dt.timedelta(seconds=181))
+
+    assert (asleep.due, shortened.due, again.due, after_interval.due) == (0, 3, 0, 3)
+    assert set(Table.objects.values_list("scheduler_wake_at", flat=True)) == {
+        now + dt.timedelta(seconds=181 + 60)
+    }
