@@ -33,11 +33,13 @@ import pyarrow.fs as pafs
 from processes.factories.retention import (
     AGE_SCHEMA,
     TRASH_RETENTION,
+    described,
     keep_in_trash,
     removal_preview,
     summary_list,
     trash_retention,
 )
+from processes.factories.schemas import INTERVAL, PARALLELISM, with_defaults
 from processes.plugin import (
     VACUUM,
     Preview,
@@ -210,11 +212,21 @@ class DeltaVacuumFactory(ProcessFactory):
     properties_schema = {
         "type": "object",
         "properties": {
-            "interval": {"type": "integer", "minimum": 60},
-            "parallelism": {"type": "integer", "minimum": 1},
-            "retention-hours": {"type": "number", "minimum": 0},
-            "full": {"type": "boolean"},
-            TRASH_RETENTION: AGE_SCHEMA,
+            "interval": INTERVAL,
+            "parallelism": PARALLELISM,
+            "retention-hours": {
+                "type": "number",
+                "minimum": 0,
+                "description": "Removed files older than this go (raised to the table's delta.deletedFileRetentionDuration)",
+            },
+            "full": {
+                "type": "boolean",
+                "description": "Delta's full mode: untracked files older than the retention go too",
+            },
+            TRASH_RETENTION: described(
+                AGE_SCHEMA,
+                "Move removed files to <table>/.lakewarden-trash/<process>/ for this long (seconds or ISO 8601); 0 deletes them",
+            ),
         },
     }
     default_properties = {
@@ -224,12 +236,23 @@ class DeltaVacuumFactory(ProcessFactory):
         "full": True,
         TRASH_RETENTION: 0,
     }
+    properties_schema = with_defaults(properties_schema, default_properties)
     params_schema = {
         "type": "object",
         "properties": {
-            "dry-run": {"type": "boolean"},
-            "retention-hours": {"type": "number", "minimum": 0},
-            "full": {"type": "boolean"},
+            "dry-run": {
+                "type": "boolean",
+                "description": "Delete nothing; the summary lists what a run would delete",
+            },
+            "retention-hours": {
+                "type": "number",
+                "minimum": 0,
+                "description": "Removed files older than this go (raised to the table's delta.deletedFileRetentionDuration)",
+            },
+            "full": {
+                "type": "boolean",
+                "description": "Delta's full mode: untracked files older than the retention go too",
+            },
         },
         "additionalProperties": False,
     }

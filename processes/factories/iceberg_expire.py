@@ -26,6 +26,7 @@ from typing import Any
 from processes.factories.retention import (
     AGE_SCHEMA,
     TRASH_RETENTION,
+    described,
     keep_in_trash,
     parse_duration,
     removal_preview,
@@ -33,6 +34,7 @@ from processes.factories.retention import (
     trash_checked,
     trash_retention,
 )
+from processes.factories.schemas import INTERVAL, PARALLELISM, with_defaults
 from processes.plugin import (
     EXPIRE_SNAPSHOTS,
     Preview,
@@ -272,11 +274,20 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
     properties_schema = {
         "type": "object",
         "properties": {
-            "interval": {"type": "integer", "minimum": 60},
-            "parallelism": {"type": "integer", "minimum": 1},
-            "max-age": AGE_SCHEMA,
-            "min-snapshots": {"type": "integer", "minimum": 1},
-            TRASH_RETENTION: AGE_SCHEMA,
+            "interval": INTERVAL,
+            "parallelism": PARALLELISM,
+            "max-age": described(
+                AGE_SCHEMA, "Snapshots older than this expire (seconds or ISO 8601 duration)"
+            ),
+            "min-snapshots": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The newest snapshots always kept",
+            },
+            TRASH_RETENTION: described(
+                AGE_SCHEMA,
+                "Move removed files to <table>/.lakewarden-trash/<process>/ for this long (seconds or ISO 8601); 0 deletes them",
+            ),
         },
     }
     default_properties = {
@@ -286,12 +297,22 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
         "min-snapshots": 1,
         TRASH_RETENTION: 0,
     }
+    properties_schema = with_defaults(properties_schema, default_properties)
     params_schema = {
         "type": "object",
         "properties": {
-            "dry-run": {"type": "boolean"},
-            "max-age": AGE_SCHEMA,
-            "min-snapshots": {"type": "integer", "minimum": 1},
+            "dry-run": {
+                "type": "boolean",
+                "description": "Delete nothing; the summary lists what a run would delete",
+            },
+            "max-age": described(
+                AGE_SCHEMA, "Snapshots older than this expire (seconds or ISO 8601 duration)"
+            ),
+            "min-snapshots": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The newest snapshots always kept",
+            },
         },
         "additionalProperties": False,
     }

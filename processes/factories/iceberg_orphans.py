@@ -39,12 +39,14 @@ import pyarrow.fs as pafs
 from processes.factories.retention import (
     AGE_SCHEMA,
     TRASH_RETENTION,
+    described,
     keep_in_trash,
     parse_duration,
     removal_preview,
     summary_list,
     trash_retention,
 )
+from processes.factories.schemas import INTERVAL, PARALLELISM, with_defaults
 from processes.plugin import (
     CLEAN_ORPHAN_FILES,
     Preview,
@@ -278,10 +280,15 @@ class IcebergOrphanFilesFactory(ProcessFactory):
     properties_schema = {
         "type": "object",
         "properties": {
-            "interval": {"type": "integer", "minimum": 60},
-            "parallelism": {"type": "integer", "minimum": 1},
-            "min-age": AGE_SCHEMA,
-            TRASH_RETENTION: AGE_SCHEMA,
+            "interval": INTERVAL,
+            "parallelism": PARALLELISM,
+            "min-age": described(
+                AGE_SCHEMA, "Only unreferenced files older than this are orphans (seconds or ISO 8601)"
+            ),
+            TRASH_RETENTION: described(
+                AGE_SCHEMA,
+                "Move removed files to <table>/.lakewarden-trash/<process>/ for this long (seconds or ISO 8601); 0 deletes them",
+            ),
         },
     }
     default_properties = {
@@ -290,9 +297,18 @@ class IcebergOrphanFilesFactory(ProcessFactory):
         "min-age": DEFAULT_MIN_AGE_SECONDS,
         TRASH_RETENTION: 0,
     }
+    properties_schema = with_defaults(properties_schema, default_properties)
     params_schema = {
         "type": "object",
-        "properties": {"dry-run": {"type": "boolean"}, "min-age": AGE_SCHEMA},
+        "properties": {
+            "dry-run": {
+                "type": "boolean",
+                "description": "Delete nothing; the summary lists what a run would delete",
+            },
+            "min-age": described(
+                AGE_SCHEMA, "Only unreferenced files older than this are orphans (seconds or ISO 8601)"
+            ),
+        },
         "additionalProperties": False,
     }
 

@@ -29,6 +29,12 @@ AGE_SCHEMA: dict[str, Any] = {
     ]
 }
 
+
+def described(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    """``schema`` with a description (for the admin, the plugins API and README)."""
+    return {**schema, "description": description}
+
+
 #: At most this many paths are listed in a summary (counts are always complete).
 SUMMARY_LIST_LIMIT = 1000
 

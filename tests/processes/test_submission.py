@@ -350,6 +350,10 @@ DOCUMENTED = (
     "iceberg-rewrite-manifests",
     "iceberg-compute-statistics",
     "delta-checkpoint",
+    "delta-vacuum",
+    "iceberg-clean-orphan-files",
+    "iceberg-expire-snapshots",
+    "iceberg-deletes",
 )
 
 

@@ -81,6 +81,7 @@ from processes.factories.iceberg_deletes.writing import (
 from processes.factories.iceberg_rewrite import _catalog_table, _store_options, _sweep, spec_view
 from processes.factories.outputs import rewrite_outputs
 from processes.factories.retention import summary_list
+from processes.factories.schemas import INTERVAL, PARALLELISM, with_defaults
 from processes.plugin import (
     CONVERT_EQUALITY_DELETES,
     REMOVE_DANGLING_DELETES,
@@ -348,8 +349,8 @@ class IcebergDeletesFactory(ProcessFactory):
     properties_schema = {
         "type": "object",
         "properties": {
-            "interval": {"type": "integer", "minimum": 60},
-            "parallelism": {"type": "integer", "minimum": 1},
+            "interval": INTERVAL,
+            "parallelism": PARALLELISM,
             MIN_DELETE_FILES: {
                 "type": "integer",
                 "minimum": 1,
@@ -359,6 +360,7 @@ class IcebergDeletesFactory(ProcessFactory):
         },
     }
     default_properties = DEFAULTS
+    properties_schema = with_defaults(properties_schema, default_properties)
     params_schema = {
         "type": "object",
         "properties": {
