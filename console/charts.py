@@ -45,6 +45,12 @@ def timeline_svg(series: Sequence[dict], key: str, title: str, *, as_bytes: bool
             f'<svg viewBox="0 0 {width} 40" class="chart" role="img" aria-label="{escape(title)}: no data">'
             f'<text x="8" y="24" class="chart-empty">No snapshots yet</text></svg>'
         )
+    if any(point.get(key) is None for point in series):
+        return mark_safe(
+            f'<svg viewBox="0 0 {width} 40" class="chart" role="img" aria-label="{escape(title)}: not known">'
+            f'<text x="8" y="24" class="chart-empty">Not known per snapshot for this table: its files'
+            f" hold rows that later rows replace on read</text></svg>"
+        )
     values = [float(point[key]) for point in series]
     low, high = min(0.0, min(values)), max(values) or 1.0
     span = (high - low) or 1.0

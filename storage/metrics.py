@@ -100,6 +100,8 @@ def timeline_series(spec_table: SpecTable) -> list[dict[str, Any]]:
             }
     else:
         per_instant = _replayed_totals(spec_table, instants)
+    if not spec_table.file_rows_are_records():
+        per_instant = {key: {**point, "records": None} for key, point in per_instant.items()}
     series = []
     for instant in instants[-TIMELINE_INSTANTS:]:
         point = per_instant[str(instant.id)]

@@ -262,6 +262,13 @@ class SpecTable(abc.ABC):
             return file_slice
         return dataclasses.replace(file_slice, base_file=dataclasses.replace(base, split_offsets=offsets))
 
+    def file_rows_are_records(self) -> bool:
+        """Whether the rows stored in the live data files (delete files applied) are the table's
+        records. False where later rows replace earlier ones only on read (a merge-on-read
+        primary-key table): counts replayed from the files would overstate its records, so the
+        records timeline is left out rather than drawn wrong."""
+        return True
+
     def row_group_offsets(self, data_file: DataFile) -> tuple[int, ...] | None:
         """Row-group start offsets of a data file whose metadata does not record them (read
         from its footer); None keeps the file whole. Iceberg manifests carry them already."""

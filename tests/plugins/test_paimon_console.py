@@ -61,6 +61,13 @@ def test_the_demo_builds_and_registers_the_paimon_table_once(installed, db, ware
     assert _sync(*catalogs)["registered"] == [location]
     table = Table.objects.get(location=location)
     assert (table.format, table.instant_count, table.record_count) == ("paimon", 5, 260)
+    # Its files keep every version of a key until a compaction: no records line drawn from them.
+    timeline = table.metrics["timeline"]
+    assert len(timeline) == 5 and all(point["records"] is None for point in timeline)
+    assert all(point["files"] > 0 for point in timeline)
+    from console.charts import timeline_svg
+
+    assert "Not known per snapshot" in timeline_svg(timeline, "records", "Records")
     again = [c for c in _build_plugin_formats(warehouse, 4, lambda message: None) if "paimon" in c.name]
     assert again == catalogs and _sync(*again)["registered"] == []  # kept as it was
     assert Table.objects.filter(location=location).count() == 1

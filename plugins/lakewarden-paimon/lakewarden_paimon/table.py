@@ -105,6 +105,10 @@ class PaimonSpecTable(SpecTable):
     def is_primary_key_table(self) -> bool:
         return bool(self.store.primary_keys)
 
+    def file_rows_are_records(self) -> bool:
+        """A primary-key table's files hold every version of a key until compaction merges them."""
+        return not self.is_primary_key_table
+
     @functools.cached_property
     def definition(self) -> TableDefinition:
         schema = self.store.table_schema
