@@ -287,6 +287,10 @@ def _populate(
     if begun is None:
         return frame, False, None
     result, storage, properties = begun
+    if _ordered(plan):
+        # Stored as one file: a result read back from several files comes back in Spark's file
+        # order (largest first), not in the order ORDER BY gave it. coalesce(1) keeps the order.
+        frame = frame.coalesce(1)
     try:
         stats = storage.write(frame, properties)
     except Exception:
@@ -294,6 +298,17 @@ def _populate(
         raise
     result = cached_result_ready(result=result, stats=stats)
     return storage.read(spark, properties), False, result
+
+
+def _ordered(plan: QueryPlan) -> bool:
+    """Whether the query's answer has an order of its own (a top-level ORDER BY)."""
+    import sqlglot
+
+    try:
+        tree = sqlglot.parse_one(plan.spark_sql, read="spark")
+    except sqlglot.errors.ParseError:
+        return True  # unsure: keep whatever order there is
+    return tree.args.get("order") is not None
 
 
 def _collect(frame, row_limit: int) -> tuple[list[list[Any]], list[str], int]:

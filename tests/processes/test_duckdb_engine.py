@@ -222,3 +222,19 @@ def test_duckdb_reads_only_the_columns_the_query_names(tables):
         run.close()
     assert loaded == ["id", "region"]  # ts is never read
     assert sorted(arrow_rows(table, 10)) == [["eu", 13], ["us", 13]]
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
+def test_order_by_holds_on_either_engine_and_in_its_cached_result(tables, spark, engine):
+    """ORDER BY is the answer's order, and stays it when the stored result is served."""
+    sql = "select id % 7 as k, count(*) as n from orders group by id % 7 order by k desc"
+    first = queries.query_submit(sql=sql, engine=engine)
+    queries.query_run(query_id=first.pk, spark=spark)
+    again = queries.query_submit(sql=sql, engine=engine)
+    queries.query_run(query_id=again.pk, spark=spark)
+    first.refresh_from_db()
+    again.refresh_from_db()
+    assert first.status == again.status == QueryStatus.SUCCESS, (first.error, again.error)
+    assert not first.served_from_cache and again.served_from_cache
+    assert [row[0] for row in first.rows] == [6, 5, 4, 3, 2, 1, 0]
+    assert again.rows == first.rows
