@@ -55,6 +55,10 @@ class AuditMiddleware:
         return response
 
 
+#: Levels of a request body kept in the trail (the API itself refuses more than 32).
+MAX_DEPTH = 8
+
+
 def _json_body(request: HttpRequest) -> Any:
     """The JSON body, read (and so kept by Django for the view) before the view consumes it."""
     if not request.content_type or "json" not in request.content_type:
@@ -79,7 +83,9 @@ def _fields(request: HttpRequest, json_body: Any) -> dict[str, Any]:
             return {}
     else:
         return {}
-    masked = {key: _short(value) for key, value in recording.masked(values).items()}
+    # Bodies nested deeper than the API accepts (it refuses them with a 400) are kept shallow:
+    # masking walks the structure, and a few hundred levels would exhaust the stack.
+    masked = {key: _short(value) for key, value in recording.masked(_shallow(values)).items()}
     try:
         text = json.dumps(masked, default=str)
     except (TypeError, ValueError, RecursionError):
@@ -93,6 +99,19 @@ def _fields(request: HttpRequest, json_body: Any) -> dict[str, Any]:
         return json.loads(text.replace("\\u0000", ""))
     except ValueError:
         return {"unreadable": True}
+
+
+def _shallow(value: Any, depth: int = MAX_DEPTH) -> Any:
+    """``value`` with whatever is nested deeper than ``depth`` levels replaced by a note."""
+    if isinstance(value, dict):
+        if depth <= 0:
+            return "… (nested deeper)"
+        return {key: _shallow(item, depth - 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        if depth <= 0:
+            return "… (nested deeper)"
+        return [_shallow(item, depth - 1) for item in value]
+    return value
 
 
 def _short(value: Any) -> Any:

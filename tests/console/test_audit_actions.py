@@ -366,3 +366,15 @@ def test_configuring_a_plugin_in_the_admin_keeps_the_properties_before_and_after
         "parallelism": 2,
         "on-new-snapshot": False,
     }
+
+
+def test_a_body_nested_hundreds_deep_is_refused_and_recorded_shallow(admin_user):
+    """The API refuses it (400); the trail keeps the row with the body cut at a few levels rather
+    than failing the request while masking it."""
+    body = '{"table": 1, "action": "touch", "params": {"a": ' + "[" * 900 + "]" * 900 + "}}"
+    response = _token(admin_user).generic("POST", "/api/v1/processes/", body, content_type="application/json")
+
+    assert response.status_code == 400, response.content
+    event = _only_event(action="process.run")
+    assert event.status == 400
+    assert "nested deeper" in json.dumps(event.details)
