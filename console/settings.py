@@ -219,6 +219,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Several models have a "kind": each choice set gets a name of its own in the schema.
+    "ENUM_NAME_OVERRIDES": {
+        "CatalogKindEnum": "storage.models.CatalogKind",
+        "AlertChannelKindEnum": "processes.alerts.models.ChannelKind",
+        "AlertRuleKindEnum": "processes.alerts.models.RuleKind",
+    },
 }
 
 LOGGING = {

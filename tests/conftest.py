@@ -202,6 +202,17 @@ def spark():
     stop_spark_session()
 
 
+@pytest.fixture(autouse=True)
+def _iceberg_catalog_pools_closed():
+    """Each test's Iceberg SQL catalogs (one connection pool per catalog name and warehouse, kept
+    for the process's life in storage.catalogs) are closed when the test ends: hundreds of tests
+    with catalogs of their own would otherwise hold Postgres's every connection slot."""
+    yield
+    from storage.catalogs import close_iceberg_catalogs
+
+    close_iceberg_catalogs()
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup):
     """pytest-django's test database, with the Iceberg SQL catalogs' pools closed before it is dropped."""
