@@ -109,12 +109,16 @@ def recent_failures(hours: int = 24):
 
 
 def liveness(*, ping_timeout: float = 0.8) -> dict:
-    from django.conf import settings
-
     from console.health import check_workers
 
-    workers = check_workers(timeout=ping_timeout)
+    return {"workers": check_workers(timeout=ping_timeout), **beat_liveness()}
+
+
+def beat_liveness() -> dict:
+    """Beat's last heartbeat row and whether it is recent enough (three scheduler ticks, 90 s at least)."""
+    from django.conf import settings
+
     beat = ServiceHeartbeat.objects.filter(name="beat").first()
     fresh_within = dt.timedelta(seconds=max(3 * settings.LAKEWARDEN_SCHEDULER_SECONDS, 90))
     beat_alive = beat is not None and timezone.now() - beat.last_seen < fresh_within
-    return {"workers": workers, "beat": beat, "beat_alive": beat_alive}
+    return {"beat": beat, "beat_alive": beat_alive}

@@ -1,9 +1,11 @@
 """What the broker says: messages waiting per Celery queue, and worker and beat liveness as the
-overview computes it (``console.overview.liveness``: a worker ping, beat's last tick).
+overview computes it (a worker ping; beat's last tick, ``console.overview.beat_liveness``).
 
-The ping waits its whole timeout (0.8 s) for answers, so ``BrokerProbe`` runs it, and the queue
-depths, in threads while the scrape's database queries run: a scrape takes about the longest of
-them, not their sum.
+The queue depths are read in a thread while the scrape's database queries run. A worker ping
+waits its whole timeout and, on Redis, whole seconds (BRPOP): about 1.1 s. So a scrape answers with
+this process's last ping when it is younger than ``WORKERS_MAX_AGE`` (``lakewarden_workers_ping_age_seconds``
+says how old) while the ping it starts finishes for the next scrape; only a process with no recent
+ping waits for one. Beat's liveness is read from its row on every scrape.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ logger = logging.getLogger(__name__)
 PROBE_SECONDS = 3.0
 #: A worker answers a ping within milliseconds; the overview waits 0.8 s, a scrape less.
 PING_SECONDS = 0.5
+#: A scrape reports this process's last worker ping when it is at most this old (seconds).
+WORKERS_MAX_AGE = 60.0
+#: (monotonic time, check_workers answer) of this process's last finished ping.
+_last_ping: tuple[float, dict] | None = None
 
 
 def celery_queues() -> list[str]:
@@ -55,10 +61,11 @@ class BrokerProbe:
     """Liveness and queue depths, each fetched in its own thread: ``start()``, then ``families()``."""
 
     def __init__(self) -> None:
-        self.liveness: dict | None = None
+        self.workers: dict | None = None
         self.depths: dict[str, int] | None = None
+        self._ping = threading.Thread(target=self._read_workers, name="metrics-worker-ping", daemon=True)
         self._threads = [
-            threading.Thread(target=self._read_liveness, name="metrics-liveness", daemon=True),
+            self._ping,
             threading.Thread(target=self._read_depths, name="metrics-queue-depths", daemon=True),
         ]
 
@@ -67,15 +74,17 @@ class BrokerProbe:
             thread.start()
         return self
 
-    def _read_liveness(self) -> None:
-        from console.overview import liveness
+    def _read_workers(self) -> None:
+        global _last_ping
+        from console.health import check_workers
 
         try:
-            self.liveness = liveness(ping_timeout=PING_SECONDS)
+            self.workers = check_workers(timeout=PING_SECONDS)
+            _last_ping = (time.monotonic(), self.workers)
         except Exception as error:
-            logger.warning("metrics: liveness could not be read: %s", error)
+            logger.warning("metrics: the workers could not be pinged: %s", error)
         finally:
-            connections.close_all()  # this thread's own database connections
+            connections.close_all()  # this thread's own database connections, if any
 
     def _read_depths(self) -> None:
         try:
@@ -84,14 +93,31 @@ class BrokerProbe:
             logger.warning("metrics: the broker did not answer: %s", error)
 
     def families(self) -> list[GaugeMetricFamily]:
+        from console.overview import beat_liveness
+
         deadline = time.monotonic() + PROBE_SECONDS
+        last = _last_ping
+        recent = last is not None and time.monotonic() - last[0] <= WORKERS_MAX_AGE
         for thread in self._threads:
-            thread.join(timeout=max(deadline - time.monotonic(), 0))
+            wait = 0.0 if thread is self._ping and recent else max(deadline - time.monotonic(), 0)
+            thread.join(timeout=wait)
+        families = self._broker_families()
+        if self.workers is not None:
+            answered_at, workers = time.monotonic(), self.workers
+        elif recent and last is not None:
+            answered_at, workers = last
+        else:
+            return families
+        age = GaugeMetricFamily(
+            "lakewarden_workers_ping_age_seconds", "Age of the worker ping the worker gauges report"
+        )
+        age.add_metric([], max(time.monotonic() - answered_at, 0.0))
+        return [*families, age, *_liveness_families({"workers": workers, **beat_liveness()})]
+
+    def _broker_families(self) -> list[GaugeMetricFamily]:
         up = GaugeMetricFamily("lakewarden_broker_up", "1 when the broker answered this scrape's probe")
         up.add_metric([], 1 if self.depths is not None else 0)
         families = [up]
-        if self.liveness is not None:
-            families += _liveness_families(self.liveness)
         if self.depths is not None:
             depth = GaugeMetricFamily(
                 "lakewarden_celery_queue_length", "Messages waiting in the Celery queue", labels=["queue"]
