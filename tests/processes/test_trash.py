@@ -131,6 +131,13 @@ def test_expiry_with_trash_moves_the_files_and_restore_makes_old_metadata_read_a
 
     assert again.status_code == 409
     assert "restored already" in again.json()["error"] and "nothing was changed" in again.json()["error"]
+    from console.audit.models import AuditEvent  # the audit trail keeps both restores, with their outcome
+
+    restores = AuditEvent.objects.filter(action="trash.restore").order_by("id")
+    assert [(e.username, e.status, e.path) for e in restores] == [
+        (operator.username, 200, f"/api/v1/processes/{process.pk}/restore/"),
+        (operator.username, 409, f"/api/v1/processes/{process.pk}/restore/"),
+    ]
 
 
 def test_expiry_without_trash_deletes_as_before(make_iceberg, run):
