@@ -31,15 +31,14 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from processes.factories.retention import (
-    AGE_SCHEMA,
     TRASH_RETENTION,
-    described,
+    TRASH_RETENTION_SCHEMA,
     keep_in_trash,
     removal_preview,
     summary_list,
     trash_retention,
 )
-from processes.factories.schemas import INTERVAL, PARALLELISM, with_defaults
+from processes.factories.schemas import DRY_RUN, INTERVAL, PARALLELISM, with_defaults
 from processes.plugin import (
     VACUUM,
     Preview,
@@ -206,6 +205,20 @@ def _log_files(log: str, storage: Any = None) -> set[str]:
     return {info.base_name for info in infos if info.type == pafs.FileType.File}
 
 
+#: Properties a run-now may override too.
+RUN_PROPERTIES = {
+    "retention-hours": {
+        "type": "number",
+        "minimum": 0,
+        "description": "Removed files older than this go (raised to the table's delta.deletedFileRetentionDuration)",
+    },
+    "full": {
+        "type": "boolean",
+        "description": "Delta's full mode: untracked files older than the retention go too",
+    },
+}
+
+
 class DeltaVacuumFactory(ProcessFactory):
     name = "delta-vacuum"
     description = "Vacuums Delta tables (never below their own retention) and cleans up their log"
@@ -214,19 +227,8 @@ class DeltaVacuumFactory(ProcessFactory):
         "properties": {
             "interval": INTERVAL,
             "parallelism": PARALLELISM,
-            "retention-hours": {
-                "type": "number",
-                "minimum": 0,
-                "description": "Removed files older than this go (raised to the table's delta.deletedFileRetentionDuration)",
-            },
-            "full": {
-                "type": "boolean",
-                "description": "Delta's full mode: untracked files older than the retention go too",
-            },
-            TRASH_RETENTION: described(
-                AGE_SCHEMA,
-                "Move removed files to <table>/.lakewarden-trash/<process>/ for this long (seconds or ISO 8601); 0 deletes them",
-            ),
+            **RUN_PROPERTIES,
+            TRASH_RETENTION: TRASH_RETENTION_SCHEMA,
         },
     }
     default_properties = {
@@ -240,19 +242,8 @@ class DeltaVacuumFactory(ProcessFactory):
     params_schema = {
         "type": "object",
         "properties": {
-            "dry-run": {
-                "type": "boolean",
-                "description": "Delete nothing; the summary lists what a run would delete",
-            },
-            "retention-hours": {
-                "type": "number",
-                "minimum": 0,
-                "description": "Removed files older than this go (raised to the table's delta.deletedFileRetentionDuration)",
-            },
-            "full": {
-                "type": "boolean",
-                "description": "Delta's full mode: untracked files older than the retention go too",
-            },
+            "dry-run": DRY_RUN,
+            **RUN_PROPERTIES,
         },
         "additionalProperties": False,
     }

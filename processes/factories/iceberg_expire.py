@@ -26,6 +26,7 @@ from typing import Any
 from processes.factories.retention import (
     AGE_SCHEMA,
     TRASH_RETENTION,
+    TRASH_RETENTION_SCHEMA,
     described,
     keep_in_trash,
     parse_duration,
@@ -34,7 +35,7 @@ from processes.factories.retention import (
     trash_checked,
     trash_retention,
 )
-from processes.factories.schemas import INTERVAL, PARALLELISM, with_defaults
+from processes.factories.schemas import DRY_RUN, INTERVAL, PARALLELISM, with_defaults
 from processes.plugin import (
     EXPIRE_SNAPSHOTS,
     Preview,
@@ -268,6 +269,13 @@ def _counts(doomed: dict[str, Any]) -> dict[str, int]:
     return {f"deleted_{kind}": len(doomed.get(kind, ())) for kind in KINDS}
 
 
+#: Properties a run-now may override too.
+RUN_PROPERTIES = {
+    "max-age": described(AGE_SCHEMA, "Snapshots older than this expire (seconds or ISO 8601 duration)"),
+    "min-snapshots": {"type": "integer", "minimum": 1, "description": "The newest snapshots always kept"},
+}
+
+
 class IcebergExpireSnapshotsFactory(ProcessFactory):
     name = "iceberg-expire-snapshots"
     description = "Expires old Iceberg snapshots and deletes the files only they reference"
@@ -276,18 +284,8 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
         "properties": {
             "interval": INTERVAL,
             "parallelism": PARALLELISM,
-            "max-age": described(
-                AGE_SCHEMA, "Snapshots older than this expire (seconds or ISO 8601 duration)"
-            ),
-            "min-snapshots": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "The newest snapshots always kept",
-            },
-            TRASH_RETENTION: described(
-                AGE_SCHEMA,
-                "Move removed files to <table>/.lakewarden-trash/<process>/ for this long (seconds or ISO 8601); 0 deletes them",
-            ),
+            **RUN_PROPERTIES,
+            TRASH_RETENTION: TRASH_RETENTION_SCHEMA,
         },
     }
     default_properties = {
@@ -301,18 +299,8 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
     params_schema = {
         "type": "object",
         "properties": {
-            "dry-run": {
-                "type": "boolean",
-                "description": "Delete nothing; the summary lists what a run would delete",
-            },
-            "max-age": described(
-                AGE_SCHEMA, "Snapshots older than this expire (seconds or ISO 8601 duration)"
-            ),
-            "min-snapshots": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "The newest snapshots always kept",
-            },
+            "dry-run": DRY_RUN,
+            **RUN_PROPERTIES,
         },
         "additionalProperties": False,
     }

@@ -39,6 +39,7 @@ import pyarrow.fs as pafs
 from processes.factories.retention import (
     AGE_SCHEMA,
     TRASH_RETENTION,
+    TRASH_RETENTION_SCHEMA,
     described,
     keep_in_trash,
     parse_duration,
@@ -46,7 +47,7 @@ from processes.factories.retention import (
     summary_list,
     trash_retention,
 )
-from processes.factories.schemas import INTERVAL, PARALLELISM, with_defaults
+from processes.factories.schemas import DRY_RUN, INTERVAL, PARALLELISM, with_defaults
 from processes.plugin import (
     CLEAN_ORPHAN_FILES,
     Preview,
@@ -274,6 +275,11 @@ class IcebergOrphanFilesProcess(TableProcess):
         return {**summary, "deleted_files": deleted, "delete_failures": failed}
 
 
+MIN_AGE_SCHEMA = described(
+    AGE_SCHEMA, "Only unreferenced files older than this are orphans (seconds or ISO 8601)"
+)
+
+
 class IcebergOrphanFilesFactory(ProcessFactory):
     name = "iceberg-clean-orphan-files"
     description = "Deletes files under an Iceberg table's location that no metadata references"
@@ -282,13 +288,8 @@ class IcebergOrphanFilesFactory(ProcessFactory):
         "properties": {
             "interval": INTERVAL,
             "parallelism": PARALLELISM,
-            "min-age": described(
-                AGE_SCHEMA, "Only unreferenced files older than this are orphans (seconds or ISO 8601)"
-            ),
-            TRASH_RETENTION: described(
-                AGE_SCHEMA,
-                "Move removed files to <table>/.lakewarden-trash/<process>/ for this long (seconds or ISO 8601); 0 deletes them",
-            ),
+            "min-age": MIN_AGE_SCHEMA,
+            TRASH_RETENTION: TRASH_RETENTION_SCHEMA,
         },
     }
     default_properties = {
@@ -301,13 +302,8 @@ class IcebergOrphanFilesFactory(ProcessFactory):
     params_schema = {
         "type": "object",
         "properties": {
-            "dry-run": {
-                "type": "boolean",
-                "description": "Delete nothing; the summary lists what a run would delete",
-            },
-            "min-age": described(
-                AGE_SCHEMA, "Only unreferenced files older than this are orphans (seconds or ISO 8601)"
-            ),
+            "dry-run": DRY_RUN,
+            "min-age": MIN_AGE_SCHEMA,
         },
         "additionalProperties": False,
     }

@@ -155,3 +155,10 @@ def removal_preview(
     elif trash and count:
         preview.notes.append(f"the files would be kept in the trash for {trash}, restorable until then")
     return preview
+
+
+#: The ``trash-retention`` property of every factory that removes files.
+TRASH_RETENTION_SCHEMA = described(
+    AGE_SCHEMA,
+    "Move removed files to <table>/.lakewarden-trash/<process>/ for this long (seconds or ISO 8601); 0 deletes them",
+)
