@@ -62,21 +62,28 @@ def build_table(path: Path, size_mb: int) -> int:
     return written
 
 
+def prepare(root: Path, size_mb: int) -> tuple[Path, int]:
+    """A local[2] Spark bench over ``root``: its Delta table ``root/events`` of about ``size_mb``
+    (reused when present) and Django on the bench database; (table path, parquet bytes)."""
+    import os
+
+    os.environ.setdefault("LAKEWARDEN_SPARK_MASTER", "local[2]")
+    os.environ["LAKEWARDEN_ALLOWED_ROOTS"] = str(root)
+    os.environ["LAKEWARDEN_WAREHOUSE"] = str(root)
+    root.mkdir(parents=True, exist_ok=True)
+    table_path = root / "events"
+    size = build_table(table_path, size_mb)
+    django_on_bench_database()
+    return table_path, size
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--reruns", type=int, default=3)
     args = parser.parse_args()
 
-    import os
-
-    os.environ.setdefault("LAKEWARDEN_SPARK_MASTER", "local[2]")
-    os.environ["LAKEWARDEN_ALLOWED_ROOTS"] = str(ROOT)
-    os.environ["LAKEWARDEN_WAREHOUSE"] = str(ROOT)
-    ROOT.mkdir(parents=True, exist_ok=True)
-    table_path = ROOT / "events"
-    size = build_table(table_path, args.size_mb)
-    django_on_bench_database()
+    table_path, size = prepare(ROOT, args.size_mb)
 
     from processes import queries
     from processes.models import Query

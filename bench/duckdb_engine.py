@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import shutil
 import statistics
 import sys
@@ -21,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cache import build_table  # noqa: E402
-from common import django_on_bench_database, write_section  # noqa: E402
+from cache import prepare  # noqa: E402
+from common import write_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent / "var" / "bench" / "duckdb"
 SQL = (
@@ -81,13 +80,7 @@ def main() -> None:
     parser.add_argument("--reruns", type=int, default=3)
     args = parser.parse_args()
 
-    os.environ.setdefault("LAKEWARDEN_SPARK_MASTER", "local[2]")
-    os.environ["LAKEWARDEN_ALLOWED_ROOTS"] = str(ROOT)
-    os.environ["LAKEWARDEN_WAREHOUSE"] = str(ROOT)
-    ROOT.mkdir(parents=True, exist_ok=True)
-    table_path = ROOT / "events"
-    size = build_table(table_path, args.size_mb)
-    django_on_bench_database()
+    table_path, size = prepare(ROOT, args.size_mb)
 
     from processes.spark.session import spark_session
     from storage import services
