@@ -89,6 +89,17 @@ class CeleryProcesses:
         ]
         return self._spawn(f"worker {name}", command, log, extra_env)
 
+    def start_with_doomed_heavy_worker(self, failpoints: str) -> subprocess.Popen:
+        """A light worker, beat, and a heavy worker that holds at ``failpoints``
+        (``LAKEWARDEN_FAILPOINTS``), all answering; the heavy worker, for ``kill_hard``."""
+        self.start_worker(name="light", queues="light", concurrency=1)
+        doomed = self.start_worker(
+            name="doomed", queues="heavy", concurrency=1, extra_env={"LAKEWARDEN_FAILPOINTS": failpoints}
+        )
+        self.start_beat()
+        self.wait_for_workers(count=2)
+        return doomed
+
     def _node_name(self, name: str) -> str:
         node = f"{name}-{self.queue}@{socket.gethostname()}"  # what %h gives
         self.nodes.append(node)

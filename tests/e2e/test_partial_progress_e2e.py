@@ -54,15 +54,7 @@ def test_a_worker_killed_after_the_first_batch_keeps_it_and_the_retry_finishes_t
     data_prefix = f"{iceberg.location()}/data"
     objects_before = _objects(seaweedfs, data_prefix)
     only_factory("iceberg-rewrite", **PROPERTIES)
-    celery_processes.start_worker(name="light", queues="light", concurrency=1)
-    doomed = celery_processes.start_worker(
-        name="doomed",
-        queues="heavy",
-        concurrency=1,
-        extra_env={"LAKEWARDEN_FAILPOINTS": "before-commit-batch-2=hang:600"},
-    )
-    celery_processes.start_beat()
-    celery_processes.wait_for_workers(count=2)
+    doomed = celery_processes.start_with_doomed_heavy_worker("before-commit-batch-2=hang:600")
 
     process = wait_for(
         lambda: Process.objects.filter(table=table, action="rewrite").first(),
