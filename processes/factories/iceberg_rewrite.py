@@ -78,6 +78,7 @@ from processes.factories.iceberg_commit.validation import (
     delete_refused_metadata,
     iceberg_data_file,
     landed,
+    planned_twice,
     snapshot_ids,
     validate_rewrite,
 )
@@ -168,13 +169,7 @@ class IcebergRewriteProcess(TableProcess):
         check_v3_metadata(table)
         swept = _sweep(table, context)
         self.progress = PartialProgress()
-        for attempt in (1, 2):
-            summary = self._attempt(context, table, attempt)
-            if summary is not None:
-                if swept:
-                    summary["swept_leftover_objects"] = len(swept)
-                return summary
-        raise AssertionError("unreachable")
+        return planned_twice(lambda attempt: self._attempt(context, table, attempt), swept)
 
     def _attempt(self, context: ProcessContext, table: Any, attempt: int) -> dict[str, Any] | None:
         """One plan, written and committed batch by batch (one batch without partial progress):

@@ -4,12 +4,15 @@
 ``iceberg_data_file`` builds the DataFile of a new file from its footer; ``snapshot_ids`` and
 ``landed`` tell whether a commit of a process reached the table despite an error (each commit of a
 partial-progress rewrite is told apart from the earlier ones by the snapshots known before it);
-``delete_refused_metadata`` takes back what a refused commit wrote.
+``delete_refused_metadata`` takes back what a refused commit wrote; ``planned_twice`` runs a
+process's plan-write-commit attempt at most twice (a plan that did not hold at the head is planned
+again once).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -21,6 +24,20 @@ logger = logging.getLogger(__name__)
 
 #: Catalog commits tried per written plan when another writer commits in between.
 COMMIT_ATTEMPTS = 4
+
+
+def planned_twice(attempt: Callable[[int], dict[str, Any] | None], swept: list[str]) -> dict[str, Any]:
+    """The summary of ``attempt(1)``, or of ``attempt(2)`` when the first answered None (plan
+    again at the new head; the second always answers), with ``swept_leftover_objects`` when the
+    run first swept the objects of ended processes."""
+    for number in (1, 2):
+        summary = attempt(number)
+        if summary is not None:
+            if swept:
+                summary["swept_leftover_objects"] = len(swept)
+            return summary
+    raise AssertionError("a second attempt answers a summary")
+
 
 DELETE_FILE_SUMMARY_KEYS = (
     "added-delete-files",

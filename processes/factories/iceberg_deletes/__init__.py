@@ -60,6 +60,7 @@ from typing import Any, ClassVar
 
 from processes.factories.compaction import RewriteConflict
 from processes.factories.iceberg_commit import check_v3_metadata
+from processes.factories.iceberg_commit.validation import planned_twice
 from processes.factories.iceberg_deletes.commit import commit_deletes
 from processes.factories.iceberg_deletes.state import (
     EQUALITY,
@@ -158,13 +159,7 @@ class DeleteFilesProcess(TableProcess):
         table = _catalog_table(context.table)
         self.check_table(table)
         swept = _sweep(table, context) if self.writes_files else []
-        for attempt in (1, 2):
-            summary = self._attempt(context, table, attempt)
-            if summary is not None:
-                if swept:
-                    summary["swept_leftover_objects"] = len(swept)
-                return summary
-        raise AssertionError("unreachable")
+        return planned_twice(lambda attempt: self._attempt(context, table, attempt), swept)
 
     def _attempt(self, context: ProcessContext, table: Any, attempt: int) -> dict[str, Any] | None:
         """One plan, write and commit: the run's summary, or None to plan again."""
