@@ -1,9 +1,10 @@
 """Reading a Delta table: parquet row groups, deletion vectors, column mapping, partition values,
 and the change data feed.
 
-A file is read row group by row group so a split part touches only its own byte range, and the
-deletion vector is applied by absolute row index (rows before the row group are counted from the
-footer). Columns are found by physical name (or field id), cast to the table's type (schema
+A file is read row group by row group so a split part touches only its own byte range, row
+groups whose statistics prove that no row matches the filter are skipped (``storage.spec.rowgroups``),
+and the deletion vector (a sorted numpy array) is applied by absolute row index (rows before the
+row group, read or skipped, are counted from the footer). Columns are found by physical name (or field id), cast to the table's type (schema
 evolution, type widening done exactly, and old INT96 timestamps), renamed to logical names, and
 columns a file lacks are nulls. A variant column reads as ``struct<value: binary, metadata:
 binary>`` (its stored bytes); a shredded one is refused when read, naming it (``_evolve``). Partition columns are filled from the log's partition values, never from the file. The
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -28,6 +30,17 @@ from storage.formats.delta._types import FIELD_ID_KEY, DeltaSchema
 from storage.spec.errors import CorruptTable, NotSupported, SpecError, UnsupportedFeature
 from storage.spec.expressions import Expression, to_arrow
 from storage.spec.models import FileSlice
+from storage.spec.rowgroups import (
+    RowGroupFilter,
+    Source,
+    constant_source,
+    constant_value,
+    keep_mask,
+    leaf_index,
+    leaf_source,
+    sorted_positions,
+    usable,
+)
 from storage.spec.splits import row_groups_in_range
 from storage.spec.table import InstantRef, output_columns
 
@@ -60,7 +73,7 @@ def read_slices(
             top = name if name in schema.arrow.names else name.split(".", 1)[0]
             if top not in wanted:
                 wanted.append(top)
-    return _iter_slices(store, slices, schema, wanted, output, row_filter)
+    return _iter_slices(store, slices, schema, wanted, output, row_filter, expr)
 
 
 def _iter_slices(
@@ -70,10 +83,18 @@ def _iter_slices(
     wanted: list[str],
     output: list[str],
     row_filter: pc.Expression | None,
+    expr: Expression | None = None,
 ) -> Iterator[pa.RecordBatch]:
     for file_slice, byte_range in slices:
         yield from read_slice(
-            store, schema, file_slice, wanted, row_filter=row_filter, output=output, byte_range=byte_range
+            store,
+            schema,
+            file_slice,
+            wanted,
+            row_filter=row_filter,
+            output=output,
+            byte_range=byte_range,
+            expr=expr,
         )
 
 
@@ -159,15 +180,16 @@ def read_slice(
     row_filter: pc.Expression | None = None,
     output: Sequence[str] | None = None,
     byte_range: tuple[int, int] | None = None,
+    expr: Expression | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Batches of one slice: ``columns`` (logical, top level) are materialised, ``row_filter``
-    applied, then ``output`` (default ``columns``) kept."""
+    applied, then ``output`` (default ``columns``) kept. ``expr`` (the bound filter
+    ``row_filter`` translates; its columns among ``columns``) skips the row groups whose
+    statistics prove that no row matches."""
     base = file_slice.base_file
     if base is None:
         return
     output = list(columns if output is None else output)
-    descriptor = base.extra.get("deletion_vector")
-    deleted = load_deletion_vector(store, descriptor) if descriptor else None
     path = store.fs_path(base.path)
     try:
         handle = store.fs.open_input_file(path)
@@ -179,36 +201,62 @@ def read_slice(
         except (OSError, ValueError) as exc:
             raise CorruptTable(f"data file {base.path} is not a readable parquet file: {exc}") from exc
         metadata = parquet.metadata
-        groups = (
-            list(range(metadata.num_row_groups))
-            if byte_range is None
-            else row_groups_in_range(metadata, byte_range[0], byte_range[1])
+        plan = _ColumnPlan(
+            schema, parquet.schema_arrow, columns, file_slice.partition.values, f"data file {base.path}"
         )
-        first_rows = [0]
-        for index in range(metadata.num_row_groups):
-            first_rows.append(first_rows[-1] + metadata.row_group(index).num_rows)
-        where = f"data file {base.path}"
-        plan = _ColumnPlan(schema, parquet.schema_arrow, columns, file_slice.partition.values, where)
+        groups = plan_row_groups(metadata, plan, expr, byte_range)
+        if not groups:
+            return
+        descriptor = base.extra.get("deletion_vector")
+        deleted = sorted_positions([load_deletion_vector(store, descriptor)]) if descriptor else None
+        first_rows = np.cumsum([0] + [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)])
         for group in groups:
-            position = first_rows[group]
             try:
-                batches = parquet.iter_batches(
-                    batch_size=BATCH_ROWS, row_groups=[group], columns=plan.file_columns
+                yield from _read_group(
+                    parquet, plan, group, int(first_rows[group]), deleted, row_filter, output
                 )
-                for raw in batches:
-                    count = raw.num_rows
-                    batch = plan.conform(raw)
-                    if deleted is not None:
-                        keep = _keep_mask(deleted, position, count)
-                        if keep is not None:
-                            batch = batch.filter(keep)
-                    position += count
-                    if row_filter is not None and batch.num_rows:
-                        batch = batch.filter(row_filter)
-                    if batch.num_rows:
-                        yield batch.select(output)
             except (OSError, pa.ArrowInvalid) as exc:
                 raise CorruptTable(f"data file {base.path} cannot be read: {exc}") from exc
+
+
+def plan_row_groups(
+    metadata: pq.FileMetaData,
+    plan: _ColumnPlan,
+    expr: Expression | None,
+    byte_range: tuple[int, int] | None,
+) -> list[int]:
+    """The row groups a slice reads: those starting in ``byte_range`` (all without one), less
+    those whose statistics prove no row matches ``expr``."""
+    if byte_range is None:
+        candidates = list(range(metadata.num_row_groups))
+    else:
+        candidates = row_groups_in_range(metadata, byte_range[0], byte_range[1])
+    if expr is None or not candidates:
+        return list(candidates)
+    return RowGroupFilter(expr, metadata, plan.stats_sources(expr, metadata.num_columns)).select(candidates)
+
+
+def _read_group(
+    parquet: pq.ParquetFile,
+    plan: _ColumnPlan,
+    group: int,
+    position: int,
+    deleted: np.ndarray | None,
+    row_filter: pc.Expression | None,
+    output: list[str],
+) -> Iterator[pa.RecordBatch]:
+    """One row group's batches; ``position`` is the file row index of its first row."""
+    for raw in parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], columns=plan.file_columns):
+        count = raw.num_rows
+        batch = plan.conform(raw)
+        keep = keep_mask(deleted, position, count)
+        if keep is not None:
+            batch = batch.filter(keep)
+        position += count
+        if row_filter is not None and batch.num_rows:
+            batch = batch.filter(row_filter)
+        if batch.num_rows:
+            yield batch.select(output)
 
 
 class _ColumnPlan:
@@ -223,7 +271,9 @@ class _ColumnPlan:
         where: str,
     ) -> None:
         self.where = where
+        self.file_schema = file_schema
         self.fields = [schema.arrow.field(name) for name in columns]
+        self.names = {field.name: index for index, field in enumerate(self.fields)}
         self.output_schema = pa.schema(self.fields)
         self.sources: list[tuple[str, Any]] = []  # ("partition", value) | ("file", name) | ("missing", None)
         self.file_columns: list[str] = []
@@ -256,6 +306,33 @@ class _ColumnPlan:
                 self.sources.append(("missing", None))
                 self.targets.append(None)
 
+    def stats_sources(self, expr: Expression, num_columns: int) -> dict[str, Source]:
+        """Where each top-level filter column comes from, for row-group skipping: a file
+        column's statistics when its type converts exactly (``usable``), the partition value or
+        null (a column added later) as a constant; nested columns are unknown."""
+        found: dict[str, Source] = {}
+        for name in expr.columns():
+            if name not in self.names:
+                continue
+            index = self.names[name]
+            field, (kind, value) = self.fields[index], self.sources[index]
+            if kind == "file":
+                position = self.file_schema.get_field_index(value)  # -1 when the name repeats
+                if position < 0:
+                    continue
+                leaf = leaf_index(self.file_schema, [position], num_columns)
+                if leaf is not None and usable(self.file_schema.field(position).type, field.type):
+                    found[name] = leaf_source(leaf, field.type)
+                continue
+            try:
+                filled = pa.repeat(pa.scalar(value if kind == "partition" else None, field.type), 1)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                continue  # the read itself reports it
+            known, constant = constant_value(filled, field.type)
+            if known:
+                found[name] = constant_source(constant)
+        return found
+
     def conform(self, raw: pa.RecordBatch) -> pa.RecordBatch:
         count = raw.num_rows
         arrays = []
@@ -277,18 +354,3 @@ def _conform(array: pa.Array, physical: pa.Field, logical: pa.Field, where: str)
     if not physical.type.equals(logical.type):
         array = array.view(logical.type)
     return array
-
-
-def _keep_mask(deleted: BitMap64, start: int, count: int) -> pa.Array | None:
-    local = []
-    end = start + count
-    for row in deleted.iter_equal_or_larger(start):
-        if row >= end:
-            break
-        local.append(row - start)
-    if not local:
-        return None
-    keep = [True] * count
-    for index in local:
-        keep[index] = False
-    return pa.array(keep, pa.bool_())

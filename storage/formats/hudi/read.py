@@ -3,7 +3,9 @@
 SNAPSHOT merges each slice's log files into its base file with hudi-rs's file group reader;
 READ_OPTIMIZED reads base files only; INCREMENTAL reads, with hudi-rs, the records committed in
 ``(start, end]``. A split part that is a byte range of a base file without logs reads the row
-groups that *start* inside the range (so parts cut anywhere cover each row group exactly once).
+groups that *start* inside the range (so parts cut anywhere cover each row group exactly once),
+less those whose statistics prove that no row matches the filter (``storage.spec.rowgroups``);
+whole slices are read by hudi-rs, which gets no such help (its log merging is not ours to cut).
 A slice with log files can only be merged whole: the part starting at offset 0 reads all of it
 and the slice's other parts read nothing.
 """
@@ -18,6 +20,15 @@ import pyarrow.parquet as pq
 
 from storage.spec.errors import InvalidRange
 from storage.spec.models import FileSlice, Instant, ReadingMode, Split
+from storage.spec.rowgroups import (
+    RowGroupFilter,
+    Source,
+    constant_source,
+    constant_value,
+    leaf_index,
+    leaf_source,
+    usable,
+)
 from storage.spec.splits import row_groups_in_range
 from storage.spec.table import InstantRef, output_columns
 
@@ -72,7 +83,7 @@ def _read_parts(
     output: list[str],
 ) -> Iterator[pa.RecordBatch]:
     for file_slice, start, length in parts:
-        batches = _read_part(table, file_slice, start, length, mode, read_schema)
+        batches = _read_part(table, file_slice, start, length, mode, read_schema, expr)
         yield from _finish(batches, file_slice.partition.values, expr, read_schema, output)
 
 
@@ -83,6 +94,7 @@ def _read_part(
     length: int | None,
     mode: ReadingMode,
     read_schema: pa.Schema,
+    expr: Any = None,
 ) -> Iterator[pa.RecordBatch]:
     read_optimized = mode is ReadingMode.READ_OPTIMIZED
     logs = () if read_optimized else file_slice.delete_files
@@ -108,7 +120,7 @@ def _read_part(
                 table.relative(base), [], _options(read_schema, table)
             )
         return
-    yield from _read_row_groups(table, base.path, table.relative(base), start, length, read_schema)
+    yield from _read_row_groups(table, file_slice, table.relative(base), (start, length), read_schema, expr)
 
 
 def _as_of(file_slice: FileSlice) -> str | None:
@@ -128,16 +140,56 @@ def _options(read_schema: pa.Schema, table: HudiSpecTable) -> Any:
 
 
 def _read_row_groups(
-    table: HudiSpecTable, path: str, relative: str, start: int, length: int, read_schema: pa.Schema
+    table: HudiSpecTable,
+    file_slice: FileSlice,
+    relative: str,
+    byte_range: tuple[int, int],
+    read_schema: pa.Schema,
+    expr: Any,
 ) -> Iterator[pa.RecordBatch]:
-    with table.errors(f"reading {path}"):
+    """The row groups of a base file (no log files) that start in ``byte_range``, less those
+    whose statistics prove that no row matches ``expr``."""
+    assert file_slice.base_file is not None
+    with table.errors(f"reading {file_slice.base_file.path}"):
         with table.filesystem.open_input_file(f"{table.root}/{relative}") as handle:
             parquet = pq.ParquetFile(handle)
-            groups = row_groups_in_range(parquet.metadata, start, length)
+            groups = row_groups_in_range(parquet.metadata, byte_range[0], byte_range[1])
+            if groups and expr is not None:
+                sources = _stats_sources(parquet, read_schema, file_slice.partition.values, expr)
+                groups = RowGroupFilter(expr, parquet.metadata, sources).select(groups)
             if not groups:
                 return
             present = [name for name in read_schema.names if parquet.schema_arrow.get_field_index(name) >= 0]
             yield from parquet.iter_batches(row_groups=groups, columns=present)
+
+
+def _stats_sources(
+    parquet: pq.ParquetFile, read_schema: pa.Schema, partition_values: Mapping[str, Any], expr: Any
+) -> dict[str, Source]:
+    """Where each top-level filter column comes from in a base file (as ``_conform`` reads
+    it): the file column by name, else the partition value, else null; nested ones unknown."""
+    file_schema = parquet.schema_arrow
+    found: dict[str, Source] = {}
+    for name in expr.columns():
+        if read_schema.get_field_index(name) < 0:
+            continue
+        target = read_schema.field(name)
+        position = file_schema.get_field_index(name)
+        if position >= 0:
+            leaf = leaf_index(file_schema, [position], parquet.metadata.num_columns)
+            if leaf is not None and usable(file_schema.field(position).type, target.type):
+                found[name] = leaf_source(leaf, target.type)
+            continue
+        if name in file_schema.names:
+            continue  # a repeated name: unknown
+        try:
+            filled = pa.array([partition_values.get(name)], type=target.type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            continue  # the read itself reports it
+        known, value = constant_value(filled, target.type)
+        if known:
+            found[name] = constant_source(value)
+    return found
 
 
 def _finish(
@@ -154,14 +206,10 @@ def _finish(
         arrow_filter = to_arrow(expr, read_schema)
     for batch in batches:
         batch = _conform(batch, read_schema, partition_values)
-        if arrow_filter is not None:
-            filtered = pa.Table.from_batches([batch]).filter(arrow_filter)
-            pieces = filtered.combine_chunks().to_batches() if filtered.num_rows else []
-        else:
-            pieces = [batch]
-        for piece in pieces:
-            if piece.num_rows:
-                yield piece.select(output)
+        if arrow_filter is not None and batch.num_rows:
+            batch = batch.filter(arrow_filter)
+        if batch.num_rows:
+            yield batch.select(output)
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema, partition_values: Mapping[str, Any]) -> pa.RecordBatch:

@@ -15,7 +15,12 @@ slices are read here with pyarrow directly:
   equality columns equal a row of the delete file (an anti-join, nulls equal to nulls, as the
   Iceberg spec says); the file index already chose the delete files by sequence number;
 * a split part reads the row groups whose first byte lies in ``[start, start + length)``, so the
-  parts of one file (which tile it) read every row group exactly once;
+  parts of one file (which tile it) read every row group exactly once, less the groups whose
+  column statistics prove that no row matches the filter (``storage.spec.rowgroups``: columns
+  matched by field id as the rows are, a missing column as the constant it reads as);
+* deleted positions are a sorted numpy array per data file (a position delete file is grouped by
+  data file once), masks are built with numpy; equality deletes on several columns are matched
+  by numbering each column's deleted values (``TupleSet``);
 * the filter is applied exactly to the rows after deletes;
 * v3 row lineage columns (``_row_id``, ``_last_updated_sequence_number``), when the read schema
   carries them, are the file's values or inherited from its ``first_row_id`` plus the row's
@@ -25,21 +30,33 @@ slices are read here with pyarrow directly:
 from __future__ import annotations
 
 import uuid
-from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage.formats.iceberg._defaults import missing_column
 from storage.formats.iceberg._lineage import fill as fill_lineage
-from storage.formats.iceberg._lineage import lineage_positions
+from storage.formats.iceberg._lineage import is_lineage, lineage_positions
 from storage.formats.iceberg._puffin import read_deletion_vector
 from storage.spec.errors import CorruptTable, UnsupportedFeature
 from storage.spec.models import DataFile, FileContent, FileSlice, Split, SplitPart
+from storage.spec.rowgroups import (
+    RowGroupFilter,
+    Source,
+    constant_source,
+    constant_value,
+    keep_mask,
+    leaf_index,
+    leaf_source,
+    positions_by_path,
+    sorted_positions,
+    usable,
+)
 from storage.spec.splits import row_groups_in_range
 from storage.spec.table import output_columns
 
@@ -176,6 +193,18 @@ class _DeleteCache:
         self._io = file_io
         self._size = size
         self._tables: OrderedDict[str, pa.Table] = OrderedDict()
+        self._positions: OrderedDict[str, dict[str, np.ndarray]] = OrderedDict()
+
+    def positions(self, delete_file: DataFile) -> dict[str, np.ndarray]:
+        """The sorted deleted positions of a position delete file, by data file path (grouped
+        once per delete file, not filtered again for every data file it covers)."""
+        found = self._positions.get(delete_file.path)
+        if found is None:
+            found = positions_by_path(self.get(delete_file, POS_DELETE_COLUMNS), "file_path", "pos")
+            self._positions[delete_file.path] = found
+            while len(self._positions) > self._size:
+                self._positions.popitem(last=False)
+        return found
 
     def get(self, delete_file: DataFile, columns: list[str] | None, filters: Any = None) -> pa.Table:
         key = delete_file.path if filters is None else f"{delete_file.path}\0{filters!r}"
@@ -194,7 +223,9 @@ class _DeleteCache:
             )
         try:
             with self._io.new_input(delete_file.path).open(seekable=True) as handle:
-                return pq.read_table(handle, columns=columns, filters=filters)
+                # a position delete file repeats its data files' paths: read them as a dictionary
+                dictionary = ["file_path"] if columns == POS_DELETE_COLUMNS else None
+                return pq.read_table(handle, columns=columns, filters=filters, read_dictionary=dictionary)
         except FileNotFoundError:
             raise CorruptTable(f"delete file {delete_file.path} is missing") from None
 
@@ -217,6 +248,7 @@ class SliceReader:
         self._base_needed = set(self._output) | filter_columns
         self._deletes = _DeleteCache(file_io)
         self._fields_by_id = _fields_by_id(schema)
+        self.row_groups_skipped = 0  # by statistics, over every read of this reader
 
     def read(
         self, file_slice: FileSlice, start: int | None = None, length: int | None = None
@@ -259,28 +291,23 @@ class SliceReader:
     ) -> Iterator[pa.RecordBatch]:
         sources, read_columns = _sources(parquet.schema_arrow, target_fields)
         identity = IdentityValues(base, self._fields_by_id)
+        metadata = parquet.metadata
+        groups = self.plan_row_groups(parquet, base, start, length)
+        if not groups:
+            return
         deleted_positions = self._positions(base, positional)
         equality_sets = [self._equality_set(d, target_fields) for d in equality]
         lineage = lineage_positions(target_fields)
-        metadata = parquet.metadata
-        # the split planner's rule: a part reads the row groups that start inside it
-        wanted = None
-        if start is not None and length is not None:
-            wanted = set(row_groups_in_range(metadata, start, length))
-        first_row = 0
-        for group in range(metadata.num_row_groups):
-            rows = metadata.row_group(group).num_rows
-            if wanted is not None and group not in wanted:
-                first_row += rows
-                continue
-            offset = first_row
+        first_rows = np.cumsum([0] + [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)])
+        for group in groups:
+            offset = int(first_rows[group])
             for batch in parquet.iter_batches(
                 batch_size=BATCH_SIZE, row_groups=[group], columns=read_columns
             ):
                 count = batch.num_rows
                 table_batch = _table_batch(batch, target_fields, sources, identity)
                 table_batch = fill_lineage(table_batch, lineage, base, offset)
-                keep = _position_mask(deleted_positions, offset, count)
+                keep = keep_mask(deleted_positions, offset, count)
                 for columns, values in equality_sets:
                     survives = pc.invert(_equality_hits(table_batch, columns, values))
                     keep = survives if keep is None else pc.and_(keep, survives)
@@ -291,22 +318,74 @@ class SliceReader:
                     table_batch = table_batch.filter(self._arrow_filter)
                 if table_batch.num_rows:
                     yield table_batch.select(self._output) if target_fields else table_batch
-            first_row += rows
 
-    def _positions(self, base: DataFile, positional: list[DataFile]) -> list[int] | None:
-        """Sorted deleted row positions of ``base`` from its position delete files and its
-        deletion vector."""
+    def plan_row_groups(
+        self, parquet: pq.ParquetFile, base: DataFile, start: int | None, length: int | None
+    ) -> list[int]:
+        """The row groups of ``parquet`` (the data file ``base``) this reader reads for the split
+        part ``[start, start + length)`` (the whole file when None): the planner's rule (a part
+        reads the row groups that start inside it), less the groups whose statistics prove that
+        no row matches the filter."""
+        metadata = parquet.metadata
+        if start is not None and length is not None:
+            candidates = row_groups_in_range(metadata, start, length)
+        else:
+            candidates = list(range(metadata.num_row_groups))
+        if self._expr is None or not candidates:
+            return list(candidates)
+        identity = IdentityValues(base, self._fields_by_id)
+        stats = RowGroupFilter(self._expr, metadata, self._stats_sources(parquet, identity))
+        groups = stats.select(candidates)
+        self.row_groups_skipped += stats.skipped
+        return groups
+
+    def _stats_sources(self, parquet: pq.ParquetFile, identity: IdentityValues) -> dict[str, Source]:
+        """Where each filter column comes from in this file, for row-group skipping: a leaf
+        matched by field id (by name in files without ids, as ``_sources`` and ``_conform``),
+        or the constant a missing top-level column reads as; lineage columns are unknown (the
+        file's nulls become inherited values)."""
+        file_schema = parquet.schema_arrow
+        found: dict[str, Source] = {}
+        for name in self._expr.columns() if self._expr is not None else ():
+            path = _resolve(list(self._schema), name)
+            if path is None or is_lineage(path[0]):
+                continue
+            file_path = _file_path(file_schema, path)
+            target = path[-1]
+            if file_path is None:
+                if len(path) == 1:
+                    constant = self._constant(target, identity)
+                    if constant is not None:
+                        found[name] = constant
+                continue
+            file_field, indexes = file_path
+            leaf = leaf_index(file_schema, indexes, parquet.metadata.num_columns)
+            if leaf is not None and usable(file_field.type, target.type):
+                found[name] = leaf_source(leaf, target.type)
+        return found
+
+    @staticmethod
+    def _constant(target: pa.Field, identity: IdentityValues) -> Source | None:
+        try:
+            known, value = constant_value(_missing(target, 1, identity), target.type)
+        except CorruptTable:
+            return None  # the read itself reports it
+        return constant_source(value) if known else None
+
+    def _positions(self, base: DataFile, positional: list[DataFile]) -> np.ndarray | None:
+        """Sorted unique deleted row positions of ``base`` (int64) from its position delete
+        files and its deletion vector."""
         if not positional:
             return None
-        positions: set[int] = set()
+        chunks: list[Any] = []
         for delete_file in positional:
             if delete_file.content is FileContent.DELETION_VECTOR:
-                positions.update(read_deletion_vector(self._io, delete_file, base.path))
-                continue
-            table = self._deletes.get(delete_file, POS_DELETE_COLUMNS)
-            mask = pc.equal(table.column("file_path"), base.path)
-            positions.update(table.column("pos").filter(mask).to_pylist())
-        return sorted(positions) if positions else None
+                chunks.append(read_deletion_vector(self._io, delete_file, base.path))
+            else:
+                found = self._deletes.positions(delete_file).get(base.path)
+                if found is not None:
+                    chunks.append(found)
+        return sorted_positions(chunks)
 
     def _equality_set(self, delete_file: DataFile, target_fields: list[pa.Field]) -> tuple[list[str], Any]:
         """(table column names, deleted values) of one equality delete file."""
@@ -325,7 +404,7 @@ class SliceReader:
             arrays.append(_conform(table.column(source.name).combine_chunks(), source, target))
         if len(arrays) == 1:
             return columns, arrays[0]
-        return columns, set(zip(*(a.to_pylist() for a in arrays), strict=True))
+        return columns, TupleSet(arrays)
 
 
 def _sources(
@@ -343,6 +422,44 @@ def _sources(
     if not read_columns and file_schema.names:
         read_columns = [file_schema.names[0]]  # something to carry the row count
     return sources, read_columns
+
+
+def _resolve(fields: list[pa.Field], name: str) -> list[pa.Field] | None:
+    """The fields from the top level down to the column ``name`` (dotted through structs)."""
+    for field in fields:
+        if field.name == name:
+            return [field]
+    for field in fields:
+        if pa.types.is_struct(field.type) and name.startswith(f"{field.name}."):
+            rest = _resolve(list(field.type), name[len(field.name) + 1 :])
+            if rest is not None:
+                return [field, *rest]
+    return None
+
+
+def _file_path(file_schema: pa.Schema, path: list[pa.Field]) -> tuple[pa.Field, list[int]] | None:
+    """The file field of a table field path and its field indexes, matched level by level by
+    field id (by name in files without ids) as ``_sources`` and ``_conform`` match; None when
+    the file lacks it."""
+    fields: list[pa.Field] = list(file_schema)
+    indexes: list[int] = []
+    found = None
+    for depth, target in enumerate(path):
+        if depth:
+            if found is None or not pa.types.is_struct(found.type):
+                return None
+            fields = list(found.type)
+        by_id = {field_id(f): i for i, f in enumerate(fields) if field_id(f) is not None}
+        wanted = field_id(target)
+        if by_id and wanted is not None:
+            index = by_id.get(wanted)
+        else:
+            index = next((i for i, f in enumerate(fields) if f.name == target.name), None)
+        if index is None:
+            return None
+        indexes.append(index)
+        found = fields[index]
+    return (found, indexes) if found is not None else None
 
 
 def _table_batch(
@@ -364,23 +481,54 @@ def _table_batch(
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(target_fields))
 
 
-def _position_mask(deleted: list[int] | None, offset: int, count: int) -> pa.Array | None:
-    """Keep-mask of the rows ``offset .. offset + count`` of a file, or None when none is deleted."""
-    if deleted is None:
-        return None
-    low = bisect_left(deleted, offset)
-    high = bisect_left(deleted, offset + count)
-    if low == high:
-        return None
-    keep = [True] * count
-    for position in deleted[low:high]:
-        keep[position - offset] = False
-    return pa.array(keep, pa.bool_())
+class TupleSet:
+    """The rows of several equality delete columns, for membership tests of whole batches.
+
+    Each column's values are numbered by their index among the column's distinct deleted
+    values (``index_in`` with nulls equal to nulls, as ``is_in`` decides single columns), and a
+    row's numbers are folded column by column into one integer, renumbered densely after each
+    column so it never overflows. A batch row is deleted when every column's value is among the
+    deleted ones and its folded number is one of the deleted rows'. Types ``index_in`` lacks
+    fall back to Python tuples."""
+
+    def __init__(self, arrays: list[pa.Array]) -> None:
+        self._uniques: list[pa.Array] = []
+        self._levels: list[np.ndarray] = []
+        self._tuples: set[tuple[Any, ...]] | None = None
+        try:
+            self._uniques = [pc.unique(a) for a in arrays]
+            keys = self._codes(arrays[0], 0).to_numpy(zero_copy_only=False).astype(np.int64)
+            for index in range(1, len(arrays)):
+                codes = self._codes(arrays[index], index).to_numpy(zero_copy_only=False).astype(np.int64)
+                level, keys = np.unique(keys * len(self._uniques[index]) + codes, return_inverse=True)
+                self._levels.append(level)
+        except pa.ArrowNotImplementedError:
+            self._tuples = set(zip(*(a.to_pylist() for a in arrays), strict=True))
+
+    def _codes(self, array: pa.Array | pa.ChunkedArray, index: int) -> pa.Array:
+        return pc.index_in(array, value_set=self._uniques[index], skip_nulls=False)
+
+    def hits(self, columns: list[pa.Array | pa.ChunkedArray]) -> pa.Array:
+        """Whether each row of ``columns`` (a batch's equality columns) is a deleted row."""
+        if self._tuples is not None:
+            keys = zip(*(c.to_pylist() for c in columns), strict=True)
+            return pa.array([key in self._tuples for key in keys], pa.bool_())
+        if not self._uniques[0]:  # an empty delete file
+            return pa.array(np.zeros(len(columns[0]), dtype=np.bool_), pa.bool_())
+        first = self._codes(columns[0], 0)
+        found = np.array(first.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
+        keys = first.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        for index, level in enumerate(self._levels, start=1):
+            codes = self._codes(columns[index], index)
+            found &= codes.is_valid().to_numpy(zero_copy_only=False)
+            combined = keys * len(self._uniques[index]) + codes.fill_null(0).to_numpy(zero_copy_only=False)
+            keys = np.minimum(np.searchsorted(level, combined), len(level) - 1)
+            found &= level[keys] == combined
+        return pa.array(found, pa.bool_())
 
 
 def _equality_hits(batch: pa.RecordBatch, columns: list[str], values: Any) -> pa.Array:
     if isinstance(values, pa.Array):
         # skip_nulls=False: a null in the delete file deletes null rows (Iceberg equality)
         return pc.is_in(batch.column(columns[0]), value_set=values, skip_nulls=False)
-    keys = zip(*(batch.column(c).to_pylist() for c in columns), strict=True)
-    return pa.array([key in values for key in keys], pa.bool_())
+    return values.hits([batch.column(c) for c in columns])
