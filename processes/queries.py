@@ -4,6 +4,7 @@ result's bookkeeping are storage/cache.py."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
@@ -42,6 +43,7 @@ from storage.io import is_object_store
 from storage.models import CachedResult, StorageBackend
 from storage.selectors import jsonable
 from storage.services import storage_backend_default, table_store_options
+from storage.spec.spark.pruning import sql_over_views
 from storage.spec.spark_source import read_table
 
 logger = logging.getLogger(__name__)
@@ -268,16 +270,22 @@ def _result_frame(spark, plan: QueryPlan, backend: StorageBackend | None):
 
 
 def _compute(spark, plan: QueryPlan):
+    """The query over one view per table; tables read through the data source read only the
+    columns the query needs (``sql_over_views``)."""
+    readers = {}
     for planned in plan.tables:
         table = planned.table
         # An object-store table is read with its own credentials (its catalog's, its root's or the
         # environment's), handed to the Spark tasks as the data source's redacted storage option.
         storage = table_store_options(table) if is_object_store(table.location) else None
-        frame = read_table(
-            spark, table.location, format=table.format, instant=planned.instant or None, storage=storage
+        readers[planned.view] = functools.partial(
+            read_table, spark, table.location, table.format, planned.instant or None, storage=storage
         )
-        frame.createOrReplaceTempView(planned.view)
-    return spark.sql(plan.spark_sql)
+    return sql_over_views(spark, plan.spark_sql, {v: _by_columns(r) for v, r in readers.items()})
+
+
+def _by_columns(read):
+    return lambda columns: read(columns=columns)
 
 
 def _populate(

@@ -152,7 +152,19 @@ def read_table(
         reader = reader.option("target_size", str(target_size))
     if storage is not None:
         reader = reader.option("storage", storage.to_json())
+    cores = _parallelism(spark)
+    if cores:
+        reader = reader.option("parallelism", str(cores))
     return reader.load()
+
+
+def _parallelism(spark: SparkSession) -> int:
+    """Spark's default parallelism (the cores of a local session, of the cluster's executors);
+    0 on Spark Connect, whose client has no SparkContext to ask."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:
+        return 0
 
 
 def _parquet_frame(spark: SparkSession, arrow_schema: pa.Schema, paths: list[str]) -> DataFrame:

@@ -54,6 +54,10 @@ class SourceOptions:
     target_size: int = DEFAULT_TARGET_SIZE
     open_file_cost: int = DEFAULT_OPEN_FILE_COST
     pushdown: bool = True
+    #: Spark's default parallelism where the query runs (0: unknown); a table smaller than
+    #: ``target_size`` per core is planned in smaller splits, as Spark's own file sources are,
+    #: so that every core gets a split.
+    parallelism: int = 0
     #: The object store's credentials as ``StoreOptions.to_json()`` (empty: the environment's);
     #: kept out of ``repr`` so an options object in a log or traceback shows no secret.
     storage: str = dataclasses.field(default="", repr=False)
@@ -79,6 +83,7 @@ class SourceOptions:
             target_size=_positive_int(options, "target_size", DEFAULT_TARGET_SIZE),
             open_file_cost=_positive_int(options, "open_file_cost", DEFAULT_OPEN_FILE_COST, allow_zero=True),
             pushdown=str(options.get("pushdown", "true")).strip().lower() not in {"false", "0", "no"},
+            parallelism=_positive_int(options, "parallelism", 0, allow_zero=True, unit="cores"),
         )
 
 
@@ -94,14 +99,16 @@ def _parse_columns(text: str | None) -> tuple[str, ...] | None:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def _positive_int(options: Mapping[str, str], key: str, default: int, allow_zero: bool = False) -> int:
+def _positive_int(
+    options: Mapping[str, str], key: str, default: int, allow_zero: bool = False, unit: str = "bytes"
+) -> int:
     raw = options.get(key)
     if raw is None or str(raw).strip() == "":
         return default
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise ValueError(f"the {key} option must be a whole number of bytes, not {raw!r}") from None
+        raise ValueError(f"the {key} option must be a whole number of {unit}, not {raw!r}") from None
     if value < 0 or (value == 0 and not allow_zero):
         raise ValueError(
             f"the {key} option must be {'non-negative' if allow_zero else 'positive'}, not {value}"
@@ -246,12 +253,17 @@ class LakewardenPlainReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         table = _open_cached(self.scan_id, self.options)
         instant = None if self.options.instant is None else table.timeline().get(self.options.instant)
-        splits = table.plan_splits(
-            instant,
-            self._filter(table),
-            target_size=self.options.target_size,
-            open_file_cost=self.options.open_file_cost,
-        )
+        expr = self._filter(table)
+        target, cost = self.options.target_size, self.options.open_file_cost
+        splits = list(table.plan_splits(instant, expr, target_size=target, open_file_cost=cost))
+        cores = self.options.parallelism
+        if 0 < len(splits) < cores:
+            # Spark's rule for its file sources: at most total / cores per split (not under the
+            # cost of opening a file), so a small table still keeps every core busy.
+            total = sum(split.weight for split in splits)  # bytes and open-file costs
+            smaller = max(cost, -(-total // cores), 1)
+            if smaller < target:
+                splits = list(table.plan_splits(instant, expr, target_size=smaller, open_file_cost=cost))
         return [SplitPartition(i, compact_split(split)) for i, split in enumerate(splits)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
