@@ -774,3 +774,29 @@ def test_spark_selects_the_same_rows_as_arrow(spark):
         )
         ours = sorted(v.strftime("%Y-%m-%d %H:%M:%S") for v in rows.filter(to_arrow(expr))["ts"].to_pylist())
         assert theirs == ours, text
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "matches"),
+    [
+        ("x = 0.1", 0.1, False),
+        ("x in (0.1)", 0.1, False),
+        ("x in (7.5, 0.1)", 0.1, False),
+        ("x not in (0.1)", 0.1, True),
+        ("x in (0.5)", 0.5, True),
+        ("x in (2, 0.5)", 0.5, True),
+    ],
+)
+def test_in_on_a_float32_column_means_what_equality_means_for_rows_and_for_pruning(text, value, matches):
+    # float32(0.1) is not the double 0.1: `=` compares in double (as Spark does), and so must
+    # `in`; a file is pruned by statistics compared in double, so an `in` that matched
+    # float32(0.1) would return the row from an unpruned read and lose it from a pruned one.
+    schema = pa.schema([("x", pa.float32())])
+    rows = pa.table({"x": pa.array([value], pa.float32())})
+    stored = rows["x"][0].as_py()  # the float32 as a double, as the file's statistics hold it
+    data = DataFile("f.parquet", 10, 1, lower_bounds={"x": stored}, upper_bounds={"x": stored})
+    expr = parse_filter(text, schema)
+
+    assert rows.filter(to_arrow(expr)).num_rows == (1 if matches else 0)
+    if matches:
+        assert might_match_file(expr, data, _spec())

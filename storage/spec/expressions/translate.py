@@ -18,6 +18,7 @@ import datetime as dt
 import decimal
 import functools
 import math
+import operator
 from typing import Any
 
 import pyarrow as pa
@@ -104,6 +105,11 @@ def to_arrow(expr: Expression, schema: pa.Schema | None = None) -> pc.Expression
 def _isin(field: pc.Expression, values: tuple[Any, ...]) -> pc.Expression:
     if not values:
         return pc.scalar(False)
+    if any(isinstance(v, float) for v in values):
+        # ``isin`` casts its values to the column's type: a float32 column would match 0.1 as
+        # float32(0.1), where ``=`` (and Spark, and the pruning by statistics) compares in double
+        # and does not. Equalities keep ``in`` meaning what ``=`` means.
+        return functools.reduce(operator.or_, (field == pc.scalar(v) for v in values))
     return field.isin(pa.array(list(values)))
 
 
