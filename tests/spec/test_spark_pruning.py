@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
@@ -181,3 +182,26 @@ def test_a_narrowed_read_the_query_cannot_run_on_falls_back_to_every_column(lake
     assert _scan_columns(frame) == [["amount", "id", "note", "region", "ts"]]
     assert frame.collect()[0].s == sum(r["amount"] for r in _orders(delta_orders).to_pylist() if r["id"] < 60)
     assert "column pruning refused" in caplog.text
+
+
+def test_splits_come_in_even_waves_over_the_cores(tmp_path):
+    from deltalake import write_deltalake
+
+    path = tmp_path / "waves"
+    for batch in range(10):  # ten files of equal size
+        ids = pa.array(range(batch * 1000, batch * 1000 + 1000), pa.int64())
+        write_deltalake(str(path), pa.table({"id": ids, "pad": pc.cast(ids, pa.string())}), mode="append")
+    schema = pa.schema([("id", pa.int64())])
+    # a split target of 3.5 files' weight: alone, splits of 3, 3, 3 and 1 file
+    weight = max(p.stat().st_size for p in path.glob("*.parquet")) + 1000
+    options = {"target_size": str(weight * 7 // 2), "open_file_cost": "1000"}
+
+    alone = _plan(path, schema, **options).partitions()
+    two = _plan(path, schema, parallelism=2, **options).partitions()
+
+    assert [len(s.split.parts) for s in alone] == [3, 3, 3, 1]
+    sizes = [len(s.split.parts) for s in two]
+    assert len(sizes) >= 2 and max(sizes) - min(sizes) <= 1  # no split of one file left over
+    assert sorted(p.file_slice.path for s in two for p in s.split.parts) == sorted(
+        str(p) for p in path.glob("*.parquet")
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 import threading
@@ -257,13 +258,17 @@ class LakewardenPlainReader(DataSourceReader):
         target, cost = self.options.target_size, self.options.open_file_cost
         splits = list(table.plan_splits(instant, expr, target_size=target, open_file_cost=cost))
         cores = self.options.parallelism
-        if 0 < len(splits) < cores:
-            # Spark's rule for its file sources: at most total / cores per split (not under the
-            # cost of opening a file), so a small table still keeps every core busy.
+        if cores > 0 and splits:
+            # Whole, even waves: the bytes spread over a multiple of the cores (at least one split
+            # per core, Spark's rule for its file sources), so that no core idles while another
+            # reads a last or larger split; never under the cost of opening a file.
             total = sum(split.weight for split in splits)  # bytes and open-file costs
-            smaller = max(cost, -(-total // cores), 1)
-            if smaller < target:
-                splits = list(table.plan_splits(instant, expr, target_size=smaller, open_file_cost=cost))
+            waves = math.ceil(math.ceil(total / target) / cores)
+            # (5% over the even share: the packer fills splits file by file, so an exact share
+            # would leave a last file over, a split of its own)
+            even = max(cost, math.ceil(total * 1.05 / (waves * cores)), 1)
+            if even < target:
+                splits = list(table.plan_splits(instant, expr, target_size=even, open_file_cost=cost))
         return [SplitPartition(i, compact_split(split)) for i, split in enumerate(splits)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
