@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import struct
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -131,7 +132,7 @@ class _Compiler:
         # Generated straight-line code: one statement per field, no per-field loop or branch,
         # optional fields (["null", T] unions) inlined. This is the hot path of listing.
         namespace: dict[str, Any] = {"_read_int": _read_int}
-        body = []
+        body: list[str] = []
         for position, field in enumerate(schema["fields"]):
             if keep is True:
                 wanted: Any = True
@@ -142,7 +143,17 @@ class _Compiler:
             field_type = field["type"]
             optional = isinstance(field_type, list) and len(field_type) == 2 and field_type[0] == "null"
             reader = f"_r{position}"
-            namespace[reader] = self.compile(field_type[1] if optional else field_type, wanted)
+            inner = field_type[1] if optional else field_type
+            namespace[reader] = self.compile(inner, wanted)
+            inline = self._blocks_inline(inner, bool(wanted), f"out[{field['name']!r}]")
+            if inline is not None:
+                if optional:
+                    null = f"out[{field['name']!r}] = None" if wanted else "pass"
+                    inline = ["if _read_int(dec) == 0:", f"    {null}", "else:"] + [
+                        f"    {x}" for x in inline
+                    ]
+                body.extend(f"    {line}" for line in inline)
+                continue
             call = f"(None if _read_int(dec) == 0 else {reader}(dec))" if optional else f"{reader}(dec)"
             if wanted is False:
                 body.append(f"    {call}")
@@ -154,6 +165,32 @@ class _Compiler:
             source = "def read(dec):\n    out = {}\n" + "\n".join(body) + "\n    return out\n"
         exec(compile(source, f"<avro record {schema.get('name', '')}>", "exec"), namespace)  # noqa: S102
         return namespace["read"]
+
+    def _blocks_inline(self, schema: Any, keep: bool, target: str) -> list[str] | None:
+        """Source lines reading an Iceberg ``int -> bytes|long`` map or an ``int|long`` array
+        into ``target`` (or skipping it), inlined in the record reader: a manifest entry holds
+        up to eight of them, and a call per item or per field is most of what decoding costs."""
+        if not isinstance(schema, dict) or schema.get("type") != "array":
+            return None
+        items = schema["items"]
+        pair = _int_keyed_pair(items, self.named)
+        if pair == "bytes":
+            step = ["dec.read_int_bytes_dict(n, v)" if keep else "dec.read_int_bytes_dict(n, {})"]
+        elif pair == "long":
+            step = (
+                ["m = dec.read_ints(2 * n)", "v.update(zip(m[::2], m[1::2]))"]
+                if keep
+                else ["dec.read_ints(2 * n)"]
+            )
+        elif items in ("int", "long"):
+            step = ["v.extend(dec.read_ints(n))" if keep else "dec.read_ints(n)"]
+        else:
+            return None
+        # a block count below zero is followed by the block's byte size
+        lines = ["v = {}" if pair else "v = []"] if keep else []
+        lines += ["while n := _read_int(dec):", "    if n < 0:", "        n = -n", "        _read_int(dec)"]
+        lines += [f"    {x}" for x in step]
+        return lines + ([f"{target} = v"] if keep else [])
 
     def _array(self, schema: dict[str, Any], keep: Any) -> Read:
         items = schema["items"]
@@ -344,18 +381,65 @@ def decoder_for(writer_schema_json: str, keep: dict[str, Any]) -> ManifestDecode
 
 def iter_records(data: bytes, keep: dict[str, Any]) -> Iterator[tuple[dict[str, Any], ManifestDecoder]]:
     """(record, decoder) for each record of an Avro container file held in ``data``."""
-    blocks = fastavro.block_reader(io.BytesIO(data))
-    decoder = decoder_for(blocks.metadata["avro.schema"], keep)
+    decoder, blocks = iter_blocks(data, keep)
     read = decoder.read
-    for block in blocks:
-        dec = Decoder(block.bytes_.getvalue())  # type: ignore[attr-defined]  # fastavro's stub omits Block.bytes_
-        for _ in range(block.num_records):
+    for dec, count in blocks:
+        for _ in range(count):
             yield read(dec), decoder
 
 
-def iter_blocks(data: bytes, keep: dict[str, Any]) -> tuple[ManifestDecoder, Iterator[tuple[Any, int]]]:
-    """The decoder for ``data`` and its blocks as (binary decoder, record count)."""
+_MAGIC = b"Obj\x01"
+
+
+def _joined(data: bytes) -> tuple[str, bytes, int] | None:
+    """(writer schema JSON, all records decompressed, record count) of the Avro container file
+    in ``data`` when its codec is null or deflate (else None: fastavro reads it).
+
+    A container's blocks only frame the records: their payloads, decompressed, concatenate into
+    the records' plain encoding. pyiceberg writes one block per manifest entry, and reading block
+    by block (fastavro's ``block_reader``: a ``Block`` and a ``BytesIO`` each, then a decoder)
+    cost a tenth of a listing; here the header and the framing are read with the binary decoder
+    and each payload is inflated by one ``zlib`` call."""
+    dec = Decoder(data)
+    if dec.read(4) != _MAGIC:
+        raise ValueError("not an Avro container file (bad magic)")
+    meta: dict[str, bytes] = {}
+    while count := _block_count(dec):
+        for _ in range(count):
+            key = Decoder.read_utf8(dec)
+            meta[key] = Decoder.read_bytes(dec)
+    sync = dec.read(16)
+    codec = meta.get("avro.codec", b"null")
+    if codec not in (b"null", b"deflate") or "avro.schema" not in meta:
+        return None
+    end, inflate = len(data), codec == b"deflate"
+    payloads = []
+    total = 0
+    while dec.tell() < end:
+        count = _read_int(dec)
+        size = _read_int(dec)
+        if count < 0 or size < 0:
+            raise ValueError("an Avro block with a negative record count or size")
+        payload = dec.read(size)
+        if dec.read(16) != sync:
+            raise ValueError("an Avro block does not end with the file's sync marker")
+        payloads.append(zlib.decompress(payload, -15) if inflate else payload)
+        total += count
+    return meta["avro.schema"].decode(), b"".join(payloads), total
+
+
+def iter_payloads(data: bytes) -> tuple[str, Iterator[tuple[bytes, int]]]:
+    """The writer schema JSON of ``data`` and its records as (decompressed records, record
+    count): one pair for all records of a null- or deflate-compressed file, one per block else."""
+    joined = _joined(data)
+    if joined is not None:
+        return joined[0], iter(((joined[1], joined[2]),))
     blocks = fastavro.block_reader(io.BytesIO(data))
-    decoder = decoder_for(blocks.metadata["avro.schema"], keep)
     # fastavro's stub omits Block.bytes_ (a BytesIO of the block's decompressed records)
-    return decoder, ((Decoder(block.bytes_.getvalue()), block.num_records) for block in blocks)  # type: ignore[attr-defined]
+    return blocks.metadata["avro.schema"], ((block.bytes_.getvalue(), block.num_records) for block in blocks)  # type: ignore[attr-defined]
+
+
+def iter_blocks(data: bytes, keep: dict[str, Any]) -> tuple[ManifestDecoder, Iterator[tuple[Any, int]]]:
+    """The decoder for ``data`` and its records as (binary decoder, record count) pairs."""
+    schema, payloads = iter_payloads(data)
+    return decoder_for(schema, keep), ((Decoder(payload), count) for payload, count in payloads)

@@ -19,14 +19,21 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import quote_plus
 
 import fastavro
 
-from storage.formats.iceberg._avro import checked_entry, checked_manifest_list, iter_blocks
+from storage.formats.iceberg._avro import (
+    Decoder,
+    checked_entry,
+    checked_manifest_list,
+    decoder_for,
+    iter_blocks,
+    iter_payloads,
+)
 from storage.formats.iceberg._metadata import INLINE_PREFIX, is_inline
 from storage.formats.iceberg._values import ColumnDecoder, LazyStats, avro_to_python, bytes_to_python
 from storage.spec.errors import CorruptTable
@@ -65,6 +72,24 @@ KEEP: dict[str, Any] = {
             "content_offset",
             "content_size_in_bytes",
             "first_row_id",
+        )
+    },
+}
+
+# What a filter looks at first (and what ``checked_entry`` checks): an entry it rejects is not
+# decoded further (see ``iter_manifest_records``).
+PROBE: dict[str, Any] = {
+    "status": True,
+    "data_file": {
+        name: True
+        for name in (
+            "content",
+            "file_path",
+            "partition",
+            "record_count",
+            "file_size_in_bytes",
+            "lower_bounds",
+            "upper_bounds",
         )
     },
 }
@@ -146,19 +171,36 @@ def _first(row: dict[str, Any], *names: str) -> Any:
 
 
 def iter_manifest_records(
-    file_io: Any, manifest: ManifestInfo
+    file_io: Any,
+    manifest: ManifestInfo,
+    accept: Callable[[dict[str, Any], dict[int, str]], bool] | None = None,
 ) -> Iterator[tuple[dict[str, Any], dict[int, str]]]:
     """(entry, partition field id -> Avro name) for each entry of one manifest, streamed.
 
     Only the manifest's bytes and the current entry are held; bounds come as ``{field id: bytes}``.
+    With ``accept``, each entry is first decoded with only the ``PROBE`` fields (the rest skipped
+    without building objects) and checked like a full one; entries ``accept`` rejects are dropped
+    there, the others decoded again in full. A filter that keeps few entries thus pays for the
+    fields it looks at only.
     """
     data = read_bytes(file_io, manifest.path, "manifest")
     try:
-        decoder, blocks = iter_blocks(data, KEEP)
-        read, names = decoder.read, decoder.partition_names
-        for dec, count in blocks:
+        if accept is None:
+            decoder, blocks = iter_blocks(data, KEEP)
+            read, names = decoder.read, decoder.partition_names
+            for dec, count in blocks:
+                for _ in range(count):
+                    yield checked_entry(read(dec)), names
+            return
+        schema, payloads = iter_payloads(data)
+        decoder = decoder_for(schema, KEEP)
+        read, probe, names = decoder.read, decoder_for(schema, PROBE).read, decoder.partition_names
+        for payload, count in payloads:
+            dec = Decoder(payload)
             for _ in range(count):
-                yield checked_entry(read(dec)), names
+                start = dec.tell()
+                if accept(checked_entry(probe(dec)), names):
+                    yield checked_entry(read(Decoder(payload[start : dec.tell()]))), names
     except CorruptTable:
         raise
     except Exception as exc:  # any decoding failure (see _avro.checked_entry)

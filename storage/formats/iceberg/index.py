@@ -51,6 +51,11 @@ class RowIds:
     def __init__(self, manifest: ManifestInfo) -> None:
         self._next = manifest.first_row_id if manifest.content == CONTENT_DATA else None
 
+    @property
+    def inactive(self) -> bool:
+        """No entry inherits a row id: entries may be dropped without being counted."""
+        return self._next is None
+
     def assign(self, record: dict[str, Any]) -> int | None:
         data = record["data_file"]
         own = data.get("first_row_id")
@@ -59,6 +64,32 @@ class RowIds:
         assigned = self._next
         self._next += data["record_count"]
         return assigned
+
+
+def _acceptor(context: SpecContext, check_partition: Any, check_stats: Any) -> Any:
+    """The cheap rejections of ``IcebergFileIndex._scan`` on a probed entry (see
+    ``iter_manifest_records``): False only for an entry that ``_scan`` would drop too."""
+
+    verdicts: dict[tuple[Any, ...], bool] = {}  # of the partitions seen in this manifest
+
+    def accept(record: dict[str, Any], avro_names: dict[int, str]) -> bool:
+        if record["status"] == STATUS_DELETED:
+            return False
+        raw = record["data_file"]
+        if check_partition is not None:
+            partition = raw["partition"]  # a dict (checked_entry)
+            key = tuple(partition.values())
+            verdict = verdicts.get(key)
+            if verdict is None:
+                values = context.partition_values(partition, avro_names)
+                verdict = verdicts[key] = bool(check_partition(values))
+            if not verdict:
+                return False
+        if check_stats is not None and not raw.get("content"):
+            return bool(check_stats(raw.get("lower_bounds"), raw.get("upper_bounds")))
+        return True
+
+    return accept
 
 
 class IcebergFileIndex(FileIndex):
@@ -182,7 +213,7 @@ class IcebergFileIndex(FileIndex):
             from storage.spec.expressions import might_match_file, partition_projection
 
         manifests = self._manifests(snapshot)
-        deletes = self._delete_index(manifests, expr)
+        deletes = self._delete_index(manifests, expr) or None  # None: no deletes to look up
         decoder = self._decoder
         check_stats = stats_check(expr, decoder)
         partition_checks: dict[int, Any] = {}
@@ -198,7 +229,11 @@ class IcebergFileIndex(FileIndex):
                 partition_checks[context.spec_id] = partition_check(projected, context.names)
             check_partition = partition_checks.get(context.spec_id)
             row_ids = RowIds(manifest)
-            for record, avro_names in iter_manifest_records(self._io, manifest):
+            # probe when a pre-check can reject entries, but v3 row ids and added_by need every
+            # live entry's fields
+            probing = (check_partition, check_stats) != (None, None) and added_by is None and row_ids.inactive
+            accept = _acceptor(context, check_partition, check_stats) if probing else None
+            for record, avro_names in iter_manifest_records(self._io, manifest, accept):
                 if record["status"] == STATUS_DELETED:
                     continue
                 first_row_id = row_ids.assign(record)
