@@ -31,7 +31,10 @@ setup-test:
 serve: setup
 	$(PY) manage.py lakewarden_serve
 
+# bench/requirements.txt: benchmark-only packages of .venv (bench/listing.py makes its own
+# virtualenv for the native planners it compares with, see bench/requirements-anchors.txt).
 bench: setup
+	$(VENV)/bin/pip install -q -r bench/requirements.txt -c requirements.txt
 	$(PY) bench/run.py
 
 lint:

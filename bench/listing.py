@@ -10,9 +10,14 @@ over 100 days, each commit spreading its files over all days (late data), so a o
 selects ~1% of the files but cannot skip manifests by their partition summaries; each file holds
 a disjoint ``id`` range, so an ``id`` range predicate selects ~1% of the files by column stats.
 
-Each case runs in a fresh subprocess: wall time of the listing consumed as a stream, and peak
-RSS (``ru_maxrss``) above the baseline taken after imports and loading the table metadata.
-Results replace the "listing" section of bench/RESULTS.md.
+Measured side by side, each case in a fresh subprocess: ours (the spec API's listing consumed as
+a stream), pyiceberg's ``plan_files``, and the native planners as anchors: DuckDB's Iceberg
+extension (``iceberg_metadata``; ``iceberg_column_stats`` filtered in SQL for the filtered cases),
+Polars 1.44 (.venv) and Polars 2.1 with its Rust planner (polars-iceberg), the latter two timed
+resolving ``scan_iceberg(...).explain()``. DuckDB and Polars 2.1 run in a virtualenv of their own
+(var/bench/anchors-venv, made from bench/requirements-anchors.txt on first use; see there why).
+Wall time of the listing, CPU time, and peak RSS (``ru_maxrss``) above the baseline taken after
+imports and loading the table metadata. Results replace the "listing" section of bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import _listing_anchors as anchors  # noqa: E402
+
 BENCH_DIR = ROOT / "var" / "bench"
 RESULTS = ROOT / "bench" / "RESULTS.md"
 SERVER = os.environ.get(
@@ -179,72 +188,135 @@ def build(entries: int) -> str:
     return marker.read_text().strip()
 
 
+# -- the implementations --------------------------------------------------------------------
+
+# Run with the anchors' virtualenv (DuckDB 1.5.5 with its Iceberg extension, Polars 2 with its
+# native planner); the others run with this interpreter (.venv: ours, pyiceberg, Polars 1.44).
+ANCHORS = ("duckdb", "polars2")
+IMPLS = ("ours", "pyiceberg", "duckdb", "polars", "polars2")
+LABELS = {
+    "ours": "ours",
+    "pyiceberg": "pyiceberg",
+    "duckdb": "DuckDB",
+    "polars": "Polars 1.44",
+    "polars2": "Polars 2.1",
+}
+
+
 # -- the measured cases (run in a child process) -------------------------------------------
+
+
+def _bounds(case: str, entries: int) -> tuple[str, object, object] | None:
+    """(column, low, high) of a case's half-open range predicate; ~1% of files, None for full."""
+    if case == "full":
+        return None
+    if case == "partition_1pct":
+        day = dt.datetime.combine(FIRST_DAY + dt.timedelta(days=DAYS // 2), dt.time(), tzinfo=dt.UTC)
+        return "ts", day, day + dt.timedelta(days=1)
+    first = entries // 2 * IDS_PER_FILE
+    return "id", first, first + entries // 100 * IDS_PER_FILE
 
 
 def _predicates(case: str, entries: int):
     """(spec expression, pyiceberg expression) for a case; ~1% of files for the filtered ones."""
     from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, LessThan
 
-    if case == "full":
+    bounds = _bounds(case, entries)
+    if bounds is None:
         return None, AlwaysTrue()
     from storage.spec.expressions import And as SpecAnd
     from storage.spec.expressions import Comparison
 
-    if case == "partition_1pct":
-        day = dt.datetime.combine(FIRST_DAY + dt.timedelta(days=DAYS // 2), dt.time(), tzinfo=dt.UTC)
-        end = day + dt.timedelta(days=1)
-        ours = SpecAnd(Comparison(">=", "ts", day), Comparison("<", "ts", end))
-        theirs = And(GreaterThanOrEqual("ts", day.isoformat()), LessThan("ts", end.isoformat()))
-        return ours, theirs
-    first = entries // 2 * IDS_PER_FILE
-    last = first + entries // 100 * IDS_PER_FILE
-    ours = SpecAnd(Comparison(">=", "id", first), Comparison("<", "id", last))
-    return ours, And(GreaterThanOrEqual("id", first), LessThan("id", last))
+    column, low, high = bounds
+    ours = SpecAnd(Comparison(">=", column, low), Comparison("<", column, high))
+    if column == "ts":
+        low, high = low.isoformat(), high.isoformat()  # type: ignore[attr-defined]
+    return ours, And(GreaterThanOrEqual(column, low), LessThan(column, high))
 
 
 def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(impl: str, case: str, entries: int, metadata: str) -> None:
+def _cpu_seconds() -> float:
+    """User and system CPU time of this process, all threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _setup_ours(case: str, entries: int, metadata: str, s3: dict):
     sys.path.insert(0, str(ROOT))
     import pyiceberg.table  # noqa: F401
-    from pyiceberg.table import StaticTable
 
     from storage.formats.iceberg import IcebergAdapter
+    from storage.io import StoreOptions
 
-    ours, theirs = _predicates(case, entries)
-    if impl == "ours":
-        table = IcebergAdapter.open(metadata)
-        table.timeline()
-    else:
-        table = StaticTable.from_metadata(metadata)
+    ours, _ = _predicates(case, entries)
+    storage = StoreOptions.from_properties(s3, environ={}) if s3 else None
+    table = IcebergAdapter.open(metadata, storage=storage)
+    table.timeline()
+    return lambda: sum(1 for _ in table.file_index().list_files_at(None, ours))
+
+
+def _setup_pyiceberg(case: str, entries: int, metadata: str, s3: dict):
+    sys.path.insert(0, str(ROOT))
+    from pyiceberg.table import StaticTable
+
+    _, theirs = _predicates(case, entries)
+    table = StaticTable.from_metadata(metadata, properties=s3)
+    return lambda: sum(1 for _ in table.scan(row_filter=theirs).plan_files())
+
+
+SETUPS = {
+    "ours": _setup_ours,
+    "pyiceberg": _setup_pyiceberg,
+    "duckdb": lambda case, entries, metadata, s3: anchors.setup_duckdb(_bounds(case, entries), metadata, s3),
+    "polars": lambda case, entries, metadata, s3: anchors.setup_polars(_bounds(case, entries), metadata, s3),
+}
+SETUPS["polars2"] = SETUPS["polars"]
+
+
+def child(impl: str, case: str, entries: int, metadata: str, properties: str, handshake: bool) -> None:
+    """Load the table as ``impl`` does before planning, then time its listing consumed. With
+    ``handshake``, print ``ready`` and wait for a line on stdin first (the parent counts requests)."""
+    listing = SETUPS[impl](case, entries, metadata, json.loads(properties))
     baseline = _peak_mb()
+    if handshake:
+        print("ready", flush=True)
+        sys.stdin.readline()
+    cpu = _cpu_seconds()
     started = time.perf_counter()
-    count = 0
-    if impl == "ours":
-        for _ in table.file_index().list_files_at(None, ours):
-            count += 1
-    else:
-        for _ in table.scan(row_filter=theirs).plan_files():
-            count += 1
+    count = listing()
     seconds = time.perf_counter() - started
-    print(
-        json.dumps(
-            {"seconds": seconds, "rss_mb": _peak_mb() - baseline, "baseline_mb": baseline, "files": count}
-        )
-    )
+    result = {"seconds": seconds, "cpu_s": _cpu_seconds() - cpu, "rss_mb": _peak_mb() - baseline}
+    print(json.dumps(result | {"baseline_mb": baseline, "files": count}), flush=True)
+
+
+def child_command(impl: str, case: str, entries: int, metadata: str, properties: dict, handshake: bool):
+    """(argv, environment) of a case's child process, or (None, why) when its planner is missing."""
+    python, why = anchors.anchors_python() if impl in ANCHORS else (sys.executable, "")
+    if python is None:
+        return None, why
+    env = dict(os.environ)
+    if impl == "polars2":
+        env["POLARS_ICEBERG_PLANNER"] = "plugin"  # fail rather than fall back to pyiceberg
+    argv = [python, __file__, "--child", impl, case, str(entries), metadata, json.dumps(properties)]
+    return argv + (["--handshake"] if handshake else []), env
+
+
+def median(runs: list[dict]) -> dict:
+    """The run of median wall time (a failed run counts only when every run failed)."""
+    done = sorted((r for r in runs if "seconds" in r), key=lambda r: r["seconds"])
+    return done[(len(done) - 1) // 2] if done else runs[0]
 
 
 def measure(impl: str, case: str, entries: int, metadata: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", impl, case, str(entries), metadata],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    argv, env = child_command(impl, case, entries, metadata, {}, handshake=False)
+    if argv is None:
+        return {"error": env}
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env)
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -272,7 +344,52 @@ def _versions() -> str:
     return f"Python {platform.python_version()}, " + ", ".join(f"{n} {version(n)}" for n in names)
 
 
+NATIVE = ("duckdb", "polars2")  # the native planners the issue's target is set against
+
+
+def files_cell(by_impl: dict[str, dict]) -> str:
+    """The files listed: one number when every implementation agrees, else each one's."""
+    counts = {impl: r["files"] for impl, r in by_impl.items() if "files" in r and impl in IMPLS}
+    if len(set(counts.values())) <= 1:
+        return str(next(iter(counts.values()), "n/a"))
+    return "; ".join(f"{LABELS[impl]} {count}" for impl, count in counts.items())
+
+
+def cell(result: dict | None, key: str, fmt: str = ".2f") -> str:
+    if not result or key not in result:
+        return "n/a"
+    return format(result[key], fmt)
+
+
+def ratio(ours: dict, theirs: dict | None, key: str = "seconds", fmt: str = ".2f") -> str:
+    if not theirs or key not in theirs or key not in ours or theirs[key] <= 0:
+        return "n/a"
+    return format(ours[key] / theirs[key], fmt)
+
+
+def native_check(ours: dict, by_impl: dict[str, dict]) -> str:
+    """Whether ours took no longer than each native planner."""
+    verdicts = []
+    for impl in NATIVE:
+        theirs = by_impl.get(impl, {})
+        if "seconds" in theirs and "seconds" in ours:
+            met = ours["seconds"] <= theirs["seconds"]
+            verdicts.append(f"≤ {LABELS[impl]}: {'met' if met else 'NOT met'}")
+    return "; ".join(verdicts)
+
+
+def errors(results: dict[int, dict[str, dict[str, dict]]]) -> list[str]:
+    return [
+        f"{LABELS.get(impl, impl)} failed at {entries:,} entries, {case}: {r['error']}"
+        for entries, cases in sorted(results.items())
+        for case, by_impl in cases.items()
+        for impl, r in by_impl.items()
+        if "error" in r
+    ]
+
+
 def report(results: dict[int, dict[str, dict[str, dict]]], notes: list[str]) -> str:
+    native = ", ".join(LABELS[impl] for impl in IMPLS[2:])
     lines = [
         "## listing (bench/listing.py)",
         "",
@@ -282,29 +399,47 @@ def report(results: dict[int, dict[str, dict[str, dict]]], notes: list[str]) -> 
         "- table: day(ts) partitioned over 100 days, 400 entries per manifest, every manifest spanning all days;"
         " stats for 8 columns per entry; files do not exist (listing only)",
         "- ours: `IcebergSpecTable.file_index().list_files_at(None, filter)` consumed as a stream;"
-        " pyiceberg: `StaticTable.scan(row_filter).plan_files()` consumed",
-        "- RSS: peak `ru_maxrss` above the baseline after imports and loading the metadata, fresh process per case",
+        " pyiceberg: `StaticTable.scan(row_filter).plan_files()` consumed; the native planners"
+        f" ({native}): see below",
+        "- wall time of the listing alone; RSS: peak `ru_maxrss` above the baseline after imports and"
+        " loading the metadata, fresh process per case, all implementations of a case one after the other",
         "",
-        "| entries | case | files | ours s | pyiceberg s | time ratio | ours RSS MB | pyiceberg RSS MB | RSS ratio | targets |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| entries | case | files | ours s | pyiceberg s | DuckDB s | Polars 1.44 s | Polars 2.1 s"
+        " | ours ÷ pyiceberg | ours ÷ DuckDB | ours ÷ Polars 2.1 | ours RSS MB | pyiceberg RSS MB"
+        " | DuckDB RSS MB | Polars 1.44 RSS MB | Polars 2.1 RSS MB | targets |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for entries, cases in sorted(results.items()):
-        for case, pair in cases.items():
-            ours, theirs = pair["ours"], pair["pyiceberg"]
-            time_ratio = ours["seconds"] / theirs["seconds"]
-            rss_ratio = ours["rss_mb"] / theirs["rss_mb"] if theirs["rss_mb"] > 0 else float("nan")
-            checks = [f"time ≤ {TIME_TARGET}×: {'met' if time_ratio <= TIME_TARGET else 'NOT met'}"]
-            if case == "full":
-                checks.append(f"RSS ≤ {RSS_TARGET}×: {'met' if rss_ratio <= RSS_TARGET else 'NOT met'}")
-            files = (
-                ours["files"] if ours["files"] == theirs["files"] else f"{ours['files']} vs {theirs['files']}"
-            )
+        for case, by_impl in cases.items():
+            ours, theirs = by_impl["ours"], by_impl["pyiceberg"]
+            checks = []
+            if "seconds" in ours and "seconds" in theirs:
+                met = ours["seconds"] / theirs["seconds"] <= TIME_TARGET
+                checks.append(f"time ≤ {TIME_TARGET}× pyiceberg: {'met' if met else 'NOT met'}")
+                if case == "full" and theirs["rss_mb"] > 0:
+                    met = ours["rss_mb"] / theirs["rss_mb"] <= RSS_TARGET
+                    checks.append(f"RSS ≤ {RSS_TARGET}×: {'met' if met else 'NOT met'}")
+            checks.append(native_check(ours, by_impl))
+            dagger = "" if case == "full" else " †"
+            duck = by_impl.get("duckdb")
             lines.append(
-                f"| {entries:,} | {case} | {files} | {ours['seconds']:.2f} | {theirs['seconds']:.2f} | {time_ratio:.2f} "
-                f"| {ours['rss_mb']:.1f} | {theirs['rss_mb']:.1f} | {rss_ratio:.3f} | {'; '.join(checks)} |"
+                f"| {entries:,} | {case} | {files_cell(by_impl)} | {cell(ours, 'seconds')} | {cell(theirs, 'seconds')}"
+                f" | {cell(duck, 'seconds')}{dagger} | {cell(by_impl.get('polars'), 'seconds')}"
+                f" | {cell(by_impl.get('polars2'), 'seconds')} | {ratio(ours, theirs)} | {ratio(ours, duck)}{dagger}"
+                f" | {ratio(ours, by_impl.get('polars2'))} | {cell(ours, 'rss_mb', '.1f')}"
+                + "".join(f" | {cell(by_impl.get(impl), 'rss_mb', '.1f')}" for impl in IMPLS[1:])
+                + f" | {'; '.join(c for c in checks if c)} |"
             )
-    lines += [""] + [f"- {note}" for note in notes] + [""]
+    lines += [""] + [f"- {note}" for note in anchors.NOTES + notes + errors(results)] + [""]
     return "\n".join(lines)
+
+
+def cpu_notes(results: dict[int, dict[str, dict[str, dict]]]) -> list[str]:
+    """CPU seconds (all threads) of each implementation on the largest table's full listing."""
+    large = max(results)
+    by_impl = results[large]["full"]
+    spent = ", ".join(f"{LABELS[impl]} {cell(by_impl.get(impl), 'cpu_s')}" for impl in IMPLS)
+    return [f"CPU seconds of the {large:,}-entry full listing (user + system, all threads): {spent}"]
 
 
 def write_section(section: str) -> None:
@@ -312,7 +447,7 @@ def write_section(section: str) -> None:
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
     pattern = re.compile(r"^## listing \(bench/listing\.py\)\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):
-        text = pattern.sub(lambda _: section, text)
+        text = pattern.sub(lambda _: section.rstrip("\n") + "\n\n", text)
     else:
         text = text.rstrip("\n") + "\n\n" + section
     RESULTS.write_text(text)
@@ -326,26 +461,40 @@ def main() -> None:
     parser.add_argument(
         "--no-write", action="store_true", help="print the results without updating RESULTS.md"
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of every implementation per case (the median is reported)",
+    )
     args = parser.parse_args()
     sizes = args.entries or [20_000, 200_000]
     results: dict[int, dict[str, dict[str, dict]]] = {}
+    load = os.getloadavg()[0]
     for entries in sizes:
         print(f"table with {entries} entries", flush=True)
         metadata = build(entries)
         results[entries] = {}
         for case in CASES:
-            results[entries][case] = {
-                impl: measure(impl, case, entries, metadata) for impl in ("ours", "pyiceberg")
-            }
+            rounds = [
+                {impl: measure(impl, case, entries, metadata) for impl in IMPLS} for _ in range(args.repeat)
+            ]
+            results[entries][case] = {impl: median([r[impl] for r in rounds]) for impl in IMPLS}
             print(f"  {case}: {json.dumps(results[entries][case])}", flush=True)
     notes = [
         "the issue's reference for pyiceberg on this machine: 200k full listing 12.0 s and 765 MB, 20k 200 MB;"
         " 1% partition predicate 6.8 s, 151 MB (a different table; pyiceberg's numbers above are on this one)",
-        "the machine is shared (2 cores, other jobs running): times vary by ±30% between runs, ratios less",
-        "how: manifests are decoded by a projecting decoder compiled per Avro schema (fastavro block reader +"
-        " pyiceberg's Cython primitives), skipping size/count maps; bounds stay bytes until a filter reads"
-        " them; cheap conservative pre-checks reject entries before a DataFile is built (storage/formats/iceberg)",
+        f"each case: {args.repeat} round(s) of every implementation one after the other, the median round"
+        " of each reported. The machine is shared (2 cores, other jobs running; 1-minute load average"
+        f" {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end): times vary by ±30% and more"
+        " between runs, ratios less",
+        "how: manifests are decoded by a projecting decoder compiled per Avro schema (pyiceberg's Cython"
+        " primitives; the container's deflate blocks inflated and joined first), skipping size/count maps; bounds stay bytes until a filter reads"
+        " them; cheap conservative pre-checks reject entries before a DataFile is built (storage/formats/iceberg);"
+        " with a filter, entries are first decoded with only the fields the pre-checks read (the rest"
+        " skipped) and decoded in full only when they pass",
     ]
+    notes += cpu_notes(results)
     if len(results) > 1:
         small, large = min(results), max(results)
         growth = results[large]["full"]["ours"]["rss_mb"] - results[small]["full"]["ours"]["rss_mb"]
@@ -361,6 +510,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        child(*sys.argv[2:4], int(sys.argv[4]), *sys.argv[5:7], handshake="--handshake" in sys.argv[7:])
     else:
         main()

@@ -1,5 +1,6 @@
 """Listing on the object store: the spec API's streaming Iceberg file index against pyiceberg's
-``plan_files`` on the same table in SeaweedFS, with the requests each makes.
+``plan_files`` and the native planners of bench/listing.py (DuckDB's Iceberg extension, Polars
+1.44 and 2.1) on the same table in SeaweedFS, with the requests each makes.
 
     .venv/bin/python bench/listing_s3.py                  # 200k entries
     .venv/bin/python bench/listing_s3.py --entries 20000  # another size
@@ -22,12 +23,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +38,6 @@ from console.seaweedfs import relocate_iceberg, s3_request_count  # noqa: E402
 
 TITLE = "listing on the object store (bench/listing_s3.py)"
 TOOL = ROOT.parent / "shared" / "tools" / "relocate_iceberg.py"
-IMPLS = ("ours", "pyiceberg")
 # -- the table on the store ----------------------------------------------------------------
 
 
@@ -62,104 +60,97 @@ def upload(store, entries: int, workdir: Path) -> tuple[str, int]:
 # -- the measured cases (run in a child process) -------------------------------------------
 
 
-def child(impl: str, case: str, entries: int, metadata: str, properties: str, metrics_port: int) -> None:
-    import pyiceberg.table  # noqa: F401
-    from pyiceberg.table import StaticTable
-
-    from storage.formats.iceberg import IcebergAdapter
-    from storage.io import StoreOptions
-
-    ours, theirs = listing._predicates(case, entries)
-    s3 = json.loads(properties)
-    if impl.startswith("ours"):
-        storage = StoreOptions.from_properties(s3, environ={}) if s3 else None
-        table = IcebergAdapter.open(metadata, storage=storage)
-        table.timeline()
-    else:
-        table = StaticTable.from_metadata(metadata, properties=s3)
-    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    before = s3_request_count(metrics_port) if s3 else 0
-    started = time.perf_counter()
-    count = 0
-    if impl.startswith("ours"):
-        for _ in table.file_index().list_files_at(None, ours):
-            count += 1
-    else:
-        for _ in table.scan(row_filter=theirs).plan_files():
-            count += 1
-    seconds = time.perf_counter() - started
-    requests = s3_request_count(metrics_port) - before if s3 else 0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"seconds": seconds, "rss_mb": peak - baseline, "files": count, "requests": requests}))
-
-
 def measure(impl: str, case: str, entries: int, metadata: str, properties: dict, metrics_port: int) -> dict:
-    out = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--child",
-            impl,
-            case,
-            str(entries),
-            metadata,
-            json.dumps(properties),
-            str(metrics_port),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
+    """One case in a fresh process (bench/listing.py's child): the S3 requests of the listing
+    alone are the store's counter read once the child has loaded the table and again once it has
+    listed (the child waits for a line on stdin in between)."""
+    argv, env = listing.child_command(impl, case, entries, metadata, properties, handshake=True)
+    if argv is None:
+        return {"error": env}
+    with subprocess.Popen(
+        argv,
         cwd=ROOT,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as child:
+        assert child.stdin is not None and child.stdout is not None and child.stderr is not None
+        ready = child.stdout.readline().strip()
+        if ready != "ready":
+            child.kill()
+            why = (child.stderr.read().strip().splitlines() or [f"child said {ready!r}"])[-1]
+            return {"error": why}
+        before = s3_request_count(metrics_port) if properties else 0
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        line = child.stdout.readline().strip()
+        requests = s3_request_count(metrics_port) - before if properties else 0
+        errors = child.stderr.read()
+        if child.wait() != 0 or not line:
+            return {"error": (errors.strip().splitlines() or [f"exit {child.returncode}"])[-1]}
+    return json.loads(line) | {"requests": requests}
 
 
 # -- report --------------------------------------------------------------------------------
 
 
 def report(
-    results: dict[int, dict[str, dict[str, dict]]], uploads: dict[int, int], loads: tuple[float, float]
+    results: dict[int, dict[str, dict[str, dict]]],
+    uploads: dict[int, int],
+    loads: tuple[float, float],
+    repeats: int = 1,
 ) -> str:
+    cell, ratio = listing.cell, listing.ratio
     lines = [
         "Table: bench/listing.py's (day(ts) partitioned over 100 days, 400 entries per manifest, every"
         " manifest spanning all days, stats for 8 columns; the data files do not exist), relocated to"
         " `s3://lake/...` and uploaded to a local SeaweedFS (S3 on 127.0.0.1, signed requests)."
         " Ours: `IcebergAdapter.open(metadata, storage=StoreOptions)` then"
         " `file_index().list_files_at(None, filter)` consumed as a stream; pyiceberg:"
-        " `StaticTable.from_metadata(metadata, properties=s3.*).scan(row_filter).plan_files()`."
-        " RSS: peak `ru_maxrss` above the baseline after imports and loading the metadata, fresh"
-        " process per case. Requests: `SeaweedFS_s3_request_total` of the listing alone.",
+        " `StaticTable.from_metadata(metadata, properties=s3.*).scan(row_filter).plan_files()`;"
+        " DuckDB (httpfs, an S3 secret for the store), Polars 1.44 and Polars 2.1"
+        " (`storage_options` for the store) as in the listing section above (same calls, same † for"
+        " DuckDB's filtered cases). RSS: peak `ru_maxrss` above the baseline after imports and loading"
+        " the metadata, fresh process per case. Requests: `SeaweedFS_s3_request_total` of the listing"
+        " alone (the counter read after the child loaded the table and again after it listed).",
         "",
-        "| entries | manifests | case | files | ours s | pyiceberg s | ours RSS MB | pyiceberg RSS MB |"
-        " ours requests | pyiceberg requests | ours on local disk s |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| entries | manifests | case | files | ours s | pyiceberg s | DuckDB s | Polars 1.44 s | Polars 2.1 s"
+        " | ours ÷ pyiceberg | ours ÷ DuckDB | ours ÷ Polars 2.1 | ours RSS MB | pyiceberg RSS MB | DuckDB RSS MB"
+        " | Polars 1.44 RSS MB | Polars 2.1 RSS MB | requests: ours / pyiceberg / DuckDB / Polars 1.44 / Polars 2.1"
+        " | ours on local disk s |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for entries, cases in sorted(results.items()):
         for case, by_impl in cases.items():
-            ours, theirs, local = by_impl["ours"], by_impl["pyiceberg"], by_impl.get("ours-local")
-            files = (
-                ours["files"] if ours["files"] == theirs["files"] else f"{ours['files']} vs {theirs['files']}"
-            )
+            ours, dagger = by_impl["ours"], "" if case == "full" else " †"
+            requests = " / ".join(cell(by_impl.get(impl), "requests", "d") for impl in listing.IMPLS)
             lines.append(
-                f"| {entries:,} | {entries // listing.FILES_PER_COMMIT} | {case} | {files} "
-                f"| {ours['seconds']:.2f} | {theirs['seconds']:.2f} | {ours['rss_mb']:.1f} | {theirs['rss_mb']:.1f} "
-                f"| {ours['requests']} | {theirs['requests']} | {local['seconds']:.2f} |"
-                if local
-                else f"| {entries:,} | {entries // listing.FILES_PER_COMMIT} | {case} | {files} "
-                f"| {ours['seconds']:.2f} | {theirs['seconds']:.2f} | {ours['rss_mb']:.1f} | {theirs['rss_mb']:.1f} "
-                f"| {ours['requests']} | {theirs['requests']} | |"
+                f"| {entries:,} | {entries // listing.FILES_PER_COMMIT} | {case} | {listing.files_cell(by_impl)}"
+                + "".join(
+                    f" | {cell(by_impl.get(impl), 'seconds')}{dagger if impl == 'duckdb' else ''}"
+                    for impl in listing.IMPLS
+                )
+                + f" | {ratio(ours, by_impl.get('pyiceberg'))} | {ratio(ours, by_impl.get('duckdb'))}{dagger}"
+                f" | {ratio(ours, by_impl.get('polars2'))}"
+                + "".join(f" | {cell(by_impl.get(impl), 'rss_mb', '.1f')}" for impl in listing.IMPLS)
+                + f" | {requests} | {cell(by_impl.get('ours-local'), 'seconds')} |"
             )
     lines += [
         "",
-        "- requests: both read the manifest list and each manifest whole, each object once (a HEAD and"
-        " one ranged GET apiece): 2 × (manifests + 1), whatever the number of entries; the partition and"
-        " stats predicates cannot skip manifests here (every manifest spans all days and ids are spread"
-        " over the commits)",
+        "- requests: ours and pyiceberg read the manifest list and each manifest whole, each object once"
+        " (a HEAD and one ranged GET apiece): 2 × (manifests + 1), whatever the number of entries; the"
+        " partition and stats predicates cannot skip manifests here (every manifest spans all days and"
+        " ids are spread over the commits). DuckDB and Polars 2.1 make about one request per object they"
+        " read (they read the metadata JSON again inside the timed listing)",
         "- the machine is shared (2 cores, other jobs running): times vary by ±30% between runs,"
         f" more under load (1-minute load average {loads[0]:.1f} at the start, {loads[1]:.1f} at the end);"
-        " the requests do not vary",
+        f" the requests do not vary; each case: {repeats} round(s) of every implementation one after"
+        " the other, the median round of each reported",
     ]
     lines += [f"- upload of the {n:,}-entry table: {count} objects" for n, count in sorted(uploads.items())]
+    lines += [f"- {error}" for error in listing.errors(results)]
     return "\n".join(lines)
 
 
@@ -168,6 +159,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--entries", type=int, action="append", help="data-file entries (repeatable)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of every implementation per case (the median is reported)",
+    )
     parser.add_argument(
         "--no-write", action="store_true", help="print the results without updating RESULTS.md"
     )
@@ -192,22 +189,23 @@ def main() -> None:
             metadata, uploads[entries] = upload(store, entries, workdir)
             results[entries] = {}
             for case in listing.CASES:
-                row = {impl: measure(impl, case, entries, metadata, properties, port) for impl in IMPLS}
+                rounds = [
+                    {impl: measure(impl, case, entries, metadata, properties, port) for impl in listing.IMPLS}
+                    for _ in range(args.repeat)
+                ]
+                row = {impl: listing.median([r[impl] for r in rounds]) for impl in listing.IMPLS}
                 if case == "full":
-                    row["ours-local"] = measure("ours-local", case, entries, listing.build(entries), {}, port)
+                    row["ours-local"] = measure("ours", case, entries, listing.build(entries), {}, port)
                 results[entries][case] = row
                 print(f"  {case}: {json.dumps(row)}", flush=True)
     finally:
         store.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    body = report(results, uploads, (load_before, os.getloadavg()[0]))
+    body = report(results, uploads, (load_before, os.getloadavg()[0]), args.repeat)
     print(body)
     if not args.no_write:
         write_section(TITLE, body)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], int(sys.argv[7]))
-    else:
-        main()
+    main()

@@ -1,0 +1,322 @@
+"""The ``lakewarden`` Spark data source against Spark's own parquet reader, on the same bytes.
+
+    .venv/bin/python bench/datasource.py [--size-mb 392] [--files 40] [--runs 3]
+
+Builds once (cached under var/bench/datasource/) an Iceberg table of ``--files`` parquet files
+adding up to about ``--size-mb`` (six columns: ids, a double, strings, a timestamp; several row
+groups per file), and a copy of its metadata with position deletes removing 5% of every file's
+rows (one delete file per data file, as a merge-on-read writer leaves them). Both tables share
+the data files.
+
+Each query runs side by side in one Spark session (local[2], warmed up): plain
+``spark.read.parquet`` over the data files, and the workbench's path (``processes.queries``'s views
+over ``read_table``) forced through the data source (``LAKEWARDEN_FORCE_DATA_SOURCE``-free: the
+table has deletes, or the bench reads through ``spark.read.format("lakewarden")`` directly for the
+table without). Queries: a group-by with count distinct (the issue's), and a selective range
+filter (row-group skipping). Every answer is checked against pyarrow's over the same rows.
+Results replace the "data source" section of bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import write_section  # noqa: E402
+
+MIB = 1024 * 1024
+WORK = ROOT / "var" / "bench" / "datasource"
+ROW_GROUP_ROWS = 128 * 1024
+DELETED_EVERY = 20  # one row in 20 deleted: 5%
+USERS = 200_000
+
+QUERIES = {
+    "group-by, sums (scan-bound)": (
+        "SELECT category, count(*) AS n, sum(amount) AS amount, max(ts) AS ts FROM {t} GROUP BY category"
+    ),
+    "group-by, count distinct": (
+        "SELECT category, count(DISTINCT user_id) AS users, sum(amount) AS amount FROM {t} GROUP BY category"
+    ),
+    "range filter (1% of ids)": "SELECT count(*) AS n, sum(amount) AS amount FROM {t} WHERE id >= {lo} AND id < {hi}",
+}
+
+
+def base_chunk(rows: int, first_id: int, seed: int) -> pa.Table:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    categories = np.array([f"category-{i:03d}" for i in range(100)], dtype=object)
+    notes = np.array([os.urandom(8).hex() for _ in range(20_000)], dtype=object)
+    return pa.table(
+        {
+            "id": pa.array(np.arange(first_id, first_id + rows, dtype=np.int64)),
+            "user_id": pa.array(rng.integers(0, USERS, rows, dtype=np.int64)),
+            "amount": pa.array(np.round(rng.random(rows) * 1000, 2)),
+            "category": pa.array(categories[rng.integers(0, 100, rows)], pa.string()),
+            "note": pa.array(notes[rng.integers(0, len(notes), rows)], pa.string()),
+            "ts": pa.array(1_700_000_000_000_000 + rng.integers(0, 10**12, rows), pa.timestamp("us")),
+        }
+    )
+
+
+def _catalog(work: Path):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog(
+        "bench", uri=f"sqlite:///{work / 'catalog.db'}", warehouse=f"file://{work / 'warehouse'}"
+    )
+
+
+def build(work: Path, size_mb: int, files: int) -> tuple[str, str, list[str]]:
+    """(plain table metadata, table-with-deletes metadata, data file paths), built when missing."""
+    marker = work / f"built-{size_mb}-{files}-{USERS}"
+    if marker.exists():
+        catalog = _catalog(work)
+        plain = catalog.load_table("bench.plain")
+        deleted = catalog.load_table("bench.deleted")
+        return plain.metadata_location, deleted.metadata_location, _paths(plain)
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    catalog = _catalog(work)
+    catalog.create_namespace("bench")
+    probe = base_chunk(200_000, 0, 0)
+    buffer = pa.BufferOutputStream()
+    pq.write_table(probe, buffer, compression="zstd")
+    rows = int(size_mb * MIB / files / (buffer.tell() / probe.num_rows))
+    props = {"write.parquet.row-group-limit": str(ROW_GROUP_ROWS), "format-version": "2"}
+    tables = []
+    for name in ("plain", "deleted"):
+        tables.append(catalog.create_table(f"bench.{name}", schema=probe.schema, properties=props))
+    plain, deleted = tables
+    for index in range(files):
+        plain.append(base_chunk(rows, index * rows, index + 1))
+    # the same data files in the second table, then one position delete file per data file
+    _add_same_files(deleted, plain)
+    _add_position_deletes(deleted)
+    marker.touch()
+    return plain.metadata_location, deleted.metadata_location, _paths(plain)
+
+
+def _paths(table) -> list[str]:
+    return sorted(task.file.file_path for task in table.scan().plan_files())
+
+
+def _add_same_files(target, source) -> None:
+    paths = _paths(source)
+    target.add_files([p.removeprefix("file://") for p in paths])
+
+
+def _add_position_deletes(table) -> None:
+    import uuid
+
+    from pyiceberg.table.snapshots import Operation, Summary
+    from pyiceberg.typedef import EMPTY_DICT
+
+    from processes.factories.iceberg_commit import NewDeleteFile, RewriteFiles
+    from processes.factories.iceberg_deletes.writing import (
+        POSITION_SCHEMA,
+        position_delete_file,
+        position_metrics,
+    )
+
+    class RowDelta(RewriteFiles):
+        def _summary(self, snapshot_properties=EMPTY_DICT) -> Summary:
+            summary = super()._summary(snapshot_properties)
+            return Summary(Operation.OVERWRITE, **summary.additional_properties)
+
+    deletes = []
+    for task in table.scan().plan_files():
+        data_file = task.file
+        path = data_file.file_path.removeprefix("file://")
+        positions = pa.array(range(0, data_file.record_count, DELETED_EVERY), pa.int64())
+        rows = pa.Table.from_arrays(
+            [pa.array([data_file.file_path] * len(positions)), positions], schema=POSITION_SCHEMA
+        )
+        out = f"{path.rsplit('/', 1)[0]}/{uuid.uuid4()}-deletes.parquet"
+        pq.write_table(rows, out)
+        deletes.append(
+            NewDeleteFile(
+                position_delete_file(
+                    "file://" + out,
+                    os.path.getsize(out),
+                    position_metrics(rows),
+                    data_file.partition,
+                    data_file.spec_id,
+                )
+            )
+        )
+    transaction = table.transaction()
+    RowDelta(
+        transaction,
+        removed=[],
+        removed_dvs=set(),
+        added=[],
+        spec_id=table.metadata.default_spec_id,
+        removed_deletes=[],
+        added_deletes=deletes,
+    ).commit()
+    transaction.commit_transaction()
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+
+def expected(paths: list[str], query: str, deleted: bool, lo: int, hi: int) -> dict:
+    """The query's answer by pyarrow over the same rows (deleted rows dropped), as ``answer``
+    gives Spark's."""
+    parts = []
+    for path in paths:
+        table = pq.read_table(
+            path.removeprefix("file://"), columns=["id", "user_id", "amount", "category", "ts"]
+        )
+        if deleted:
+            positions = pa.array(range(table.num_rows), pa.int64())
+            keep = pc.not_equal(
+                pc.subtract(positions, pc.multiply(pc.divide(positions, DELETED_EVERY), DELETED_EVERY)), 0
+            )
+            table = table.filter(keep)
+        parts.append(table)
+    table = pa.concat_tables(parts)
+    if query.startswith("group-by, sums"):
+        grouped = table.group_by("category").aggregate([("id", "count"), ("amount", "sum"), ("ts", "max")])
+        return {r["category"]: (r["id_count"], r["amount_sum"], r["ts_max"]) for r in grouped.to_pylist()}
+    if query.startswith("group-by"):
+        grouped = table.group_by("category").aggregate([("user_id", "count_distinct"), ("amount", "sum")])
+        return {r["category"]: (r["user_id_count_distinct"], r["amount_sum"]) for r in grouped.to_pylist()}
+    picked = table.filter(pc.and_(pc.greater_equal(table["id"], lo), pc.less(table["id"], hi)))
+    return {None: (picked.num_rows, pc.sum(picked["amount"]).as_py() or 0.0)}
+
+
+def answer(frame, query: str) -> dict:
+    rows = frame.collect()
+    if query.startswith("group-by, sums"):
+        return {r["category"]: (r["n"], r["amount"], r["ts"]) for r in rows}
+    if query.startswith("group-by"):
+        return {r["category"]: (r["users"], r["amount"]) for r in rows}
+    return {None: (rows[0]["n"], rows[0]["amount"] or 0.0)}
+
+
+def same(got: dict, truth: dict) -> bool:
+    """Equal answers; sums of doubles equal to 1e-9 (Spark and pyarrow add in other orders)."""
+    import math
+
+    if got.keys() != truth.keys():
+        return False
+    for key, values in truth.items():
+        for mine, theirs in zip(got[key], values, strict=True):
+            if isinstance(theirs, float):
+                if not math.isclose(mine, theirs, rel_tol=1e-9):
+                    return False
+            elif mine != theirs:
+                return False
+    return True
+
+
+def _session():
+    os.environ.setdefault("LAKEWARDEN_SPARK_MASTER", "local[2]")
+    from processes.spark.session import spark_session
+    from storage.spec.spark_source import register
+
+    spark = spark_session(extra_config={"spark.driver.memory": "4g", "spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def _frame(spark, way: str, metadata: str, paths: list[str], query: str):
+    """The query's DataFrame: over plain parquet, or as the workbench plans it through the data
+    source (``sql_over_views``: only the columns the query needs are read)."""
+    from storage.spec.spark.pruning import sql_over_views
+
+    if way == "parquet":
+        spark.read.parquet(*paths).createOrReplaceTempView("t")
+        return spark.sql(query.format(t="t"))
+
+    def read(columns):
+        reader = spark.read.format("lakewarden").option("location", metadata)
+        reader = reader.option("parallelism", str(spark.sparkContext.defaultParallelism))
+        if columns is not None:
+            reader = reader.option("columns", ",".join(columns))
+        return reader.load()
+
+    return sql_over_views(spark, query.format(t="t"), {"t": read})
+
+
+def measure(spark, ways: dict[str, tuple[str, bool]], paths: list[str], query: str, runs: int) -> dict:
+    """Median seconds per way (planning included), runs interleaved; every answer checked."""
+    ids = 0
+    for path in paths:
+        ids += pq.ParquetFile(path.removeprefix("file://")).metadata.num_rows
+    lo, hi = ids // 2, ids // 2 + ids // 100
+    text = QUERIES[query].replace("{lo}", str(lo)).replace("{hi}", str(hi))
+    truths = {deleted: expected(paths, query, deleted, lo, hi) for deleted in {d for _, d in ways.values()}}
+    times: dict[str, list[float]] = {way: [] for way in ways}
+    for attempt in range(runs + 1):  # the first round warms up
+        for way, (metadata, deleted) in ways.items():
+            started = time.perf_counter()
+            got = answer(
+                _frame(spark, "parquet" if way == "parquet" else "source", metadata, paths, text), query
+            )
+            elapsed = time.perf_counter() - started
+            if not same(got, truths[deleted]):
+                raise SystemExit(f"wrong answer from {way} for {query!r}")
+            if attempt:
+                times[way].append(elapsed)
+    return {way: statistics.median(values) for way, values in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size-mb", type=int, default=392)
+    parser.add_argument("--files", type=int, default=40)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    plain, deleted, paths = build(WORK, args.size_mb, args.files)
+    size = sum(os.path.getsize(p.removeprefix("file://")) for p in paths)
+    spark = _session()
+    ways = {"parquet": ("", False), "source": (plain, False), "source, deletes": (deleted, True)}
+    rows = []
+    for query in QUERIES:
+        medians = measure(spark, ways, paths, query, args.runs)
+        base = medians["parquet"]
+        rows.append(
+            f"| {query} | {base:.2f} | {medians['source']:.2f} | {base / medians['source']:.2f}x"
+            f" | {medians['source, deletes']:.2f} | {medians['source, deletes'] / base:.2f}x slower |"
+        )
+        print(rows[-1], flush=True)
+    write_section("data source (bench/datasource.py)", _report(size, len(paths), args.runs, rows))
+
+
+def _report(size: int, files: int, runs: int, rows: list[str]) -> str:
+    return "\n".join(
+        [
+            f"Input: {size / MIB:.0f} MiB of parquet in {files} files (zstd, row groups of {ROW_GROUP_ROWS:,}"
+            " rows), an Iceberg table over them, and a second one over the same files with position"
+            f" deletes removing one row in {DELETED_EVERY} of every file. Spark local[2], session warmed up;"
+            f" median of {runs} interleaved runs, planning included; every answer checked against pyarrow's.",
+            "",
+            "| query | `spark.read.parquet` s | data source s | speed vs parquet | data source with deletes s"
+            " | vs parquet |",
+            "|---|---:|---:|---:|---:|---:|",
+            *rows,
+            "",
+            "Targets: data source ≥ 0.8x plain parquet without deletes; with deletes ≤ 1.5x slower.",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()
