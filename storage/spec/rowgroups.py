@@ -117,10 +117,11 @@ def _scalar_family(data_type: pa.DataType) -> str | None:
         (pa.types.is_boolean, "bool"),
         (pa.types.is_decimal, "decimal"),
         (pa.types.is_date32, "date"),
-        (pa.types.is_time, "time"),
     ):
         if test(data_type):
             return family
+    if pa.types.is_time(data_type) and data_type.unit in _UNITS:
+        return "time"  # nanosecond times: statistics come back cut to the microsecond
     if pa.types.is_timestamp(data_type) and data_type.unit in _UNITS:
         return "timestamp"
     return None

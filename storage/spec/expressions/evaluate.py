@@ -173,7 +173,10 @@ class _Compiler(NegationFold):
             if high is not None and high != high:
                 high = None
             if high is not None and not exact and type(high) is dt.datetime:
-                high = high + _MILLISECOND
+                try:
+                    high = high + _MILLISECOND
+                except OverflowError:  # the largest datetime (an open-ended validity range)
+                    high = None  # no upper bound: says nothing
             return test(low, high)
 
         return check
