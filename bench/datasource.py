@@ -314,6 +314,17 @@ def _report(size: int, files: int, runs: int, rows: list[str]) -> str:
             *rows,
             "",
             "Targets: data source ≥ 0.8x plain parquet without deletes; with deletes ≤ 1.5x slower.",
+            "",
+            "- the data source's path is the workbench's: `sql_over_views` plans the query over full-width"
+            " views, reads from Spark's optimized plan the columns each data-source relation needs (and"
+            " the columns of filters pushed into it) and reads only those; the file reader skips row"
+            " groups by their statistics (the range filter: file statistics leave 1 of the 40 files, row-group statistics 2 of its 4 row groups), applies deletes"
+            " as numpy masks, and splits come in even waves over Spark's cores",
+            "- the ways differ in what they run: Spark's vectorized parquet reader stays in the JVM"
+            " (dictionary-encoded strings undecoded); the data source decodes in Python workers and"
+            " ships Arrow batches that Spark turns into rows. The scan-bound query shows that cost;"
+            " behind a heavier aggregation (count distinct) it vanishes",
+            "- the machine is shared: ratios measured in one run, interleaved, vary by about ±10%",
         ]
     )
 
