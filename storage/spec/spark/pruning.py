@@ -112,7 +112,7 @@ def _narrowed_columns(
 ) -> list[str] | None:
     """The columns of a data-source view the query needs, in the view's order, when fewer than
     all; None when the view is read otherwise (Spark prunes it) or needs every column."""
-    keys = list(needed_columns(view_frame))
+    keys = _relation_keys(view_frame)
     if len(keys) != 1 or keys[0] not in needs:
         return None
     wanted = needs[keys[0]]
@@ -123,6 +123,17 @@ def _narrowed_columns(
         return None
     # a query that needs no column (count(*)) still reads one, to carry the row count
     return columns or view_frame.columns[:1]
+
+
+def _relation_keys(frame: Any) -> list[RelationKey]:
+    """The keys of the ``lakewarden`` relations of ``frame``'s analyzed plan (analysis only: no
+    optimizer, so no filter push-down round trip to a Python worker)."""
+    try:
+        found: dict[RelationKey, set[str] | None] = {}
+        _walk(frame._jdf.queryExecution().analyzed(), None, found)
+        return list(found)
+    except Exception:
+        return []
 
 
 def _walk(node: Any, needed: set[int] | None, found: dict[RelationKey, set[str] | None]) -> None:
