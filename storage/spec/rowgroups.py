@@ -61,10 +61,6 @@ def leaf_source(leaf: int, target: pa.DataType) -> Source:
     return Source("leaf", leaf=leaf, target=target)
 
 
-def constant_source(value: Any) -> Source:
-    return Source("constant", value=value)
-
-
 def _leaf_count(data_type: pa.DataType) -> int:
     if isinstance(data_type, pa.BaseExtensionType):
         return _leaf_count(data_type.storage_type)
@@ -247,16 +243,16 @@ class RowGroupFilter:
         return chosen
 
 
-def constant_value(array: pa.Array, target: pa.DataType) -> tuple[bool, Any]:
-    """(known, value) of the first value of a constant column the file lacks, as a statistics
-    value: unknown when the type is not one statistics are used for."""
+def constant_source(array: pa.Array, target: pa.DataType) -> Source | None:
+    """The source of a constant column the file lacks, whose value is ``array``'s first (a
+    statistics value); None (unknown) when the type is not one statistics are used for."""
     family = _scalar_family(target)
     if family is None or len(array) == 0:
-        return False, None
+        return None
     value = array[0].as_py()
-    if value is None:
-        return True, None
-    return (True, value) if _fits(value, family, target) else (False, None)
+    if value is not None and not _fits(value, family, target):
+        return None
+    return Source("constant", value=value)
 
 
 def sorted_positions(chunks: Iterable[Any]) -> np.ndarray | None:

@@ -34,7 +34,6 @@ from storage.spec.rowgroups import (
     RowGroupFilter,
     Source,
     constant_source,
-    constant_value,
     keep_mask,
     leaf_index,
     leaf_source,
@@ -328,9 +327,9 @@ class _ColumnPlan:
                 filled = pa.repeat(pa.scalar(value if kind == "partition" else None, field.type), 1)
             except (pa.ArrowException, TypeError, ValueError, OverflowError):
                 continue  # the read itself reports it
-            known, constant = constant_value(filled, field.type)
-            if known:
-                found[name] = constant_source(constant)
+            constant = constant_source(filled, field.type)
+            if constant is not None:
+                found[name] = constant
         return found
 
     def conform(self, raw: pa.RecordBatch) -> pa.RecordBatch:

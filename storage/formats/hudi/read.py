@@ -24,7 +24,6 @@ from storage.spec.rowgroups import (
     RowGroupFilter,
     Source,
     constant_source,
-    constant_value,
     leaf_index,
     leaf_source,
     usable,
@@ -186,9 +185,9 @@ def _stats_sources(
             filled = pa.array([partition_values.get(name)], type=target.type)
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             continue  # the read itself reports it
-        known, value = constant_value(filled, target.type)
-        if known:
-            found[name] = constant_source(value)
+        constant = constant_source(filled, target.type)
+        if constant is not None:
+            found[name] = constant
     return found
 
 

@@ -49,7 +49,6 @@ from storage.spec.rowgroups import (
     RowGroupFilter,
     Source,
     constant_source,
-    constant_value,
     keep_mask,
     leaf_index,
     leaf_source,
@@ -367,10 +366,9 @@ class SliceReader:
     @staticmethod
     def _constant(target: pa.Field, identity: IdentityValues) -> Source | None:
         try:
-            known, value = constant_value(_missing(target, 1, identity), target.type)
+            return constant_source(_missing(target, 1, identity), target.type)
         except CorruptTable:
             return None  # the read itself reports it
-        return constant_source(value) if known else None
 
     def _positions(self, base: DataFile, positional: list[DataFile]) -> np.ndarray | None:
         """Sorted unique deleted row positions of ``base`` (int64) from its position delete
