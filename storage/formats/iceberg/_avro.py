@@ -443,3 +443,11 @@ def iter_blocks(data: bytes, keep: dict[str, Any]) -> tuple[ManifestDecoder, Ite
     """The decoder for ``data`` and its records as (binary decoder, record count) pairs."""
     schema, payloads = iter_payloads(data)
     return decoder_for(schema, keep), ((Decoder(payload), count) for payload, count in payloads)
+
+
+def decode_records(data: bytes, keep: dict[str, Any]) -> tuple[ManifestDecoder, list[dict[str, Any]]]:
+    """The decoder for ``data`` and every record of it, decoded with ``keep`` (a manifest holds
+    a few thousand entries at most, so the list is bounded by the manifest's own size)."""
+    decoder, blocks = iter_blocks(data, keep)
+    read = decoder.read
+    return decoder, [read(dec) for dec, count in blocks for _ in range(count)]
