@@ -129,6 +129,7 @@ if [ ! -f "$STAMP" ]; then
   rm -f "$VENV"/.installed-*
   touch "$STAMP"
 fi
+"$VENV/bin/python" scripts/build_native.py || echo "the compiled manifest decoder did not build: Lakewarden uses the Python one" >&2
 
 # --- secret key ----------------------------------------------------------------------------------
 # Without SECRET_KEY in the environment every process (each gunicorn worker, Celery, manage.py)

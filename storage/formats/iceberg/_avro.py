@@ -9,18 +9,46 @@ container and decompresses blocks, and the records are decoded by closures compi
 writer schema over pyiceberg's Cython ``BinaryDecoder`` primitives: fields listing does not need
 are skipped without building objects, and ``int -> bytes`` maps (the bounds) are read by one C
 call into a dict.
+
+``decode_records`` uses a compiled decoder instead when it is built (``_avro_native.c``, built by
+scripts/build_native.py; ``NATIVE`` says whether it is used): the schema and keep spec compile
+into a small program (``_avro_program``) that C runs over the container, inflating the blocks
+and decoding every record in one call, with every read bounds-checked. The Python decoder stays
+as the fallback and as the reference the compiled one is tested against
+(tests/spec/test_avro_native.py).
+
+A keep spec may name an Iceberg int-keyed map field ``"raw"``: the record then holds the map's
+encoded blocks as one ``bytes`` (None when the field's union is null), and ``int_bytes_map`` /
+``int_long_map`` turn such a blob into the dict decoding it would have given. A listing reads
+the per-column statistics of the columns a filter looks at only, and skips building the rest.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
+import os
 import struct
-import zlib
+from array import array
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import fastavro
+
+from storage.formats.iceberg._avro_bytes import header as _header
+from storage.formats.iceberg._avro_bytes import joined as _joined
+from storage.formats.iceberg._avro_bytes import py_int_bytes_map as _py_int_bytes_map
+from storage.formats.iceberg._avro_bytes import py_int_long_map as _py_int_long_map
+from storage.formats.iceberg._avro_program import (
+    OPS,
+    RAW,
+    compile_program,
+    int_keyed_pair,
+    raw_map,
+    record_fields,
+    resolve,
+)
 
 try:
     from pyiceberg.avro.decoder_fast import CythonBinaryDecoder as Decoder
@@ -36,6 +64,35 @@ Read = Callable[[Any], Any]
 
 _read_int = Decoder.read_int
 _DOUBLE = struct.Struct("<d")
+
+
+def _signed_array(numbers: Any) -> Any:
+    # pyiceberg 0.12's Cython read_ints returns an unsigned array('Q'): -1 would read as 2**64 - 1
+    return array("q", numbers.tobytes())
+
+
+def _as_is(numbers: Any) -> Any:
+    return numbers
+
+
+_MAX_LONG = (1 << 63) - 1
+
+
+def _signed_keys_dict(found: dict[int, bytes]) -> dict[int, bytes]:
+    # read_int_bytes_dict reads its keys as read_ints does: a key -3 would read as 2**64 - 3
+    if found and max(found) > _MAX_LONG:
+        return {key - (1 << 64) if key > _MAX_LONG else key: value for key, value in found.items()}
+    return found
+
+
+def _reads_negative_keys() -> bool:
+    found: dict[int, bytes] = {}
+    Decoder(b"\x01\x00").read_int_bytes_dict(1, found)
+    return -1 in found
+
+
+_signed = _signed_array if Decoder(b"\x01").read_ints(1)[0] != -1 else _as_is
+_signed_keys = _as_is if _reads_negative_keys() else _signed_keys_dict
 
 
 def _read_double(dec: Any) -> float:
@@ -75,34 +132,21 @@ def _block_count(dec: Any) -> int:
     return count
 
 
-def _type_name(schema: Any) -> str:
-    if isinstance(schema, str):
-        return schema
-    if isinstance(schema, list):
-        return "union"
-    return schema["type"] if isinstance(schema["type"], str) else "nested"
-
-
 class _Compiler:
     def __init__(self) -> None:
         self.named: dict[str, Any] = {}
 
     def compile(self, schema: Any, keep: Any) -> Read:
-        """Reader of ``schema``; ``keep`` is True (everything), False (skip) or, for records, a
-        mapping field name -> keep spec of the fields to return (others are skipped)."""
-        if isinstance(schema, str):
-            if schema in _PRIMITIVE_READ:
-                return _PRIMITIVE_READ[schema] if keep else _PRIMITIVE_SKIP[schema]
-            return self.compile(self.named[schema], keep)
-        if isinstance(schema, list):
-            return self._union(schema, keep)
-        kind = schema["type"]
-        if not isinstance(kind, str):
-            return self.compile(kind, keep)
-        if "name" in schema and kind in ("record", "enum", "fixed"):
-            self.named[schema["name"]] = schema
+        """Reader of ``schema``; ``keep`` is True (everything), False (skip), ``"raw"`` (an Iceberg
+        int-keyed map read as its encoded bytes, see ``_raw``) or, for records, a mapping field
+        name -> keep spec of the fields to return (others are skipped)."""
+        if keep == RAW:
+            return self._raw(schema)
+        kind, schema = resolve(schema, self.named)
         if kind in _PRIMITIVE_READ:
             return _PRIMITIVE_READ[kind] if keep else _PRIMITIVE_SKIP[kind]
+        if kind == "union":
+            return self._union(schema, keep)
         if kind == "record":
             return self._record(schema, keep)
         if kind == "array":
@@ -118,6 +162,29 @@ class _Compiler:
             return lambda dec: dec.skip(size)
         raise ValueError(f"unsupported Avro type {kind!r} in manifest schema")
 
+    def _raw(self, schema: Any) -> Read:
+        """Reader of an Iceberg int-keyed map (or a union of it and null) returning the map's
+        encoded blocks as they are in the payload, up to and with the closing zero count: the
+        statistics maps cost a dict and an object per column to decode, and most listings never
+        read them (``int_bytes_map``/``int_long_map`` parse one when asked)."""
+        pair, null_at = raw_map(schema, self.named)
+
+        def skip_blocks(dec: Any) -> None:
+            while count := _block_count(dec):
+                if pair == "bytes":
+                    dec.read_int_bytes_dict(count, {})
+                else:
+                    dec.read_ints(2 * count)
+
+        def read_raw(dec: Any) -> bytes:
+            start = dec.tell()
+            skip_blocks(dec)
+            return _raw_since(dec, start)
+
+        if null_at is None:
+            return read_raw
+        return lambda dec: None if _read_int(dec) == null_at else read_raw(dec)
+
     def _union(self, branches: list[Any], keep: Any) -> Read:
         readers = tuple(self.compile(b, keep) for b in branches)
         if len(branches) == 2 and branches[0] == "null":
@@ -131,21 +198,21 @@ class _Compiler:
     def _record(self, schema: dict[str, Any], keep: Any) -> Read:
         # Generated straight-line code: one statement per field, no per-field loop or branch,
         # optional fields (["null", T] unions) inlined. This is the hot path of listing.
-        namespace: dict[str, Any] = {"_read_int": _read_int}
+        namespace: dict[str, Any] = {
+            "_read_int": _read_int,
+            "_signed": _signed,
+            "_signed_keys": _signed_keys,
+            "_raw_since": _raw_since,
+        }
         body: list[str] = []
-        for position, field in enumerate(schema["fields"]):
-            if keep is True:
-                wanted: Any = True
-            elif keep is False:
-                wanted = False
-            else:
-                wanted = keep.get(field["name"], False)
-            field_type = field["type"]
-            optional = isinstance(field_type, list) and len(field_type) == 2 and field_type[0] == "null"
+        for position, (field, wanted, optional, inner) in enumerate(record_fields(schema, keep)):
             reader = f"_r{position}"
-            inner = field_type[1] if optional else field_type
             namespace[reader] = self.compile(inner, wanted)
-            inline = self._blocks_inline(inner, bool(wanted), f"out[{field['name']!r}]")
+            target = f"out[{field['name']!r}]"
+            if wanted == RAW:
+                inline = self._raw_inline(inner, target)
+            else:
+                inline = self._blocks_inline(inner, bool(wanted), target)
             if inline is not None:
                 if optional:
                     null = f"out[{field['name']!r}] = None" if wanted else "pass"
@@ -166,6 +233,17 @@ class _Compiler:
         exec(compile(source, f"<avro record {schema.get('name', '')}>", "exec"), namespace)  # noqa: S102
         return namespace["read"]
 
+    def _raw_inline(self, schema: Any, target: str) -> list[str] | None:
+        """Source lines reading an Iceberg int-keyed map kept ``"raw"`` into ``target``, inlined
+        as ``_blocks_inline``'s are (None for a union of it and null: ``_raw`` reads that)."""
+        pair, null_at = raw_map(schema, self.named)
+        if null_at is not None:
+            return None
+        step = "dec.read_int_bytes_dict(n, {})" if pair == "bytes" else "dec.read_ints(2 * n)"
+        lines = ["s = dec.tell()", "while n := _read_int(dec):", "    if n < 0:", "        n = -n"]
+        lines += ["        _read_int(dec)", f"    {step}", f"{target} = _raw_since(dec, s)"]
+        return lines
+
     def _blocks_inline(self, schema: Any, keep: bool, target: str) -> list[str] | None:
         """Source lines reading an Iceberg ``int -> bytes|long`` map or an ``int|long`` array
         into ``target`` (or skipping it), inlined in the record reader: a manifest entry holds
@@ -173,35 +251,36 @@ class _Compiler:
         if not isinstance(schema, dict) or schema.get("type") != "array":
             return None
         items = schema["items"]
-        pair = _int_keyed_pair(items, self.named)
+        pair = int_keyed_pair(items, self.named)
         if pair == "bytes":
             step = ["dec.read_int_bytes_dict(n, v)" if keep else "dec.read_int_bytes_dict(n, {})"]
         elif pair == "long":
             step = (
-                ["m = dec.read_ints(2 * n)", "v.update(zip(m[::2], m[1::2]))"]
+                ["m = _signed(dec.read_ints(2 * n))", "v.update(zip(m[::2], m[1::2]))"]
                 if keep
                 else ["dec.read_ints(2 * n)"]
             )
         elif items in ("int", "long"):
-            step = ["v.extend(dec.read_ints(n))" if keep else "dec.read_ints(n)"]
+            step = ["v.extend(_signed(dec.read_ints(n)))" if keep else "dec.read_ints(n)"]
         else:
             return None
         # a block count below zero is followed by the block's byte size
         lines = ["v = {}" if pair else "v = []"] if keep else []
         lines += ["while n := _read_int(dec):", "    if n < 0:", "        n = -n", "        _read_int(dec)"]
         lines += [f"    {x}" for x in step]
-        return lines + ([f"{target} = v"] if keep else [])
+        result = "_signed_keys(v)" if pair == "bytes" else "v"
+        return lines + ([f"{target} = {result}"] if keep else [])
 
     def _array(self, schema: dict[str, Any], keep: Any) -> Read:
         items = schema["items"]
-        pair = _int_keyed_pair(items, self.named)
+        pair = int_keyed_pair(items, self.named)
         if pair == "bytes" and keep:
             # Iceberg's map<int, binary> (bounds): one C call per block
             def read_int_bytes(dec: Any) -> dict[int, bytes]:
                 out: dict[int, bytes] = {}
                 while count := _block_count(dec):
                     dec.read_int_bytes_dict(count, out)
-                return out
+                return _signed_keys(out)
 
             return read_int_bytes
         if pair == "long":
@@ -211,7 +290,7 @@ class _Compiler:
                 def read_int_long(dec: Any) -> dict[int, int]:
                     out: dict[int, int] = {}
                     while count := _block_count(dec):
-                        numbers = dec.read_ints(2 * count)
+                        numbers = _signed(dec.read_ints(2 * count))
                         out.update(zip(numbers[::2], numbers[1::2], strict=True))
                     return out
 
@@ -255,29 +334,12 @@ class _Compiler:
         return read_map
 
 
-def _int_keyed_pair(items: Any, named: dict[str, Any]) -> str | None:
-    """ "bytes"/"long" when ``items`` is Iceberg's ``{key: int, value: bytes|long}`` map record."""
-    if isinstance(items, str):
-        items = named.get(items, items)
-    if not isinstance(items, dict) or items.get("type") != "record":
-        return None
-    fields = items.get("fields", [])
-    if (
-        len(fields) != 2
-        or fields[0]["name"] != "key"
-        or fields[0]["type"] != "int"
-        or fields[1]["name"] != "value"
-    ):
-        return None
-    value = fields[1]["type"]
-    return value if value in ("bytes", "long") else None
-
-
 class ManifestDecoder:
     """Decodes manifest entries of one writer schema, returning only the ``keep`` fields."""
 
     def __init__(self, writer_schema: dict[str, Any], keep: dict[str, Any]) -> None:
         self.read = _Compiler().compile(writer_schema, keep)
+        self._schema, self._keep, self._program = writer_schema, keep, None
         # partition field id -> Avro field name (names may be sanitised, ids are not)
         # (data_file and partition may be nullable unions, ["null", {record}], as BigQuery and
         # some Spark versions write them, or references to a named record)
@@ -294,6 +356,15 @@ class ManifestDecoder:
                 for partition_field in partition.get("fields", []) if partition else ():
                     if "field-id" in partition_field:
                         self.partition_names[int(partition_field["field-id"])] = partition_field["name"]
+
+    def program(self) -> Any:
+        """The compiled decoder's program for this schema and keep spec (built on first use)."""
+        if self._program is None:
+            try:
+                self._program = _native.Program(compile_program(self._schema, self._keep))
+            except _SCHEMA_ERRORS as exc:
+                raise ValueError(f"an Avro schema this decoder cannot read: {exc!r}") from exc
+        return self._program
 
 
 def _named_records(schema: Any) -> dict[str, Any]:
@@ -366,6 +437,9 @@ def checked_manifest_list(rows: Any, path: str) -> None:
 
 
 _decoders: dict[tuple[str, int], ManifestDecoder] = {}
+# what a malformed schema (a corrupt manifest's, usually) raises while compiling: ValueError
+# for the caller, like the malformed records
+_SCHEMA_ERRORS = (KeyError, TypeError, AttributeError, IndexError, RecursionError)
 
 
 def decoder_for(writer_schema_json: str, keep: dict[str, Any]) -> ManifestDecoder:
@@ -375,7 +449,11 @@ def decoder_for(writer_schema_json: str, keep: dict[str, Any]) -> ManifestDecode
     if found is None:
         if len(_decoders) > 64:
             _decoders.clear()
-        found = _decoders[key] = ManifestDecoder(json.loads(writer_schema_json), keep)
+        try:
+            found = ManifestDecoder(json.loads(writer_schema_json), keep)
+        except _SCHEMA_ERRORS as exc:
+            raise ValueError(f"an Avro schema this decoder cannot read: {exc!r}") from exc
+        _decoders[key] = found
     return found
 
 
@@ -386,46 +464,6 @@ def iter_records(data: bytes, keep: dict[str, Any]) -> Iterator[tuple[dict[str, 
     for dec, count in blocks:
         for _ in range(count):
             yield read(dec), decoder
-
-
-_MAGIC = b"Obj\x01"
-
-
-def _joined(data: bytes) -> tuple[str, bytes, int] | None:
-    """(writer schema JSON, all records decompressed, record count) of the Avro container file
-    in ``data`` when its codec is null or deflate (else None: fastavro reads it).
-
-    A container's blocks only frame the records: their payloads, decompressed, concatenate into
-    the records' plain encoding. pyiceberg writes one block per manifest entry, and reading block
-    by block (fastavro's ``block_reader``: a ``Block`` and a ``BytesIO`` each, then a decoder)
-    cost a tenth of a listing; here the header and the framing are read with the binary decoder
-    and each payload is inflated by one ``zlib`` call."""
-    dec = Decoder(data)
-    if dec.read(4) != _MAGIC:
-        raise ValueError("not an Avro container file (bad magic)")
-    meta: dict[str, bytes] = {}
-    while count := _block_count(dec):
-        for _ in range(count):
-            key = Decoder.read_utf8(dec)
-            meta[key] = Decoder.read_bytes(dec)
-    sync = dec.read(16)
-    codec = meta.get("avro.codec", b"null")
-    if codec not in (b"null", b"deflate") or "avro.schema" not in meta:
-        return None
-    end, inflate = len(data), codec == b"deflate"
-    payloads = []
-    total = 0
-    while dec.tell() < end:
-        count = _read_int(dec)
-        size = _read_int(dec)
-        if count < 0 or size < 0:
-            raise ValueError("an Avro block with a negative record count or size")
-        payload = dec.read(size)
-        if dec.read(16) != sync:
-            raise ValueError("an Avro block does not end with the file's sync marker")
-        payloads.append(zlib.decompress(payload, -15) if inflate else payload)
-        total += count
-    return meta["avro.schema"].decode(), b"".join(payloads), total
 
 
 def iter_payloads(data: bytes) -> tuple[str, Iterator[tuple[bytes, int]]]:
@@ -439,15 +477,90 @@ def iter_payloads(data: bytes) -> tuple[str, Iterator[tuple[bytes, int]]]:
     return blocks.metadata["avro.schema"], ((block.bytes_.getvalue(), block.num_records) for block in blocks)  # type: ignore[attr-defined]
 
 
+# id(binary decoder) -> (the decoder, its payload) while iter_blocks has it out: a "raw" reader
+# slices the payload (holding the decoder keeps its id from being reused meanwhile)
+_RAW_SOURCES: dict[int, tuple[Any, bytes]] = {}
+
+
 def iter_blocks(data: bytes, keep: dict[str, Any]) -> tuple[ManifestDecoder, Iterator[tuple[Any, int]]]:
-    """The decoder for ``data`` and its records as (binary decoder, record count) pairs."""
+    """The decoder for ``data`` and its records as (binary decoder, record count) pairs. Each
+    binary decoder is to be read before the next pair is asked for (a ``"raw"`` keep reads its
+    payload, known until then)."""
     schema, payloads = iter_payloads(data)
-    return decoder_for(schema, keep), ((Decoder(payload), count) for payload, count in payloads)
+    return decoder_for(schema, keep), _registered(payloads)
 
 
-def decode_records(data: bytes, keep: dict[str, Any]) -> tuple[ManifestDecoder, list[dict[str, Any]]]:
+def _raw_since(dec: Any, start: int) -> bytes:
+    """The bytes ``dec`` read since ``start``: the Cython decoder cannot hand its buffer back,
+    so iter_blocks registers it with its payload."""
+    source = _RAW_SOURCES.get(id(dec))
+    if source is None or source[0] is not dec:
+        raise RuntimeError('a map kept "raw" read by a binary decoder that iter_blocks did not make')
+    return source[1][start : dec.tell()]
+
+
+def _registered(payloads: Iterator[tuple[bytes, int]]) -> Iterator[tuple[Any, int]]:
+    for payload, count in payloads:
+        dec = Decoder(payload)
+        _RAW_SOURCES[id(dec)] = (dec, payload)
+        try:
+            yield dec, count
+        finally:
+            del _RAW_SOURCES[id(dec)]
+
+
+def _load_native() -> Any:
+    """The compiled decoder (``_avro_native.c``, built by scripts/build_native.py), or None when
+    it is not built or was built from another version of the program format."""
+    try:
+        module = importlib.import_module("storage.formats.iceberg._avro_native")
+    except ImportError:
+        return None
+    return module if tuple(module.OPS) == OPS else None
+
+
+_native = _load_native()
+# Whether the compiled decoder is built (NATIVE_BUILT) and used by default (NATIVE);
+# LAKEWARDEN_NATIVE_AVRO=0 makes the Python decoder the default.
+NATIVE_BUILT: bool = _native is not None
+NATIVE: bool = NATIVE_BUILT and os.environ.get("LAKEWARDEN_NATIVE_AVRO", "1") != "0"
+
+
+def decode_records(
+    data: bytes, keep: dict[str, Any], *, native: bool | None = None
+) -> tuple[ManifestDecoder, list[dict[str, Any]]]:
     """The decoder for ``data`` and every record of it, decoded with ``keep`` (a manifest holds
-    a few thousand entries at most, so the list is bounded by the manifest's own size)."""
-    decoder, blocks = iter_blocks(data, keep)
-    read = decoder.read
-    return decoder, [read(dec) for dec, count in blocks for _ in range(count)]
+    a few thousand entries at most, so the list is bounded by the manifest's own size).
+
+    ``native`` picks the decoder (default ``NATIVE``); both return the same records, maps kept
+    ``"raw"`` included (the same bytes). The compiled
+    one raises ``ValueError`` on anything malformed. The Python one does for a malformed container
+    or schema, but reads records with pyiceberg's Cython reads, which check no bounds: a corrupt
+    record may read as garbage, or a corrupt length past the buffer."""
+    if not (NATIVE if native is None else native):
+        decoder, blocks = iter_blocks(data, keep)
+        read = decoder.read
+        return decoder, [read(dec) for dec, count in blocks for _ in range(count)]
+    if _native is None:
+        raise RuntimeError("the compiled Avro decoder is not built (python scripts/build_native.py)")
+    meta, sync, offset = _header(data)
+    codec = meta.get("avro.codec", b"null")
+    if "avro.schema" not in meta:
+        raise ValueError("an Avro container file without a schema (no avro.schema)")
+    if _native.CONTAINER and codec in (b"null", b"deflate"):
+        decoder = decoder_for(meta["avro.schema"].decode(), keep)
+        return decoder, _native.decode_container(data, offset, sync, codec == b"deflate", decoder.program())
+    schema, payloads = iter_payloads(data)
+    decoder = decoder_for(schema, keep)
+    program = decoder.program()
+    return decoder, [
+        record for payload, count in payloads for record in _native.decode(payload, count, program)
+    ]
+
+
+# int_bytes_map(raw) / int_long_map(raw): the dict an Iceberg int -> bytes / int -> long map kept
+# "raw" decodes to, exactly as decoding it without "raw" gives it (same keys, values and order);
+# ValueError for a malformed or truncated blob or bytes after it. The compiled parsers are bound
+# directly (no Python frame between): listing calls one per entry for each column a filter reads.
+int_bytes_map: Callable[[bytes], dict[int, bytes]] = _native.int_bytes_map if NATIVE else _py_int_bytes_map
+int_long_map: Callable[[bytes], dict[int, int]] = _native.int_long_map if NATIVE else _py_int_long_map
