@@ -2,49 +2,55 @@
 
 pyiceberg's planner (``ManifestFile.fetch_manifest_entry``) materialises every entry of every
 manifest as full ``DataFile`` records, with all column statistics decoded, before the first file
-is returned; planning a large table therefore holds the whole file list in memory. Here a
-manifest's blocks are read by fastavro and its entries decoded by ``_avro.ManifestDecoder``, which
-keeps only the fields listing needs (the per-column sizes, value counts and NaN counts are
-skipped while decoding, without building objects), entries are
-turned into spec ``DataFile`` objects one at a time, and column bounds are decoded lazily
-(``LazyStats``) only for the columns a filter looks at.
+is returned; planning a large table therefore holds the whole file list in memory. Here manifests
+are fetched a few ahead of the one being decoded (``_readahead``), each manifest's entries are
+decoded at once by ``_avro.decode_records`` keeping only the fields listing needs (the per-column
+sizes, value counts and NaN counts are skipped), entries are turned into spec ``DataFile``
+objects one at a time as the consumer asks, and column bounds are decoded lazily (``LazyStats``)
+only for the columns a filter looks at. Memory is bounded by the read-ahead window and one
+manifest's entries, whatever the number of files listed.
 
 Delete files are the exception: the delete manifests of a snapshot (few, small) are read into a
-``DeleteIndex`` first, so that each streamed data file can be given the deletes that apply to it
-by the sequence-number rules of the Iceberg spec.
+``DeleteIndex`` (``_deletes``) first, so that each streamed data file can be given the deletes
+that apply to it by the sequence-number rules of the Iceberg spec.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import quote_plus
 
 import fastavro
 
-from storage.formats.iceberg._avro import (
-    Decoder,
-    checked_entry,
-    checked_manifest_list,
-    decoder_for,
-    iter_blocks,
-    iter_payloads,
-)
+from storage.formats.iceberg._avro import checked_entry, checked_manifest_list, decode_records
 from storage.formats.iceberg._metadata import INLINE_PREFIX, is_inline
-from storage.formats.iceberg._values import ColumnDecoder, LazyStats, avro_to_python, bytes_to_python
+from storage.formats.iceberg._readahead import read_ahead
+from storage.formats.iceberg._values import (
+    ColumnDecoder,
+    LazyStats,
+    avro_to_python,
+    bytes_to_python,
+    exact_equality,
+)
 from storage.spec.errors import CorruptTable
 from storage.spec.models import DataFile, FileContent, PartitionDescriptor, PartitionField, PartitionSpec
+
+T = TypeVar("T")
 
 STATUS_EXISTING = 0
 STATUS_ADDED = 1
 STATUS_DELETED = 2
 CONTENT_DATA = 0
 CONTENT_DELETES = 1
-POS_DELETE_PATH_ID = 2147483546
+
+#: (cache key or None, partition values, descriptor) of an entry's partition (SpecContext.partitions)
+PartitionEntry = tuple[tuple[Any, ...] | None, dict[str, Any], PartitionDescriptor]
 
 _CONTENT = {0: FileContent.DATA, 1: FileContent.POSITION_DELETES, 2: FileContent.EQUALITY_DELETES}
 
@@ -76,24 +82,6 @@ KEEP: dict[str, Any] = {
     },
 }
 
-# What a filter looks at first (and what ``checked_entry`` checks): an entry it rejects is not
-# decoded further (see ``iter_manifest_records``).
-PROBE: dict[str, Any] = {
-    "status": True,
-    "data_file": {
-        name: True
-        for name in (
-            "content",
-            "file_path",
-            "partition",
-            "record_count",
-            "file_size_in_bytes",
-            "lower_bounds",
-            "upper_bounds",
-        )
-    },
-}
-
 
 @dataclass(frozen=True, slots=True)
 class ManifestInfo:
@@ -121,9 +109,16 @@ class ManifestInfo:
 
 def read_bytes(file_io: Any, path: str, what: str) -> bytes:
     """The whole file, or ``CorruptTable`` naming it when it vanished or cannot be read."""
+    return bytes(_read(file_io, path, what))
+
+
+def _read(file_io: Any, path: str, what: str) -> Any:
+    """The whole file as the stream gives it: a pyarrow ``Buffer`` (Arrow's memory pool) when the
+    FileIO is pyarrow's, else bytes; ``CorruptTable`` naming it when it cannot be read."""
     try:
         with file_io.new_input(path).open(seekable=False) as stream:
-            return stream.read()
+            read_buffer = getattr(stream, "read_buffer", None)
+            return read_buffer() if read_buffer is not None else stream.read()
     except FileNotFoundError:
         raise CorruptTable(
             f"{what} {path} is missing: the table's metadata points at a file that does not exist"
@@ -170,41 +165,52 @@ def _first(row: dict[str, Any], *names: str) -> Any:
     return None
 
 
-def iter_manifest_records(
-    file_io: Any,
-    manifest: ManifestInfo,
-    accept: Callable[[dict[str, Any], dict[int, str]], bool] | None = None,
-) -> Iterator[tuple[dict[str, Any], dict[int, str]]]:
-    """(entry, partition field id -> Avro name) for each entry of one manifest, streamed.
+def iter_manifests(
+    file_io: Any, manifests: Iterable[ManifestInfo]
+) -> Iterator[tuple[ManifestInfo, list[dict[str, Any]], dict[int, str]]]:
+    """(manifest, its entries, partition field id -> Avro name) for each manifest, in order.
 
-    Only the manifest's bytes and the current entry are held; bounds come as ``{field id: bytes}``.
-    With ``accept``, each entry is first decoded with only the ``PROBE`` fields (the rest skipped
-    without building objects) and checked like a full one; entries ``accept`` rejects are dropped
-    there, the others decoded again in full. A filter that keeps few entries thus pays for the
-    fields it looks at only.
-    """
-    data = read_bytes(file_io, manifest.path, "manifest")
+    The manifests' bytes are fetched ahead on worker threads (``read_ahead``: a few at a time)
+    while the current one is decoded, in this thread; ``manifests`` is pulled lazily, so a
+    consumer that stops early reads only the manifests of the read-ahead window more."""
+
+    def fetch(manifest: ManifestInfo) -> Any:
+        return _read(file_io, manifest.path, "manifest")
+
+    for manifest, data in read_ahead(manifests, fetch):
+        # copied to bytes here, not in the fetching thread: memory malloc'ed by a worker thread
+        # goes to that thread's arena, which keeps it once freed (RSS grew with the listing)
+        records, names = manifest_entries(manifest, bytes(data))
+        yield manifest, records, names
+
+
+def manifest_entries(manifest: ManifestInfo, data: bytes) -> tuple[list[dict[str, Any]], dict[int, str]]:
+    """Every entry of one manifest (``data``), decoded with the ``KEEP`` fields and checked as
+    ``checked_entry`` checks, and the manifest's partition field id -> Avro name; ``CorruptTable``
+    naming the manifest when it cannot be decoded or an entry lacks what listing relies on."""
     try:
-        if accept is None:
-            decoder, blocks = iter_blocks(data, KEEP)
-            read, names = decoder.read, decoder.partition_names
-            for dec, count in blocks:
-                for _ in range(count):
-                    yield checked_entry(read(dec)), names
-            return
-        schema, payloads = iter_payloads(data)
-        decoder = decoder_for(schema, KEEP)
-        read, probe, names = decoder.read, decoder_for(schema, PROBE).read, decoder.partition_names
-        for payload, count in payloads:
-            dec = Decoder(payload)
-            for _ in range(count):
-                start = dec.tell()
-                if accept(checked_entry(probe(dec)), names):
-                    yield checked_entry(read(Decoder(payload[start : dec.tell()]))), names
+        decoder, records = decode_records(data, KEEP)
+        for record in records:
+            # the common, valid shape answered inline; anything else (a null partition tuple,
+            # a missing or mistyped field) goes to checked_entry, which decides and names it
+            try:
+                data_file = record["data_file"]
+                valid = (
+                    type(record["status"]) is int
+                    and type(data_file["file_path"]) is str
+                    and type(data_file["file_size_in_bytes"]) is int
+                    and type(data_file["record_count"]) is int
+                    and type(data_file["partition"]) is dict
+                )
+            except (KeyError, TypeError):
+                valid = False
+            if not valid:
+                checked_entry(record)
     except CorruptTable:
         raise
     except Exception as exc:  # any decoding failure (see _avro.checked_entry)
         raise CorruptTable(f"manifest {manifest.path} is not a valid Iceberg manifest: {exc!r}") from exc
+    return records, decoder.partition_names
 
 
 def inherited_sequence(record: dict[str, Any], manifest: ManifestInfo) -> tuple[int, int | None]:
@@ -254,6 +260,7 @@ class SpecContext:
         self.bound_converters = []
         self.identity: dict[int, str] = {}
         self.exact: tuple[tuple[str, int], ...] = ()
+        cacheable = True
         for field in iceberg_spec.fields:
             try:
                 source = schema.find_column_name(field.source_id) or str(field.source_id)
@@ -270,9 +277,12 @@ class SpecContext:
                 self.identity[field.source_id] = field.name
                 if isinstance(result_type, (TimestampNanoType, TimestamptzNanoType)):
                     self.exact += ((field.name, field.field_id),)
+            cacheable = cacheable and result_type is not None and exact_equality(result_type)
         self.model = PartitionSpec(tuple(fields))
         self.names = self.model.names
         self._descriptors: dict[tuple[Any, ...], PartitionDescriptor] = {}
+        self._cacheable = cacheable
+        self._partitions: dict[tuple[Any, ...], PartitionEntry] = {}
 
     def exact_values(self, raw: dict[str, Any] | None, avro_names: dict[int, str]) -> dict[str, int] | None:
         """The raw nanoseconds of the ``timestamp_ns`` identity fields of one entry, or None."""
@@ -285,14 +295,54 @@ class SpecContext:
                 found[name] = value
         return found
 
-    def partition_values(self, raw: dict[str, Any] | None, avro_names: dict[int, str]) -> dict[str, Any]:
-        if not self.names or raw is None:
-            return {}
-        values = {}
-        for name, (field_id, convert) in zip(self.names, self.converters, strict=True):
-            value = raw.get(avro_names.get(field_id, name))
-            values[name] = convert(value) if convert is not None and value is not None else value
-        return values
+    def partitions(self, avro_names: dict[int, str]) -> Callable[[dict[str, Any]], PartitionEntry]:
+        """For the entries of one manifest (whose partition fields have ``avro_names``): its raw
+        partition tuple -> (cache key, partition values, descriptor).
+
+        Entries share few partitions, so the conversion (``_days`` and the like) and the
+        descriptor are cached per raw tuple, across the manifests of this spec; the values dict is
+        shared by the entries of a partition (nothing mutates it). The key is the raw values in
+        field order, None when the spec's types do not allow caching (``exact_equality``: -0.0
+        equals 0.0); the cache is cleared rather than grown past a bound."""
+        keys = tuple(
+            avro_names.get(field_id, name)
+            for name, (field_id, _) in zip(self.names, self.converters, strict=True)
+        )
+        pairs = tuple(zip(self.names, keys, (convert for _, convert in self.converters), strict=True))
+        descriptor = self.descriptor
+
+        def convert(raw: dict[str, Any]) -> dict[str, Any]:
+            values = {}
+            for name, key, converter in pairs:
+                value = raw.get(key)
+                values[name] = converter(value) if converter is not None and value is not None else value
+            return values
+
+        if not self._cacheable:
+
+            def uncached(raw: dict[str, Any]) -> PartitionEntry:
+                values = convert(raw)
+                return None, values, descriptor(values)
+
+            return uncached
+        cache = self._partitions
+
+        def cached(raw: dict[str, Any]) -> PartitionEntry:
+            key = tuple(map(raw.get, keys))
+            try:
+                return cache[key]
+            except KeyError:
+                pass
+            except TypeError:  # an unhashable raw value (not one a manifest holds): not cached
+                values = convert(raw)
+                return None, values, descriptor(values)
+            if len(cache) > 4096:
+                cache.clear()
+            values = convert(raw)
+            found = cache[key] = (key, values, descriptor(values))
+            return found
+
+        return cached
 
     def descriptor(self, values: dict[str, Any]) -> PartitionDescriptor:
         # consecutive entries of a manifest share few partitions: a small cache saves the
@@ -335,6 +385,34 @@ class SpecContext:
         return lower, upper, nulls
 
 
+def slots_builder(cls: type[T]) -> Callable[..., T]:
+    """A constructor of the frozen slots dataclass ``cls`` taking every field positionally, in
+    field order (none optional), which fills the slots directly: two to three times as fast as the
+    generated ``__init__``, whose assignments each go through ``object.__setattr__`` and whose
+    callers pass keywords. Listing builds two such objects per file.
+
+    Only for a class whose ``__init__`` does nothing else (no ``__post_init__``, no init-only
+    fields): the instance is then the one ``cls(*fields)`` gives. A field added to ``cls`` later is
+    a required parameter here, so a caller that does not pass it fails at once."""
+    if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__") or "__slots__" not in vars(cls):
+        raise TypeError(f"{cls.__name__} is not a frozen slots dataclass without __post_init__")
+    names = [f.name for f in dataclasses.fields(cls)]
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    body = ["    self = _new(_cls)"]
+    for name in names:
+        namespace[f"_set_{name}"] = vars(cls)[name].__set__  # the slot's own descriptor
+        body.append(f"    _set_{name}(self, {name})")
+    source = f"def build({', '.join(names)}):\n" + "\n".join(body) + "\n    return self\n"
+    exec(compile(source, f"<slots builder {cls.__name__}>", "exec"), namespace)  # noqa: S102
+    build: Callable[..., T] = namespace["build"]
+    return build
+
+
+_data_file = slots_builder(DataFile)
+_DATA = FileContent.DATA
+_POSITION_DELETES = FileContent.POSITION_DELETES
+
+
 def make_data_file(
     record: dict[str, Any],
     values: dict[str, Any],
@@ -353,12 +431,9 @@ def make_data_file(
     the manifest) is kept in ``extra``. A deletion vector (a position delete entry in a Puffin
     file) has content ``DELETION_VECTOR`` and the size of its blob (``content_size_in_bytes``, what
     a reader reads); the Puffin file's size is ``extra["file_size_in_bytes"]``."""
+    # one call per listed file: the rare cases in helpers, the model built by _data_file
     data = record["data_file"]
-    lower = data.get("lower_bounds")
-    upper = data.get("upper_bounds")
-    nulls = data.get("null_value_counts")
-    equality_ids = data.get("equality_ids") or ()
-    offsets = data.get("split_offsets")
+    get = data.get
     extra: dict[str, Any] = {
         "sequence_number": sequence,
         "snapshot_id": snapshot_id,
@@ -368,31 +443,45 @@ def make_data_file(
         extra["identity_columns"] = context.identity
         if context.exact:
             extra["identity_nanos"] = context.exact_values(data.get("partition"), avro_names)
-    if equality_ids:
-        extra["equality_ids"] = tuple(equality_ids)
-    file_format = str(data.get("file_format", "parquet")).lower()
-    content, size = _v3_fields(data, file_format, first_row_id, extra)
-    return DataFile(
-        path=data["file_path"],
-        size_bytes=size,
-        record_count=data["record_count"],
-        content=content,
-        file_format=file_format,
-        partition=values,
-        lower_bounds=LazyStats(lower, decoder, True) if lower is not None else None,
-        upper_bounds=LazyStats(upper, decoder, True) if upper is not None else None,
-        null_counts=LazyStats(nulls, decoder, False) if nulls is not None else None,
-        split_offsets=tuple(offsets) if offsets else None,
-        equality_columns=tuple(decoder.names.get(i, str(i)) for i in equality_ids),
-        extra=extra,
+    equality_ids = get("equality_ids")
+    equality_columns = _equality_columns(equality_ids, decoder, extra) if equality_ids else ()
+    file_format = str(get("file_format", "parquet")).lower()
+    v3 = first_row_id is not None or get("first_row_id") is not None or get("content_offset") is not None
+    if v3 or get("referenced_data_file"):
+        _v3_extra(data, first_row_id, extra)
+    content = _CONTENT.get(get("content") or 0, _DATA)
+    size: int = data["file_size_in_bytes"]
+    if content is _POSITION_DELETES and file_format == "puffin":
+        content, size = _deletion_vector(data, size, extra)
+    lower, upper, nulls, offsets = (
+        get("lower_bounds"),
+        get("upper_bounds"),
+        get("null_value_counts"),
+        get("split_offsets"),
+    )
+    return _data_file(
+        data["file_path"],  # path
+        size,  # size_bytes
+        data["record_count"],  # record_count
+        content,  # content
+        file_format,  # file_format
+        values,  # partition
+        None if lower is None else LazyStats(lower, decoder, True),  # lower_bounds
+        None if upper is None else LazyStats(upper, decoder, True),  # upper_bounds
+        None if nulls is None else LazyStats(nulls, decoder, False),  # null_counts
+        tuple(offsets) if offsets else None,  # split_offsets
+        equality_columns,  # equality_columns
+        extra,  # extra
     )
 
 
-def _v3_fields(
-    data: dict[str, Any], file_format: str, first_row_id: int | None, extra: dict[str, Any]
-) -> tuple[FileContent, int]:
-    """(content, size in bytes) of an entry's file; its v3 fields (deletion vector location, row
-    lineage) go into ``extra``."""
+def _equality_columns(equality_ids: Any, decoder: ColumnDecoder, extra: dict[str, Any]) -> tuple[str, ...]:
+    extra["equality_ids"] = tuple(equality_ids)
+    return tuple(decoder.names.get(i, str(i)) for i in equality_ids)
+
+
+def _v3_extra(data: dict[str, Any], first_row_id: int | None, extra: dict[str, Any]) -> None:
+    """An entry's v3 fields (deletion vector location, row lineage) into ``extra``."""
     if data.get("referenced_data_file"):
         extra["referenced_data_file"] = data["referenced_data_file"]
     if data.get("content_offset") is not None:
@@ -402,108 +491,14 @@ def _v3_fields(
         first_row_id = data["first_row_id"]
     if first_row_id is not None:
         extra["first_row_id"] = first_row_id
-    content = _CONTENT.get(data.get("content") or 0, FileContent.DATA)
-    size: int = data["file_size_in_bytes"]
-    if file_format == "puffin" and content is FileContent.POSITION_DELETES:
-        content = FileContent.DELETION_VECTOR
-        extra["file_size_in_bytes"] = size
-        if data.get("content_size_in_bytes") is not None:
-            size = data["content_size_in_bytes"]
-    return content, size
 
 
-def _path_bounds(record: dict[str, Any]) -> tuple[str | None, str | None]:
-    """The data file path range a position delete file covers (from its file_path bounds)."""
-    data = record["data_file"]
-    if data.get("referenced_data_file"):
-        return data["referenced_data_file"], data["referenced_data_file"]
-    found: list[str | None] = [None, None]
-    for i, key in enumerate(("lower_bounds", "upper_bounds")):
-        raw = (data.get(key) or {}).get(POS_DELETE_PATH_ID)
-        if raw is not None:
-            try:
-                found[i] = bytes(raw).decode("utf-8")
-            except UnicodeDecodeError:
-                found[i] = None
-    return found[0], found[1]
-
-
-class DeleteIndex:
-    """Delete files of one snapshot, matched to data files by the Iceberg spec's rules.
-
-    A position delete applies to a data file of the same spec and partition whose data sequence
-    number is <= the delete's (and whose path lies within the delete's ``file_path`` bounds);
-    an equality delete applies to data files with a strictly smaller data sequence number, in
-    the same partition, or everywhere when the delete was written with an unpartitioned spec.
-    A deletion vector (v3) applies to its ``referenced_data_file`` only, under the position
-    delete sequence rule; when a data file has one, its position delete files are ignored (the
-    writer of the vector merged them into it), and two vectors for one data file are corrupt.
-    """
-
-    def __init__(self) -> None:
-        self._vectors_by_path: dict[str, list[tuple[int, DataFile]]] = {}
-        self._position_by_path: dict[str, list[tuple[int, DataFile]]] = {}
-        self._position_by_partition: dict[
-            tuple[Any, ...], list[tuple[int, DataFile, str | None, str | None]]
-        ] = {}
-        self._equality_by_partition: dict[tuple[Any, ...], list[tuple[int, DataFile]]] = {}
-        self._equality_global: list[tuple[int, DataFile]] = []
-
-    def __bool__(self) -> bool:
-        return bool(
-            self._vectors_by_path
-            or self._position_by_path
-            or self._position_by_partition
-            or self._equality_by_partition
-            or self._equality_global
-        )
-
-    def add(
-        self, record: dict[str, Any], delete_file: DataFile, sequence: int, spec_id: int, unpartitioned: bool
-    ) -> None:
-        key = (spec_id, *delete_file.partition.values())
-        if delete_file.content is FileContent.EQUALITY_DELETES:
-            if unpartitioned:
-                self._equality_global.append((sequence, delete_file))
-            else:
-                self._equality_by_partition.setdefault(key, []).append((sequence, delete_file))
-            return
-        lower, upper = _path_bounds(record)
-        if delete_file.content is FileContent.DELETION_VECTOR:
-            if lower is None:
-                raise CorruptTable(f"deletion vector in {delete_file.path} names no referenced data file")
-            self._vectors_by_path.setdefault(lower, []).append((sequence, delete_file))
-            return
-        if lower is not None and lower == upper:
-            self._position_by_path.setdefault(lower, []).append((sequence, delete_file))
-        else:
-            self._position_by_partition.setdefault(key, []).append((sequence, delete_file, lower, upper))
-
-    def for_data_file(
-        self, path: str, sequence: int, spec_id: int, values: dict[str, Any]
-    ) -> tuple[DataFile, ...]:
-        found = [v for s, v in self._vectors_by_path.get(path, ()) if s >= sequence]
-        if len(found) > 1:
-            raise CorruptTable(
-                f"data file {path} has {len(found)} deletion vectors ({found[0].path}, {found[1].path}):"
-                " a snapshot may hold one per data file"
-            )
-        key = (spec_id, *values.values())
-        if not found:
-            found.extend(d for s, d in self._position_by_path.get(path, ()) if s >= sequence)
-            for delete_sequence, delete_file, lower, upper in self._position_by_partition.get(key, ()):
-                if delete_sequence < sequence:
-                    continue
-                if (lower is not None and path < lower) or (upper is not None and path > upper):
-                    continue
-                found.append(delete_file)
-        for delete_sequence, delete_file in self._equality_by_partition.get(key, ()):
-            if delete_sequence > sequence:
-                found.append(delete_file)
-        for delete_sequence, delete_file in self._equality_global:
-            if delete_sequence > sequence:
-                found.append(delete_file)
-        return tuple(found)
+def _deletion_vector(data: dict[str, Any], size: int, extra: dict[str, Any]) -> tuple[FileContent, int]:
+    """A position delete entry in a Puffin file: a deletion vector, sized as its blob."""
+    extra["file_size_in_bytes"] = size
+    if data.get("content_size_in_bytes") is not None:
+        size = data["content_size_in_bytes"]
+    return FileContent.DELETION_VECTOR, size
 
 
 def inline_manifests(file_io: Any, manifest_list: str) -> list[Any]:

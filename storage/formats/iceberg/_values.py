@@ -140,6 +140,31 @@ def avro_to_python(iceberg_type: IcebergType) -> Converter:
     return temporal
 
 
+_EXACT_TYPES = (
+    BooleanType,
+    IntegerType,
+    LongType,
+    DateType,
+    TimeType,
+    TimestampType,
+    TimestamptzType,
+    TimestampNanoType,
+    TimestamptzNanoType,
+    StringType,
+    BinaryType,
+    FixedType,
+    DecimalType,
+    UUIDType,
+)
+
+
+def exact_equality(iceberg_type: IcebergType) -> bool:
+    """Whether raw manifest values of this type that compare equal (and hash alike) always
+    convert to the same Python value, so conversions may be cached by raw value. Not floats:
+    -0.0 equals 0.0 and NaN equals nothing."""
+    return isinstance(iceberg_type, _EXACT_TYPES)
+
+
 def bytes_to_python(iceberg_type: IcebergType) -> Converter:
     """Converter from Iceberg's single-value serialisation (manifest bounds) to a Python value.
 

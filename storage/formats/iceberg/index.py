@@ -2,28 +2,29 @@
 
 Listing a snapshot reads its manifest list, drops the manifests whose partition summaries cannot
 match the filter, reads the (few) delete manifests into a ``DeleteIndex``, then streams the data
-manifests one entry at a time, dropping entries whose partition values or column bounds cannot
-match. Only one manifest's bytes and one entry are alive at a time, so memory does not grow with
-the number of files listed.
+manifests (fetched a few ahead, decoded one at a time), dropping entries whose partition values
+or column bounds cannot match. Memory is bounded by the read-ahead window and one manifest's
+entries, so it does not grow with the number of files listed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from storage.formats.iceberg._deletes import DeleteIndex
 from storage.formats.iceberg._manifests import (
     CONTENT_DATA,
     CONTENT_DELETES,
     STATUS_ADDED,
     STATUS_DELETED,
-    DeleteIndex,
     ManifestInfo,
     SpecContext,
     inherited_sequence,
-    iter_manifest_records,
+    iter_manifests,
     make_data_file,
     read_manifest_list,
+    slots_builder,
 )
 from storage.formats.iceberg._prune import partition_check, stats_check
 from storage.formats.iceberg._values import ColumnDecoder
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
 
 # Iceberg's own default write.target-file-size-bytes is 512 MiB; the maintenance processes aim at
 # 128 MiB files, so the table property decides only when set (see FileIndex.small_file_bytes).
+
+
+_file_slice = slots_builder(FileSlice)
 
 
 class RowIds:
@@ -66,30 +70,55 @@ class RowIds:
         return assigned
 
 
-def _acceptor(context: SpecContext, check_partition: Any, check_stats: Any) -> Any:
-    """The cheap rejections of ``IcebergFileIndex._scan`` on a probed entry (see
-    ``iter_manifest_records``): False only for an entry that ``_scan`` would drop too."""
+class _Checks:
+    """The filter of one listing and its cheap pre-checks (``_prune``), compiled once per spec."""
 
-    verdicts: dict[tuple[Any, ...], bool] = {}  # of the partitions seen in this manifest
+    def __init__(self, expr: Any, decoder: ColumnDecoder) -> None:
+        self.expr = expr
+        self._check_stats = stats_check(expr, decoder)
+        self._rejecters: dict[int, Callable[[Any, dict[str, Any], dict[str, Any]], bool]] = {}
+        if expr is not None:
+            from storage.spec.expressions import might_match_file
 
-    def accept(record: dict[str, Any], avro_names: dict[int, str]) -> bool:
-        if record["status"] == STATUS_DELETED:
-            return False
-        raw = record["data_file"]
-        if check_partition is not None:
-            partition = raw["partition"]  # a dict (checked_entry)
-            key = tuple(partition.values())
-            verdict = verdicts.get(key)
-            if verdict is None:
-                values = context.partition_values(partition, avro_names)
-                verdict = verdicts[key] = bool(check_partition(values))
-            if not verdict:
-                return False
-        if check_stats is not None and not raw.get("content"):
-            return bool(check_stats(raw.get("lower_bounds"), raw.get("upper_bounds")))
-        return True
+            self.might_match_file = might_match_file
 
-    return accept
+    def rejecter(self, context: SpecContext) -> Callable[[Any, dict[str, Any], dict[str, Any]], bool] | None:
+        """None without a filter, else a test of an entry of ``context``'s spec on its partition
+        entry (``SpecContext.partitions``: key and values) and raw data file: True when the
+        pre-checks prove it cannot match (the survivors are judged by ``might_match_file``).
+        Partition verdicts are kept by raw partition key (bounded like that cache)."""
+        if self.expr is None:
+            return None
+        found = self._rejecters.get(context.spec_id)
+        if found is not None:
+            return found
+        check_partition = None
+        if context.names:
+            from storage.spec.expressions import partition_projection
+
+            check_partition = partition_check(partition_projection(self.expr, context.model), context.names)
+        check_stats = self._check_stats
+        verdicts: dict[Any, bool] = {}
+
+        def rejects(key: Any, values: dict[str, Any], raw: dict[str, Any]) -> bool:
+            if check_partition is not None:
+                verdict = verdicts.get(key) if key is not None else None
+                if verdict is None:
+                    verdict = bool(check_partition(values))
+                    if key is not None:
+                        if len(verdicts) > 4096:
+                            verdicts.clear()
+                        verdicts[key] = verdict
+                if not verdict:
+                    return True
+            return (
+                check_stats is not None
+                and not raw.get("content")
+                and not check_stats(raw.get("lower_bounds"), raw.get("upper_bounds"))
+            )
+
+        found = self._rejecters[context.spec_id] = rejects
+        return found
 
 
 class IcebergFileIndex(FileIndex):
@@ -191,17 +220,19 @@ class IcebergFileIndex(FileIndex):
 
     def _delete_index(self, manifests: list[ManifestInfo], expr: Any) -> DeleteIndex:
         index = DeleteIndex()
-        for manifest in manifests:
-            if manifest.content != CONTENT_DELETES or not manifest.may_have_live_files:
-                continue
-            if not self._manifest_might_match(manifest, expr):
-                continue
+        selected = (
+            m
+            for m in manifests
+            if m.content == CONTENT_DELETES and m.may_have_live_files and self._manifest_might_match(m, expr)
+        )
+        for manifest, records, avro_names in iter_manifests(self._io, selected):
             context = self.spec_context(manifest.spec_id)
-            for record, avro_names in iter_manifest_records(self._io, manifest):
+            partition_of = context.partitions(avro_names)
+            for record in records:
                 if record["status"] == STATUS_DELETED:
                     continue
                 sequence, snapshot_id = inherited_sequence(record, manifest)
-                values = context.partition_values(record["data_file"].get("partition"), avro_names)
+                _, values, _ = partition_of(record["data_file"]["partition"])
                 delete_file = make_data_file(
                     record, values, self._decoder, sequence, snapshot_id, context, avro_names
                 )
@@ -209,107 +240,106 @@ class IcebergFileIndex(FileIndex):
         return index
 
     def _scan(self, snapshot: Any, expr: Any, added_by: set[int] | None = None) -> Iterator[FileSlice]:
-        if expr is not None:
-            from storage.spec.expressions import might_match_file, partition_projection
-
         manifests = self._manifests(snapshot)
         deletes = self._delete_index(manifests, expr) or None  # None: no deletes to look up
-        decoder = self._decoder
-        check_stats = stats_check(expr, decoder)
-        partition_checks: dict[int, Any] = {}
-        for manifest in manifests:
-            if manifest.content != CONTENT_DATA or not manifest.may_have_live_files:
-                continue
-            if not self._manifest_might_match(manifest, expr):
-                continue
+        selected = (
+            m
+            for m in manifests
+            if m.content == CONTENT_DATA and m.may_have_live_files and self._manifest_might_match(m, expr)
+        )
+        checks = _Checks(expr, self._decoder)
+        for manifest, records, avro_names in iter_manifests(self._io, selected):
             context = self.spec_context(manifest.spec_id)
-            spec_model = context.model
-            if expr is not None and context.spec_id not in partition_checks:
-                projected = partition_projection(expr, spec_model) if context.names else None
-                partition_checks[context.spec_id] = partition_check(projected, context.names)
-            check_partition = partition_checks.get(context.spec_id)
-            row_ids = RowIds(manifest)
-            # probe when a pre-check can reject entries, but v3 row ids and added_by need every
-            # live entry's fields
-            probing = (check_partition, check_stats) != (None, None) and added_by is None and row_ids.inactive
-            accept = _acceptor(context, check_partition, check_stats) if probing else None
-            for record, avro_names in iter_manifest_records(self._io, manifest, accept):
-                if record["status"] == STATUS_DELETED:
-                    continue
-                first_row_id = row_ids.assign(record)
-                sequence, snapshot_id = inherited_sequence(record, manifest)
-                if added_by is not None and snapshot_id not in added_by:
-                    continue
-                raw = record["data_file"]
-                values = context.partition_values(raw.get("partition"), avro_names)
-                if expr is not None:
-                    # cheap rejections first; survivors are judged by might_match_file below
-                    if check_partition is not None and not check_partition(values):
-                        continue
-                    if (
-                        check_stats is not None
-                        and not raw.get("content")
-                        and not check_stats(raw.get("lower_bounds"), raw.get("upper_bounds"))
-                    ):
-                        continue
-                data_file = make_data_file(
-                    record, values, decoder, sequence, snapshot_id, context, avro_names, first_row_id
-                )
-                if expr is not None and not might_match_file(expr, data_file, spec_model):
-                    continue
-                delete_files = (
-                    deletes.for_data_file(data_file.path, sequence, context.spec_id, values)
-                    if deletes
-                    else ()
-                )
-                yield FileSlice(
-                    partition=context.descriptor(values),
-                    base_file=data_file,
-                    delete_files=delete_files,
-                    base_instant=snapshot_id,
-                )
+            yield from self._manifest_slices(
+                manifest, records, avro_names, context, checks, deletes, added_by
+            )
+
+    def _manifest_slices(
+        self,
+        manifest: ManifestInfo,
+        records: list[dict[str, Any]],
+        avro_names: dict[int, str],
+        context: SpecContext,
+        checks: _Checks,
+        deletes: DeleteIndex | None,
+        added_by: set[int] | None,
+    ) -> Iterator[FileSlice]:
+        """The live data files of one manifest that may match, as slices (the hot loop of listing:
+        what is constant per manifest is looked up once)."""
+        decoder, spec_id, spec_model = self._decoder, context.spec_id, context.model
+        partition_of = context.partitions(avro_names)
+        rejects = checks.rejecter(context)
+        row_ids = RowIds(manifest)
+        assign = None if row_ids.inactive else row_ids.assign
+        for record in records:
+            if record["status"] == STATUS_DELETED:
+                continue
+            first_row_id = assign(record) if assign is not None else None
+            sequence, snapshot_id = inherited_sequence(record, manifest)
+            if added_by is not None and snapshot_id not in added_by:
+                continue
+            raw = record["data_file"]
+            key, values, descriptor = partition_of(raw["partition"])
+            if rejects is not None and rejects(key, values, raw):
+                continue
+            data_file = make_data_file(
+                record, values, decoder, sequence, snapshot_id, context, avro_names, first_row_id
+            )
+            if checks.expr is not None and not checks.might_match_file(checks.expr, data_file, spec_model):
+                continue
+            delete_files = deletes.for_data_file(data_file.path, sequence, spec_id, values) if deletes else ()
+            # partition, base_file, delete_files, file_group_id, base_instant (slots_builder)
+            yield _file_slice(descriptor, data_file, delete_files, None, snapshot_id)
 
     def _changes(self, snapshots: list[Any], expr: Any) -> Iterator[FileChange]:
+        for snapshot in snapshots:
+            snapshot_id = snapshot.snapshot_id
+            # Inline v1 manifest lists do not say which snapshot added a manifest: read its
+            # entries, which name their own snapshot (checked in _manifest_changes).
+            selected = (
+                m
+                for m in self._manifests(snapshot)
+                if (m.added_snapshot_id is None or m.added_snapshot_id == snapshot_id)
+                and self._manifest_might_match(m, expr)
+            )
+            for manifest, records, avro_names in iter_manifests(self._io, selected):
+                yield from self._manifest_changes(snapshot_id, manifest, records, avro_names, expr)
+
+    def _manifest_changes(
+        self,
+        snapshot_id: int,
+        manifest: ManifestInfo,
+        records: list[dict[str, Any]],
+        avro_names: dict[int, str],
+        expr: Any,
+    ) -> Iterator[FileChange]:
         if expr is not None:
             from storage.spec.expressions import might_match_file
 
-        decoder = self._decoder
-        for snapshot in snapshots:
-            snapshot_id = snapshot.snapshot_id
-            for manifest in self._manifests(snapshot):
-                # Inline v1 manifest lists do not say which snapshot added a manifest: read its
-                # entries, which name their own snapshot (checked below).
-                if manifest.added_snapshot_id is not None and manifest.added_snapshot_id != snapshot_id:
-                    continue
-                if not self._manifest_might_match(manifest, expr):
-                    continue
-                context = self.spec_context(manifest.spec_id)
-                row_ids = RowIds(manifest)
-                for record, avro_names in iter_manifest_records(self._io, manifest):
-                    status = record["status"]
-                    first_row_id = row_ids.assign(record) if status != STATUS_DELETED else None
-                    if status == STATUS_ADDED:
-                        kind = ChangeKind.ADDED
-                    elif status == STATUS_DELETED:
-                        kind = ChangeKind.REMOVED
-                    else:
-                        continue
-                    sequence, entry_snapshot = inherited_sequence(record, manifest)
-                    if entry_snapshot != snapshot_id:
-                        continue
-                    values = context.partition_values(record["data_file"].get("partition"), avro_names)
-                    data_file = make_data_file(
-                        record, values, decoder, sequence, entry_snapshot, context, avro_names, first_row_id
-                    )
-                    if expr is not None and not might_match_file(expr, data_file, context.model):
-                        continue
-                    if data_file.content is FileContent.DATA:
-                        file_slice = FileSlice(
-                            context.descriptor(values), data_file, base_instant=snapshot_id
-                        )
-                    else:
-                        # a delete file on its own: the slice carries it without a base file
-                        file_slice = FileSlice(
-                            context.descriptor(values), None, (data_file,), base_instant=snapshot_id
-                        )
-                    yield FileChange(kind=kind, file_slice=file_slice, instant_id=snapshot_id)
+        context = self.spec_context(manifest.spec_id)
+        partition_of = context.partitions(avro_names)
+        row_ids = RowIds(manifest)
+        for record in records:
+            status = record["status"]
+            first_row_id = row_ids.assign(record) if status != STATUS_DELETED else None
+            if status == STATUS_ADDED:
+                kind = ChangeKind.ADDED
+            elif status == STATUS_DELETED:
+                kind = ChangeKind.REMOVED
+            else:
+                continue
+            sequence, entry_snapshot = inherited_sequence(record, manifest)
+            if entry_snapshot != snapshot_id:
+                continue
+            _, values, descriptor = partition_of(record["data_file"]["partition"])
+            data_file = make_data_file(
+                record, values, self._decoder, sequence, entry_snapshot, context, avro_names, first_row_id
+            )
+            if expr is not None and not might_match_file(expr, data_file, context.model):
+                continue
+            if data_file.content is FileContent.DATA:
+                file_slice = FileSlice(descriptor, data_file, base_instant=snapshot_id)
+            else:
+                # a delete file on its own: the slice carries it without a base file
+                file_slice = FileSlice(descriptor, None, (data_file,), base_instant=snapshot_id)
+            yield FileChange(kind=kind, file_slice=file_slice, instant_id=snapshot_id)

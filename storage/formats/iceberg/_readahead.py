@@ -1,0 +1,75 @@
+"""Ordered, bounded read-ahead: fetch the next few items on worker threads while the caller
+works on the current one.
+
+Listing a snapshot reads its manifests one after the other; on an object store each read is a
+round trip or two, and on any store the read waits while nothing is decoded. ``read_ahead``
+keeps up to ``window`` fetches in flight and hands results back in the items' order, so the
+listing stays an ordered stream and memory stays bounded by the window. Stopping early (the
+generator closed or dropped half-way) cancels the fetches not started and waits for the ones
+running, so no thread outlives the listing and nothing more is downloaded.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Manifests fetched ahead of the one being decoded: enough to hide an object store's latency
+#: behind decoding, few enough that the bytes held stay small (manifests are a few MB at most).
+WINDOW = 8
+THREAD_PREFIX = "lakewarden-read-ahead"
+
+
+def read_ahead(items: Iterable[T], fetch: Callable[[T], R], window: int = WINDOW) -> Iterator[tuple[T, R]]:
+    """(item, fetch(item)) for each item, in order, with up to ``window`` fetches running ahead.
+
+    ``items`` is pulled lazily, at most ``window`` ahead of the consumer; an exception raised
+    while pulling it or by ``fetch`` is raised when the consumer reaches that position, as a
+    sequential loop would. With a window below 2 it is that sequential loop."""
+    source = iter(items)
+    if window < 2:
+        for item in source:
+            yield item, fetch(item)
+        return
+    pool: ThreadPoolExecutor | None = None
+    pending: deque[tuple[T, Future[R]] | BaseException] = deque()
+    exhausted = False
+
+    def pull() -> None:
+        nonlocal pool, exhausted
+        try:
+            item = next(source)
+        except StopIteration:
+            exhausted = True
+            return
+        except Exception as exc:  # raised in order, when the consumer gets there
+            exhausted = True
+            pending.append(exc)
+            return
+        if pool is None:
+            pool = ThreadPoolExecutor(max_workers=window, thread_name_prefix=THREAD_PREFIX)
+        pending.append((item, pool.submit(fetch, item)))
+
+    try:
+        while len(pending) < window and not exhausted:
+            pull()
+        while pending:
+            head = pending.popleft()
+            if isinstance(head, BaseException):
+                raise head
+            item, future = head
+            result = future.result()
+            if not exhausted:
+                pull()
+            yield item, result
+    finally:
+        for entry in pending:
+            if not isinstance(entry, BaseException):
+                entry[1].cancel()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)

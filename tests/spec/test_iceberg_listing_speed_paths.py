@@ -1,0 +1,331 @@
+"""The fast paths of Iceberg listing give the answers of the plain ones: manifests fetched ahead
+(in order, stopped with the consumer), partition values converted once per raw tuple, models
+built by ``slots_builder``."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import threading
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+from storage.formats.iceberg import IcebergAdapter
+from storage.formats.iceberg._manifests import slots_builder
+from storage.formats.iceberg._readahead import THREAD_PREFIX, read_ahead
+from storage.formats.iceberg._values import avro_to_python
+from storage.spec.models import DataFile, FileContent, FileSlice, PartitionDescriptor
+
+UTC = dt.UTC
+
+
+@pytest.fixture
+def read_ahead_threads():
+    """The read-ahead threads alive now that were not before the test (another test's listing
+    left half-consumed and not yet collected is none of this test's business)."""
+    before = set(threading.enumerate())
+
+    def alive() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX) and t not in before]
+
+    return alive
+
+
+# -- read_ahead --------------------------------------------------------------------------------
+
+
+def test_read_ahead_runs_fetches_concurrently_and_returns_them_in_order(read_ahead_threads):
+    started = {i: threading.Event() for i in range(10)}
+
+    def fetch(i: int) -> str:
+        started[i].set()
+        if i == 0:
+            # the first fetch finishes only once the fourth has started: they overlap
+            assert started[3].wait(timeout=30)
+        return f"item {i}"
+
+    results = list(read_ahead(range(10), fetch, window=4))
+
+    assert results == [(i, f"item {i}") for i in range(10)]
+    assert not read_ahead_threads()
+
+
+def test_a_consumer_that_stops_early_leaves_no_thread_and_stops_fetching(read_ahead_threads):
+    fetched: list[int] = []
+    lock = threading.Lock()
+
+    def fetch(i: int) -> int:
+        with lock:
+            fetched.append(i)
+        return i
+
+    stream = read_ahead(range(1000), fetch, window=4)
+    assert next(stream) == (0, 0)
+    stream.close()
+
+    assert not read_ahead_threads()
+    assert len(fetched) <= 5  # the window and the one handed out, not the thousand
+
+
+def test_read_ahead_raises_a_failed_fetch_where_a_sequential_loop_would(read_ahead_threads):
+    def fetch(i: int) -> int:
+        if i == 2:
+            raise OSError("manifest 2 is unreadable")
+        return i
+
+    stream = read_ahead(range(6), fetch, window=3)
+    assert [next(stream), next(stream)] == [(0, 0), (1, 1)]
+    with pytest.raises(OSError, match="manifest 2"):
+        next(stream)
+    assert not read_ahead_threads()
+
+
+def test_read_ahead_raises_an_error_of_the_items_themselves_in_order(read_ahead_threads):
+    def items():
+        yield 0
+        yield 1
+        raise ValueError("no third manifest")
+
+    stream = read_ahead(items(), lambda i: i * 10, window=4)
+    assert [next(stream), next(stream)] == [(0, 0), (1, 10)]
+    with pytest.raises(ValueError, match="no third"):
+        next(stream)
+    assert not read_ahead_threads()
+
+
+# -- on a real table ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def catalog(tmp_path):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("db")
+    return catalog
+
+
+def _many_manifests(catalog):
+    """A table whose current snapshot has a dozen data manifests (one per append)."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    table = catalog.create_table("db.many", Schema(NestedField(1, "id", LongType(), required=False)))
+    for i in range(12):
+        table.append(pa.table({"id": pa.array([i], pa.int64())}))
+    return IcebergAdapter.open(catalog.load_table("db.many").metadata_location)
+
+
+def test_listing_many_manifests_gives_every_file_in_manifest_order(catalog):
+    spec_table = _many_manifests(catalog)
+    pyiceberg_table = spec_table.pyiceberg_table
+    snapshot = pyiceberg_table.metadata.current_snapshot()
+    expected = [
+        entry.data_file.file_path
+        for manifest in snapshot.manifests(pyiceberg_table.io)
+        for entry in manifest.fetch_manifest_entry(pyiceberg_table.io)
+    ]
+
+    listed = [s.base_file.path for s in spec_table.file_index().list_files_at()]
+
+    assert len(expected) == 12
+    assert listed == expected
+
+
+def test_a_listing_closed_after_its_first_file_leaves_no_read_ahead_thread(catalog, read_ahead_threads):
+    spec_table = _many_manifests(catalog)
+
+    listing = spec_table.file_index().list_files_at()
+    first = next(listing)
+    assert first.base_file is not None
+    assert read_ahead_threads()  # fetching ahead while the first manifest is consumed
+    listing.close()
+
+    assert not read_ahead_threads()
+
+
+def _transforms_table(catalog):
+    """Partitioned by every transform (one per column: pyiceberg writes no more), nulls included,
+    in files that share partitions."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import (
+        BucketTransform,
+        DayTransform,
+        HourTransform,
+        IdentityTransform,
+        MonthTransform,
+        TruncateTransform,
+        YearTransform,
+    )
+    from pyiceberg.types import (
+        DateType,
+        DecimalType,
+        LongType,
+        NestedField,
+        StringType,
+        TimestampType,
+        TimestamptzType,
+    )
+
+    types = {
+        "id": (LongType(), pa.int64(), BucketTransform(4), "id_bucket"),
+        "region": (StringType(), pa.string(), IdentityTransform(), "region"),
+        "ts": (TimestamptzType(), pa.timestamp("us", "UTC"), DayTransform(), "ts_day"),
+        "at": (TimestamptzType(), pa.timestamp("us", "UTC"), HourTransform(), "at_hour"),
+        "local": (TimestampType(), pa.timestamp("us"), MonthTransform(), "local_month"),
+        "day": (DateType(), pa.date32(), YearTransform(), "day_year"),
+        "name": (StringType(), pa.string(), TruncateTransform(1), "name_trunc"),
+        "price": (DecimalType(9, 2), pa.decimal128(9, 2), IdentityTransform(), "price"),
+        "seen": (TimestampType(), pa.timestamp("us"), IdentityTransform(), "seen"),
+        "born": (DateType(), pa.date32(), IdentityTransform(), "born"),
+    }
+    schema = Schema(*(NestedField(i, n, t[0], required=False) for i, (n, t) in enumerate(types.items(), 1)))
+    spec = PartitionSpec(*(PartitionField(i, 999 + i, t[2], t[3]) for i, t in enumerate(types.values(), 1)))
+    table = catalog.create_table("db.transforms", schema, partition_spec=spec)
+    when = dt.datetime(2024, 1, 1, 5, tzinfo=UTC)
+    rows = {
+        "id": [1, 2, None],
+        "region": ["eu", "us", None],
+        "ts": [when, dt.datetime(2024, 2, 3, 6, tzinfo=UTC), None],
+        "at": [when, dt.datetime(1969, 12, 31, 23, tzinfo=UTC), None],
+        "local": [dt.datetime(2024, 1, 1, 5), dt.datetime(2023, 7, 9), None],
+        "day": [dt.date(2024, 1, 1), dt.date(1969, 12, 31), None],
+        "name": ["eve", "us", None],
+        "price": [Decimal("1.50"), Decimal("-2.25"), None],
+        "seen": [dt.datetime(2024, 1, 1, 5), dt.datetime(1960, 1, 1), None],
+        "born": [dt.date(2024, 1, 1), dt.date(1969, 12, 31), None],
+    }
+    data = pa.table({name: pa.array(rows[name], t[1]) for name, t in types.items()})
+    for _ in range(3):  # the same partitions in three files (three manifests): cache hits
+        table.append(data)
+    return catalog.load_table("db.transforms")
+
+
+def _expected_partitions(table) -> list[dict]:
+    """What the uncached conversion gives: each raw partition value of pyiceberg's own manifest
+    reading through ``avro_to_python`` of its field's result type (nulls stay null)."""
+    spec, schema = table.spec(), table.schema()
+    converters = [
+        (f.name, avro_to_python(f.transform.result_type(schema.find_type(f.source_id)))) for f in spec.fields
+    ]
+    found = []
+    for manifest in table.metadata.current_snapshot().manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io):
+            raw = entry.data_file.partition
+            found.append(
+                {
+                    name: None if raw[i] is None else convert(raw[i])
+                    for i, (name, convert) in enumerate(converters)
+                }
+            )
+    return found
+
+
+def test_cached_partition_values_equal_the_uncached_conversion_for_every_transform(catalog):
+    table = _transforms_table(catalog)
+    spec_table = IcebergAdapter.open(table.metadata_location)
+    expected = _expected_partitions(table)
+
+    index = spec_table.file_index()
+    first = [dict(s.base_file.partition) for s in index.list_files_at()]
+    again = [dict(s.base_file.partition) for s in index.list_files_at()]  # the cache is warm now
+
+    assert len(first) == 9
+    assert first == expected
+    assert again == expected
+    by_region = {p["region"]: p for p in first}
+    assert by_region["eu"] == {
+        "id_bucket": by_region["eu"]["id_bucket"],
+        "region": "eu",
+        "ts_day": dt.date(2024, 1, 1),
+        "at_hour": 19723 * 24 + 5,  # hours since the epoch
+        "local_month": 648,  # months since the epoch
+        "day_year": 54,
+        "name_trunc": "e",
+        "price": Decimal("1.50"),
+        "seen": dt.datetime(2024, 1, 1, 5),
+        "born": dt.date(2024, 1, 1),
+    }
+    assert isinstance(by_region["eu"]["id_bucket"], int)
+    assert by_region["us"]["at_hour"] == -1 and by_region["us"]["day_year"] == -1
+    assert by_region["us"]["born"] == dt.date(1969, 12, 31) and by_region["us"]["price"] == Decimal("-2.25")
+    assert by_region[None] == dict.fromkeys(by_region[None])
+    eu = {s.partition.path for s in index.list_files_at() if s.base_file.partition["region"] == "eu"}
+    assert eu == {
+        f"id_bucket={by_region['eu']['id_bucket']}/region=eu/ts_day=2024-01-01/at_hour=2024-01-01-05"
+        "/local_month=2024-01/day_year=2024/name_trunc=e/price=1.50/seen=2024-01-01T05%3A00%3A00"
+        "/born=2024-01-01"
+    }
+
+
+def test_float_partition_values_keep_their_sign(catalog):
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import DoubleType, NestedField
+
+    schema = Schema(NestedField(1, "x", DoubleType(), required=False))
+    spec = PartitionSpec(PartitionField(1, 1000, IdentityTransform(), "x"))
+    table = catalog.create_table("db.floats", schema, partition_spec=spec)
+    table.append(pa.table({"x": pa.array([-0.0], pa.float64())}))
+    table.append(pa.table({"x": pa.array([0.0], pa.float64())}))
+    spec_table = IcebergAdapter.open(catalog.load_table("db.floats").metadata_location)
+
+    signs = sorted(
+        math.copysign(1, s.base_file.partition["x"]) for s in spec_table.file_index().list_files_at()
+    )
+
+    assert signs == [-1.0, 1.0]
+
+
+# -- slots_builder --------------------------------------------------------------------------------
+
+
+def test_slots_builder_builds_what_the_dataclass_constructor_builds():
+    fields = {
+        "path": "s3://lake/t/data/a.parquet",
+        "size_bytes": 10,
+        "record_count": 2,
+        "content": FileContent.POSITION_DELETES,
+        "file_format": "parquet",
+        "partition": {"day": dt.date(2024, 1, 1)},
+        "lower_bounds": {"id": 1},
+        "upper_bounds": {"id": 9},
+        "null_counts": {"id": 0},
+        "split_offsets": (4,),
+        "equality_columns": ("id",),
+        "extra": {"spec_id": 0},
+    }
+    built = slots_builder(DataFile)(*fields.values())
+    assert type(built) is DataFile
+    assert built == DataFile(**fields)
+    assert [getattr(built, f.name) for f in dataclasses.fields(DataFile)] == list(fields.values())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.path = "elsewhere"  # type: ignore[misc]
+
+    descriptor = PartitionDescriptor("day=2024-01-01", {"day": dt.date(2024, 1, 1)})
+    assert slots_builder(FileSlice)(descriptor, built, (), None, 7) == FileSlice(
+        descriptor, built, base_instant=7
+    )
+
+
+def test_slots_builder_refuses_a_class_whose_init_does_more():
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        value: int
+
+        def __post_init__(self) -> None:
+            if self.value < 0:
+                raise ValueError("negative")
+
+    @dataclasses.dataclass(frozen=True)
+    class NoSlots:
+        value: int
+
+    for cls in (Checked, NoSlots):
+        with pytest.raises(TypeError):
+            slots_builder(cls)
