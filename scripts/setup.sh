@@ -52,6 +52,8 @@ if [ "$WITH_TEST" = 1 ] && [ ! -x /usr/bin/chromium ]; then apt_install chromium
 [ -f /usr/include/ldap.h ] || apt_install libldap-dev
 [ -f /usr/include/sasl/sasl.h ] || apt_install libsasl2-dev
 command -v gcc >/dev/null || apt_install gcc
+# the compiled Iceberg manifest decoder (scripts/build_native.py) inflates with zlib
+[ -f /usr/include/zlib.h ] || apt_install zlib1g-dev
 "$PY" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   || apt_install python3-dev
 # The LDAP sign-in tests run a real OpenLDAP server of their own (slapd, with slapadd).
