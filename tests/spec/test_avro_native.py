@@ -102,11 +102,26 @@ def assert_same(got: Any, want: Any, where: str = "record") -> None:
 
 
 def assert_decoders_agree(data: bytes, keep: Any) -> list[dict[str, Any]]:
-    """The Python decoder's records, once the compiled one (when built) returned the same."""
+    """The Python decoder's records, once the compiled one (when built) returned the same, and
+    so did decoding in two stages (``join`` then ``decode_joined``, as listing's read-ahead
+    does) with every pairing of the two decoders."""
     want = _avro.decode_records(data, keep, native=False)[1]
+    choices = [False, True] if _avro.NATIVE_BUILT else [False]
     if _avro.NATIVE_BUILT:
         assert_same(_avro.decode_records(data, keep, native=True)[1], want)
+    for joining in choices:
+        for decoding in choices:
+            joined = _avro.join(data, native=joining)
+            assert_same(_avro.decode_joined(joined, keep, native=decoding)[1], want, f"{joining}/{decoding}")
     return want
+
+
+def two_stage_outcome(data: bytes, keep: Any) -> Any:
+    """The records the compiled decoder gives in two stages, or the exception raised."""
+    try:
+        return _avro.decode_joined(_avro.join(data, native=True), keep, native=True)[1]
+    except Exception as exc:
+        return exc
 
 
 def outcome(data: bytes, keep: Any, native: bool) -> Any:
@@ -498,10 +513,13 @@ def test_a_manifest_cut_at_any_byte_fails_both_decoders_alike(small_manifest, ke
     for cut in range(len(small_manifest)):
         data = small_manifest[:cut]
         want, got = outcome(data, keep, native=False), outcome(data, keep, native=True)
+        staged = two_stage_outcome(data, keep)
         if isinstance(want, Exception):
             assert isinstance(got, ValueError), f"cut at {cut}: Python raised {want!r}, native {got!r}"
+            assert isinstance(staged, ValueError), f"cut at {cut}: two stages gave {staged!r}"
         else:  # cut between blocks: the entries before the cut
             assert_same(got, want, f"cut at {cut}")
+            assert_same(staged, want, f"cut at {cut}, two stages")
             assert len(got) < len(full)
 
 
@@ -556,9 +574,12 @@ def test_a_corrupt_container_raises_value_error_or_decodes_as_the_python_decoder
         data = bytearray(small_manifest)
         data[at] ^= 0x55
         got = outcome(bytes(data), KEEP, native=True)
+        staged = two_stage_outcome(bytes(data), KEEP)
         if isinstance(got, Exception):
             assert isinstance(got, ValueError), f"byte {at}: {got!r}"
+            assert isinstance(staged, ValueError), f"byte {at}: two stages gave {staged!r}"
             continue
+        assert_same(staged, got, f"byte {at}, two stages")
         assert_same(got, _avro.decode_records(bytes(data), KEEP, native=False)[1], f"byte {at}")
 
 
@@ -987,3 +1008,60 @@ def test_the_public_parsers_are_the_compiled_ones_when_it_is_used():
     compiled = _avro.NATIVE
     assert (_avro.int_bytes_map is getattr(_avro._native, "int_bytes_map", None)) is compiled
     assert (_avro.int_long_map is getattr(_avro._native, "int_long_map", None)) is compiled
+
+
+# -- the schema-level entry check --------------------------------------------------------------
+
+
+def _entry_schema(**data_file_types: Any) -> dict[str, Any]:
+    """A manifest_entry schema whose data_file fields have the given types (the rest as written
+    by pyiceberg)."""
+    fields = {
+        "file_path": "string",
+        "file_size_in_bytes": "long",
+        "record_count": "long",
+        "partition": {"type": "record", "name": "r102", "fields": []},
+        **data_file_types,
+    }
+    return {
+        "type": "record",
+        "name": "manifest_entry",
+        "fields": [
+            {"name": "status", "type": "int", "field-id": 0},
+            {
+                "name": "data_file",
+                "field-id": 2,
+                "type": {
+                    "type": "record",
+                    "name": "r2",
+                    "fields": [{"name": n, "type": t} for n, t in fields.items() if t is not None],
+                },
+            },
+        ],
+    }
+
+
+def test_a_manifest_written_by_pyiceberg_is_well_typed(written_manifests):
+    data = next(iter(written_manifests.values()))
+    decoder = _avro.decoder_for(_avro.iter_payloads(data)[0], KEEP)
+    assert decoder.well_typed
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"file_path": ["null", "string"]},
+        {"record_count": ["null", "long"]},
+        {"file_size_in_bytes": "string"},
+        {"partition": ["null", {"type": "record", "name": "p", "fields": []}]},
+        {"partition": None},
+        {"file_path": None},
+    ],
+    ids=["nullable path", "nullable count", "string size", "nullable partition", "no partition", "no path"],
+)
+def test_an_entry_schema_that_does_not_guarantee_the_listed_fields_keeps_the_per_entry_check(changes):
+    assert _avro.ManifestDecoder(_entry_schema(), KEEP).well_typed
+    assert not _avro.ManifestDecoder(_entry_schema(**changes), KEEP).well_typed
+    nullable_data_file = _entry_schema()
+    nullable_data_file["fields"][1]["type"] = ["null", nullable_data_file["fields"][1]["type"]]
+    assert not _avro.ManifestDecoder(nullable_data_file, KEEP).well_typed

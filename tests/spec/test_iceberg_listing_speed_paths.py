@@ -329,3 +329,27 @@ def test_slots_builder_refuses_a_class_whose_init_does_more():
     for cls in (Checked, NoSlots):
         with pytest.raises(TypeError):
             slots_builder(cls)
+
+
+def test_a_manifest_corrupt_in_its_framing_fails_the_listing_at_that_manifest(catalog):
+    """Manifests are joined (framed and inflated) on the read-ahead threads: a corrupt one is
+    reported when the listing reaches it, naming it, after the files of the manifests before."""
+    from pathlib import Path
+
+    from storage.spec.errors import CorruptTable
+
+    spec_table = _many_manifests(catalog)
+    manifests = [
+        m.path
+        for m in spec_table.file_index()._manifests(spec_table.pyiceberg_table.metadata.current_snapshot())
+    ]
+    victim = Path(manifests[5].removeprefix("file://"))
+    data = bytearray(victim.read_bytes())
+    data[-20] ^= 0xFF  # inside the last block's sync marker
+    victim.write_bytes(bytes(data))
+
+    listed = []
+    with pytest.raises(CorruptTable, match=rf"manifest {manifests[5]} is not a valid Iceberg manifest"):
+        for file_slice in spec_table.file_index().list_files_at():
+            listed.append(file_slice.base_file.path)
+    assert len(listed) == 5

@@ -32,6 +32,7 @@ import os
 import struct
 from array import array
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import fastavro
@@ -49,6 +50,7 @@ from storage.formats.iceberg._avro_program import (
     record_fields,
     resolve,
 )
+from storage.formats.iceberg._entry_checks import entries_well_typed
 
 try:
     from pyiceberg.avro.decoder_fast import CythonBinaryDecoder as Decoder
@@ -356,6 +358,7 @@ class ManifestDecoder:
                 for partition_field in partition.get("fields", []) if partition else ():
                     if "field-id" in partition_field:
                         self.partition_names[int(partition_field["field-id"])] = partition_field["name"]
+        self.well_typed = entries_well_typed(writer_schema)
 
     def program(self) -> Any:
         """The compiled decoder's program for this schema and keep spec (built on first use)."""
@@ -404,36 +407,6 @@ def _record_of(schema: Any, named: dict[str, Any]) -> dict[str, Any] | None:
         if isinstance(schema.get("type"), (dict, list)):
             return _record_of(schema["type"], named)
     return None
-
-
-def checked_entry(record: Any) -> dict[str, Any]:
-    """A decoded manifest entry with the fields listing relies on, or ``ValueError``: a null
-    ``data_file`` (a nullable union written null), a missing path, size or count. A null
-    partition tuple reads as an empty one (every partition value null)."""
-    data = record.get("data_file") if isinstance(record, dict) else None
-    if not isinstance(data, dict):
-        raise ValueError("a manifest entry has no data_file")
-    if not isinstance(record.get("status"), int):
-        raise ValueError("a manifest entry has no status")
-    if not isinstance(data.get("file_path"), str):
-        raise ValueError("a manifest entry's data_file has no file_path")
-    if not isinstance(data.get("file_size_in_bytes"), int) or not isinstance(data.get("record_count"), int):
-        raise ValueError(f"data file {data['file_path']} has no file_size_in_bytes or record_count")
-    partition = data.get("partition")
-    if partition is None:
-        data["partition"] = {}
-    elif not isinstance(partition, dict):
-        raise ValueError(f"data file {data['file_path']} has a partition that is not a record")
-    return record
-
-
-def checked_manifest_list(rows: Any, path: str) -> None:
-    """``CorruptTable`` naming ``path`` unless every row of a manifest list names its manifest."""
-    from storage.spec.errors import CorruptTable
-
-    for row in rows:
-        if not isinstance(row, dict) or not isinstance(row.get("manifest_path"), str):
-            raise CorruptTable(f"manifest list {path} has a row without a manifest_path")
 
 
 _decoders: dict[tuple[str, int], ManifestDecoder] = {}
@@ -541,20 +514,50 @@ def decode_records(
         decoder, blocks = iter_blocks(data, keep)
         read = decoder.read
         return decoder, [read(dec) for dec, count in blocks for _ in range(count)]
+    return decode_joined(join(data, native=native), keep, native=native)
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """An Avro container's writer schema and its records still encoded, decompressed and with
+    the framing checked (``join``): what ``decode_joined`` decodes."""
+
+    schema: str
+    payloads: tuple[tuple[bytes, int], ...]  # (encoded records, their count)
+
+
+def join(data: bytes, *, native: bool | None = None) -> Joined:
+    """The first half of ``decode_records``: frame and inflate the container ``data``, which the
+    compiled decoder does without the GIL, so a read-ahead thread can join the next manifest
+    while the caller decodes this one. ``ValueError`` for a malformed container."""
+    if (NATIVE if native is None else native) and _native is not None and _native.CONTAINER:
+        meta, sync, offset = _header(data)
+        codec = meta.get("avro.codec", b"null")
+        if "avro.schema" not in meta:
+            raise ValueError("an Avro container file without a schema (no avro.schema)")
+        if codec in (b"null", b"deflate"):
+            payload, count = _native.join_container(data, offset, sync, codec == b"deflate")
+            return Joined(meta["avro.schema"].decode(), ((payload, count),))
+    schema, payloads = iter_payloads(data)
+    return Joined(schema, tuple(payloads))
+
+
+def decode_joined(
+    joined: Joined, keep: dict[str, Any], *, native: bool | None = None
+) -> tuple[ManifestDecoder, list[dict[str, Any]]]:
+    """The second half of ``decode_records``: the decoder and every record of ``joined``."""
+    decoder = decoder_for(joined.schema, keep)
+    if not (NATIVE if native is None else native):
+        read = decoder.read
+        return decoder, [read(dec) for dec, count in _registered(iter(joined.payloads)) for _ in range(count)]
     if _native is None:
         raise RuntimeError("the compiled Avro decoder is not built (python scripts/build_native.py)")
-    meta, sync, offset = _header(data)
-    codec = meta.get("avro.codec", b"null")
-    if "avro.schema" not in meta:
-        raise ValueError("an Avro container file without a schema (no avro.schema)")
-    if _native.CONTAINER and codec in (b"null", b"deflate"):
-        decoder = decoder_for(meta["avro.schema"].decode(), keep)
-        return decoder, _native.decode_container(data, offset, sync, codec == b"deflate", decoder.program())
-    schema, payloads = iter_payloads(data)
-    decoder = decoder_for(schema, keep)
     program = decoder.program()
+    if len(joined.payloads) == 1:
+        payload, count = joined.payloads[0]
+        return decoder, _native.decode(payload, count, program)
     return decoder, [
-        record for payload, count in payloads for record in _native.decode(payload, count, program)
+        record for payload, count in joined.payloads for record in _native.decode(payload, count, program)
     ]
 
 

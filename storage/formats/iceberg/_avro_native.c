@@ -2,13 +2,14 @@
  *
  * storage/formats/iceberg/_avro_program.py compiles a writer schema and a "keep" spec into a
  * program: a list of nodes, each (op, keep, size, children, keys), children after their parent.
- * Program() checks and copies that list into C arrays once; decode() and decode_container() run
- * it over records. The Python decoder in _avro.py is the reference: the same schema and keep spec
+ * Program() checks and copies that list into C arrays once; decode() runs it over records. The Python decoder in _avro.py is the reference: the same schema and keep spec
  * give the same dicts, lists and values. Every read is bounds-checked: bad data raises ValueError
  * (UnicodeDecodeError, a ValueError, for strings that are not UTF-8), never reads past the buffer.
  *
- * Built by scripts/build_native.py; with -DLW_ZLIB it also inflates deflate containers itself
- * (one z_stream reset per block instead of a zlib.decompress call per block).
+ * Built by scripts/build_native.py; with -DLW_ZLIB it also frames and inflates deflate containers
+ * itself, without the GIL (join_container: one z_stream reset per block instead of a
+ * zlib.decompress call per block), so a read-ahead thread joins one manifest while the listing
+ * decodes another.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -726,13 +727,58 @@ static const char *join_blocks(Cursor *c, const unsigned char *sync, z_stream *z
     }
     return NULL;
 }
+
+/* Joins the blocks of the container `data` (first block at data[offset:]) into *joined (taken
+ * from `scratch` when free), inflating them when `deflate`, without the GIL; sets *total to the
+ * number of records. Returns 0, or -1 with ValueError set. The caller gives *joined back with
+ * give_back(). */
+static int join_container_into(Py_buffer *data, Py_ssize_t offset, Py_buffer *sync, int deflate,
+                               Growing *joined, int64_t *total)
+{
+    const char *error = NULL;
+    z_stream z;
+    if (sync->len != 16 || offset < 0 || offset > data->len) {
+        fail("join_container needs a 16-byte sync marker and an offset inside the data");
+        return -1;
+    }
+    *joined = scratch; /* take the kept buffer, or an empty one when another call has it */
+    scratch.data = NULL;
+    scratch.cap = 0;
+    joined->len = 0;
+    *total = 0;
+    Cursor c = {(const unsigned char *)data->buf + offset, (const unsigned char *)data->buf + data->len};
+    memset(&z, 0, sizeof z);
+    Py_BEGIN_ALLOW_THREADS
+    if (deflate && inflateInit2(&z, -15) != Z_OK)
+        error = "zlib could not start a raw deflate stream";
+    else
+        error = join_blocks(&c, sync->buf, deflate ? &z : NULL, joined, total);
+    if (deflate)
+        inflateEnd(&z);
+    Py_END_ALLOW_THREADS
+    if (error) {
+        fail(error);
+        return -1;
+    }
+    return 0;
+}
+
+/* Keeps `joined` as the scratch buffer when none is kept and it is not too large, else frees it
+ * (with the GIL held, like every use of `scratch`). */
+static void give_back(Growing *joined)
+{
+    if (!scratch.data && joined->cap <= SCRATCH_KEPT)
+        scratch = *joined;
+    else
+        free(joined->data);
+}
 #endif
 
-/* decode_container(data, offset, sync, deflate, program): the records of an Avro container
- * whose blocks start at data[offset:], decompressed (deflate) and decoded in one call. The
- * blocks are joined first, as _avro._joined does: records are decoded over all of them. The
- * joining (framing and inflating) runs without the GIL. */
-static PyObject *decode_container(PyObject *module, PyObject *args)
+/* join_container(data, offset, sync, deflate) -> (payload, count): the records of every block
+ * of the container joined into one bytes object (inflated when deflate), for decode(payload,
+ * count, program) later, possibly on another thread. The framing and inflating run without the
+ * GIL: a read-ahead thread joins the next manifest while the listing decodes this one. */
+static PyObject *join_container(PyObject *module, PyObject *args)
 {
 #ifndef LW_ZLIB
     PyErr_SetString(PyExc_RuntimeError, "built without zlib: use decode()");
@@ -741,40 +787,18 @@ static PyObject *decode_container(PyObject *module, PyObject *args)
     Py_buffer data, sync;
     Py_ssize_t offset;
     int deflate;
-    PyObject *prog, *out = NULL;
-    const char *error = NULL;
-    z_stream z;
-    int64_t total = 0;
-    if (!PyArg_ParseTuple(args, "y*ny*pO!:decode_container", &data, &offset, &sync, &deflate, &ProgramType,
-                          &prog))
+    PyObject *out = NULL;
+    Growing joined;
+    int64_t total;
+    if (!PyArg_ParseTuple(args, "y*ny*p:join_container", &data, &offset, &sync, &deflate))
         return NULL;
-    if (sync.len != 16 || offset < 0 || offset > data.len) {
-        PyBuffer_Release(&data);
-        PyBuffer_Release(&sync);
-        return fail("decode_container needs a 16-byte sync marker and an offset inside the data");
+    if (join_container_into(&data, offset, &sync, deflate, &joined, &total) == 0) {
+        PyObject *payload = PyBytes_FromStringAndSize((const char *)joined.data, (Py_ssize_t)joined.len);
+        give_back(&joined);
+        if (payload) {
+            out = Py_BuildValue("(NL)", payload, (long long)total);
+        }
     }
-    Growing joined = scratch; /* take the kept buffer, or an empty one when another call has it */
-    scratch.data = NULL;
-    scratch.cap = 0;
-    joined.len = 0;
-    Cursor c = {(const unsigned char *)data.buf + offset, (const unsigned char *)data.buf + data.len};
-    memset(&z, 0, sizeof z);
-    Py_BEGIN_ALLOW_THREADS
-    if (deflate && inflateInit2(&z, -15) != Z_OK)
-        error = "zlib could not start a raw deflate stream";
-    else
-        error = join_blocks(&c, sync.buf, deflate ? &z : NULL, &joined, &total);
-    if (deflate)
-        inflateEnd(&z);
-    Py_END_ALLOW_THREADS
-    if (error)
-        fail(error);
-    else
-        out = run_records((Program *)prog, joined.data, (Py_ssize_t)joined.len, total);
-    if (!scratch.data && joined.cap <= SCRATCH_KEPT)
-        scratch = joined;
-    else
-        free(joined.data);
     PyBuffer_Release(&data);
     PyBuffer_Release(&sync);
     return out;
@@ -829,9 +853,9 @@ static PyMethodDef methods[] = {
      "int_long_map(raw) -> dict: the int -> long map whose encoded blocks (kept \"raw\") are `raw`."},
     {"decode", decode, METH_VARARGS,
      "decode(payload, count, program) -> list: `count` records decoded from the bytes `payload`."},
-    {"decode_container", decode_container, METH_VARARGS,
-     "decode_container(data, offset, sync, deflate, program) -> list: every record of the Avro\n"
-     "container `data` whose first block starts at `offset` (null or deflate codec)."},
+    {"join_container", join_container, METH_VARARGS,
+     "join_container(data, offset, sync, deflate) -> (payload, count): the records of every block\n"
+     "of the container joined (and inflated), for decode(payload, count, program)."},
     {NULL, NULL, 0, NULL},
 };
 

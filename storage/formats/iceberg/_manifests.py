@@ -28,7 +28,8 @@ from urllib.parse import quote_plus
 
 import fastavro
 
-from storage.formats.iceberg._avro import checked_entry, checked_manifest_list, decode_records
+from storage.formats.iceberg._avro import Joined, decode_joined, join
+from storage.formats.iceberg._entry_checks import checked_entry, checked_manifest_list
 from storage.formats.iceberg._metadata import INLINE_PREFIX, is_inline
 from storage.formats.iceberg._readahead import read_ahead
 from storage.formats.iceberg._values import (
@@ -170,45 +171,40 @@ def iter_manifests(
 ) -> Iterator[tuple[ManifestInfo, list[dict[str, Any]], dict[int, str]]]:
     """(manifest, its entries, partition field id -> Avro name) for each manifest, in order.
 
-    The manifests' bytes are fetched ahead on worker threads (``read_ahead``: a few at a time)
-    while the current one is decoded, in this thread; ``manifests`` is pulled lazily, so a
-    consumer that stops early reads only the manifests of the read-ahead window more."""
+    The manifests are fetched and joined (framed and inflated: ``_avro.join``, which the
+    compiled decoder does without the GIL) ahead on worker threads (``read_ahead``: a few at a
+    time) while the current one is decoded, in this thread, so on two cores inflating overlaps
+    decoding; ``manifests`` is pulled lazily, so a consumer that stops early reads only the
+    manifests of the read-ahead window more."""
 
-    def fetch(manifest: ManifestInfo) -> Any:
-        return _read(file_io, manifest.path, "manifest")
+    def fetch(manifest: ManifestInfo) -> Joined:
+        data = _read(file_io, manifest.path, "manifest")
+        try:
+            return join(bytes(data))
+        except Exception as exc:  # any framing or inflating failure (see _avro.join)
+            raise CorruptTable(f"manifest {manifest.path} is not a valid Iceberg manifest: {exc!r}") from exc
 
-    for manifest, data in read_ahead(manifests, fetch):
-        # copied to bytes here, not in the fetching thread: memory malloc'ed by a worker thread
-        # goes to that thread's arena, which keeps it once freed (RSS grew with the listing)
-        records, names = manifest_entries(manifest, bytes(data))
+    for manifest, joined in read_ahead(manifests, fetch):
+        records, names = manifest_entries(manifest, joined)
         yield manifest, records, names
 
 
-def manifest_entries(manifest: ManifestInfo, data: bytes) -> tuple[list[dict[str, Any]], dict[int, str]]:
-    """Every entry of one manifest (``data``), decoded with the ``KEEP`` fields and checked as
-    ``checked_entry`` checks, and the manifest's partition field id -> Avro name; ``CorruptTable``
-    naming the manifest when it cannot be decoded or an entry lacks what listing relies on."""
+def manifest_entries(
+    manifest: ManifestInfo, data: bytes | Joined
+) -> tuple[list[dict[str, Any]], dict[int, str]]:
+    """Every entry of one manifest (its bytes, or them joined by ``_avro.join``), decoded with
+    the ``KEEP`` fields and checked as ``checked_entry`` checks, and the manifest's partition
+    field id -> Avro name; ``CorruptTable`` naming the manifest when it cannot be decoded or an
+    entry lacks what listing relies on. The per-entry check is skipped when the writer schema
+    already guarantees it (``ManifestDecoder.well_typed``: the common shape)."""
     try:
-        decoder, records = decode_records(data, KEEP)
-        for record in records:
-            # the common, valid shape answered inline; anything else (a null partition tuple,
-            # a missing or mistyped field) goes to checked_entry, which decides and names it
-            try:
-                data_file = record["data_file"]
-                valid = (
-                    type(record["status"]) is int
-                    and type(data_file["file_path"]) is str
-                    and type(data_file["file_size_in_bytes"]) is int
-                    and type(data_file["record_count"]) is int
-                    and type(data_file["partition"]) is dict
-                )
-            except (KeyError, TypeError):
-                valid = False
-            if not valid:
+        decoder, records = decode_joined(data if isinstance(data, Joined) else join(data), KEEP)
+        if not decoder.well_typed:
+            for record in records:
                 checked_entry(record)
     except CorruptTable:
         raise
-    except Exception as exc:  # any decoding failure (see _avro.checked_entry)
+    except Exception as exc:  # any decoding failure (see _entry_checks.checked_entry)
         raise CorruptTable(f"manifest {manifest.path} is not a valid Iceberg manifest: {exc!r}") from exc
     return records, decoder.partition_names
 
