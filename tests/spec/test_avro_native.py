@@ -30,7 +30,8 @@ import pyarrow as pa
 import pytest
 
 from storage.formats.iceberg import _avro
-from storage.formats.iceberg._manifests import KEEP
+from storage.formats.iceberg._manifests import KEEP as LISTING_KEEP
+from storage.formats.iceberg._manifests import KEEP_DECODED as KEEP
 from tests.spec.iceberg_v3_tables import write_v3_table
 
 # A narrower projection than KEEP (what a filter looks at first, as listing once probed with)
@@ -62,6 +63,7 @@ def with_raw(keep: dict[str, Any], fields: dict[str, str]) -> dict[str, Any]:
 
 
 RAW_KEEP = with_raw(KEEP, STATS)
+assert RAW_KEEP == LISTING_KEEP  # what listing decodes with: the raw cases test it
 RAW_PROBE = with_raw(PROBE, {"lower_bounds": "bytes"})
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import math
 import threading
 from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -334,8 +336,6 @@ def test_slots_builder_refuses_a_class_whose_init_does_more():
 def test_a_manifest_corrupt_in_its_framing_fails_the_listing_at_that_manifest(catalog):
     """Manifests are joined (framed and inflated) on the read-ahead threads: a corrupt one is
     reported when the listing reaches it, naming it, after the files of the manifests before."""
-    from pathlib import Path
-
     from storage.spec.errors import CorruptTable
 
     spec_table = _many_manifests(catalog)
@@ -353,3 +353,90 @@ def test_a_manifest_corrupt_in_its_framing_fails_the_listing_at_that_manifest(ca
         for file_slice in spec_table.file_index().list_files_at():
             listed.append(file_slice.base_file.path)
     assert len(listed) == 5
+
+
+# -- statistics maps kept raw ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["spark_v2_position_deletes", "spark_v2_lineitem_partitioned", "trino_timetravel"]
+)
+def test_statistics_kept_raw_read_as_the_decoded_maps(iceberg_fixture, name):
+    """Listing keeps the statistics maps encoded (``KEEP``) until read: every listed file's
+    bounds and null counts equal those of the same manifests decoded in full."""
+    from storage.formats.iceberg import _avro
+    from storage.formats.iceberg._manifests import KEEP, KEEP_DECODED
+    from storage.formats.iceberg._values import LazyStats
+
+    table = IcebergAdapter.open(str(iceberg_fixture(name)))
+    index = table.file_index()
+    snapshot = table.pyiceberg_table.metadata.current_snapshot()
+    decoder = index._decoder
+    expected = {}
+    raw_kinds = set()
+    for manifest in index._manifests(snapshot):
+        data = (Path(manifest.path.removeprefix("file://"))).read_bytes()
+        decoded = _avro.decode_records(data, KEEP_DECODED)[1]
+        kept = _avro.decode_records(data, KEEP)[1]
+        for full, raw in zip(decoded, kept, strict=True):
+            raw_kinds.add(type(raw["data_file"]["lower_bounds"]))
+            file = full["data_file"]
+            expected[file["file_path"]] = tuple(
+                None if file[key] is None else dict(LazyStats(file[key], decoder, bounds))
+                for key, bounds in (
+                    ("lower_bounds", True),
+                    ("upper_bounds", True),
+                    ("null_value_counts", False),
+                )
+            )
+    assert bytes in raw_kinds  # the listing's keep did keep them raw
+    listed = 0
+    for file_slice in index.list_files_at():
+        got = file_slice.base_file
+        stats = (got.lower_bounds, got.upper_bounds, got.null_counts)
+        assert tuple(None if s is None else dict(s) for s in stats) == expected[got.path]
+        listed += 1
+    assert listed > 0
+
+
+def test_a_schema_whose_statistics_cannot_be_kept_raw_is_decoded_in_full():
+    from storage.formats.iceberg._manifests import KEEP, KEEP_DECODED, _keep_for
+
+    def schema(bounds_type):
+        data_file = {
+            "type": "record",
+            "name": "r2",
+            "fields": [
+                {"name": "file_path", "type": "string"},
+                {"name": "lower_bounds", "type": bounds_type},
+            ],
+        }
+        return json.dumps(
+            {
+                "type": "record",
+                "name": "manifest_entry",
+                "fields": [{"name": "status", "type": "int"}, {"name": "data_file", "type": data_file}],
+            }
+        )
+
+    pairs = {
+        "type": "array",
+        "items": {
+            "type": "record",
+            "name": "k126_v127",
+            "fields": [{"name": "key", "type": "int"}, {"name": "value", "type": "bytes"}],
+        },
+    }
+    assert _keep_for(schema(pairs)) is KEEP
+    assert _keep_for(schema(["null", pairs])) is KEEP
+    assert _keep_for(schema({"type": "map", "values": "bytes"})) is KEEP_DECODED
+
+
+def test_malformed_raw_statistics_are_reported_as_a_corrupt_table():
+    from storage.formats.iceberg._values import stats_map
+    from storage.spec.errors import CorruptTable
+
+    assert stats_map(b"\x00") == {}
+    assert stats_map({1: b"x"}) == {1: b"x"}
+    with pytest.raises(CorruptTable, match="column statistics are malformed"):
+        stats_map(b"\x02\x02")  # one pair announced, its key and value missing

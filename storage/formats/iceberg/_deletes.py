@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from storage.formats.iceberg._values import stats_map
 from storage.spec.errors import CorruptTable
 from storage.spec.models import DataFile, FileContent
 
@@ -21,7 +22,8 @@ def _path_bounds(record: dict[str, Any]) -> tuple[str | None, str | None]:
         return data["referenced_data_file"], data["referenced_data_file"]
     found: list[str | None] = [None, None]
     for i, key in enumerate(("lower_bounds", "upper_bounds")):
-        raw = (data.get(key) or {}).get(POS_DELETE_PATH_ID)
+        stats = data.get(key)
+        raw = stats_map(stats).get(POS_DELETE_PATH_ID) if stats is not None else None
         if raw is not None:
             try:
                 found[i] = bytes(raw).decode("utf-8")

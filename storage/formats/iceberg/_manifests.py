@@ -28,7 +28,8 @@ from urllib.parse import quote_plus
 
 import fastavro
 
-from storage.formats.iceberg._avro import Joined, decode_joined, join
+from storage.formats.iceberg._avro import Joined, decode_joined, decoder_for, join
+from storage.formats.iceberg._avro_program import RAW
 from storage.formats.iceberg._entry_checks import checked_entry, checked_manifest_list
 from storage.formats.iceberg._metadata import INLINE_PREFIX, is_inline
 from storage.formats.iceberg._readahead import read_ahead
@@ -56,7 +57,11 @@ PartitionEntry = tuple[tuple[Any, ...] | None, dict[str, Any], PartitionDescript
 _CONTENT = {0: FileContent.DATA, 1: FileContent.POSITION_DELETES, 2: FileContent.EQUALITY_DELETES}
 
 # Fields of manifest_entry / data_file that listing uses; everything else is skipped while decoding.
-KEEP: dict[str, Any] = {
+# The statistics maps are kept "raw" (their encoded blocks, one bytes object each: ``LazyStats``
+# and the pre-checks parse one when they read it); ``KEEP_DECODED`` decodes them, for a writer
+# schema whose maps are not Iceberg's int-keyed arrays (the raw mode refuses those).
+_STATS = ("null_value_counts", "lower_bounds", "upper_bounds")
+KEEP_DECODED: dict[str, Any] = {
     "status": True,
     "snapshot_id": True,
     "sequence_number": True,
@@ -70,9 +75,7 @@ KEEP: dict[str, Any] = {
             "partition",
             "record_count",
             "file_size_in_bytes",
-            "null_value_counts",
-            "lower_bounds",
-            "upper_bounds",
+            *_STATS,
             "split_offsets",
             "equality_ids",
             "referenced_data_file",
@@ -81,6 +84,10 @@ KEEP: dict[str, Any] = {
             "first_row_id",
         )
     },
+}
+KEEP: dict[str, Any] = {
+    **KEEP_DECODED,
+    "data_file": {**KEEP_DECODED["data_file"], **dict.fromkeys(_STATS, RAW)},
 }
 
 
@@ -198,7 +205,8 @@ def manifest_entries(
     entry lacks what listing relies on. The per-entry check is skipped when the writer schema
     already guarantees it (``ManifestDecoder.well_typed``: the common shape)."""
     try:
-        decoder, records = decode_joined(data if isinstance(data, Joined) else join(data), KEEP)
+        joined = data if isinstance(data, Joined) else join(data)
+        decoder, records = decode_joined(joined, _keep_for(joined.schema))
         if not decoder.well_typed:
             for record in records:
                 checked_entry(record)
@@ -207,6 +215,16 @@ def manifest_entries(
     except Exception as exc:  # any decoding failure (see _entry_checks.checked_entry)
         raise CorruptTable(f"manifest {manifest.path} is not a valid Iceberg manifest: {exc!r}") from exc
     return records, decoder.partition_names
+
+
+def _keep_for(schema: str) -> dict[str, Any]:
+    """``KEEP``, or ``KEEP_DECODED`` for a writer schema whose statistics maps cannot be kept raw
+    (a schema neither can read fails later, decoding, as a corrupt manifest)."""
+    try:
+        decoder_for(schema, KEEP)
+    except ValueError:
+        return KEEP_DECODED
+    return KEEP
 
 
 def inherited_sequence(record: dict[str, Any], manifest: ManifestInfo) -> tuple[int, int | None]:

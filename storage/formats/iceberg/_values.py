@@ -41,6 +41,9 @@ from pyiceberg.types import (
     UUIDType,
 )
 
+from storage.formats.iceberg._avro import int_bytes_map, int_long_map
+from storage.spec.errors import CorruptTable
+
 EPOCH_DATE = dt.date(1970, 1, 1)
 EPOCH = dt.datetime(1970, 1, 1)
 EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -218,13 +221,14 @@ class LazyStats(Mapping):
 
     A manifest entry carries bounds for every column but a filter looks at one or two of them;
     decoding all of them for every listed file would cost more than reading the manifest.
-    The raw form is the manifest's ``{field_id: value}`` map, which may hold ids of dropped
-    columns (ignored). Pickling (Spark executors) materialises a plain dict.
+    The raw form is the manifest's ``{field_id: value}`` map, or that map still encoded (kept
+    ``"raw"`` by the manifest decoder: parsed on first access, see ``stats_map``), which may hold
+    ids of dropped columns (ignored). Pickling (Spark executors) materialises a plain dict.
     """
 
     __slots__ = ("_raw", "_decoder", "_bounds", "_by_id")
 
-    def __init__(self, raw: dict[int, Any], decoder: ColumnDecoder, bounds: bool) -> None:
+    def __init__(self, raw: dict[int, Any] | bytes, decoder: ColumnDecoder, bounds: bool) -> None:
         self._raw = raw
         self._decoder = decoder
         self._bounds = bounds
@@ -233,7 +237,8 @@ class LazyStats(Mapping):
     def _index(self) -> dict[int, Any]:
         if self._by_id is None:
             names = self._decoder.names
-            self._by_id = {k: v for k, v in self._raw.items() if k in names}
+            raw = stats_map(self._raw, self._bounds)
+            self._by_id = {k: v for k, v in raw.items() if k in names}
         return self._by_id
 
     def __getitem__(self, name: str) -> Any:
@@ -277,3 +282,15 @@ class LazyStats(Mapping):
 
 
 _MISSING = object()
+
+
+def stats_map(raw: Any, bounds: bool = True) -> dict[int, Any]:
+    """A manifest entry's statistics map as a dict: ``raw`` itself when decoded, else parsed from
+    the encoded blocks the decoder kept ``"raw"`` (``bounds``: field id -> bytes, else field
+    id -> count); ``CorruptTable`` when those blocks are malformed."""
+    if type(raw) is dict:
+        return raw
+    try:
+        return int_bytes_map(raw) if bounds else int_long_map(raw)
+    except ValueError as exc:
+        raise CorruptTable(f"a manifest entry's column statistics are malformed: {exc}") from None

@@ -27,7 +27,7 @@ from storage.formats.iceberg._manifests import (
     slots_builder,
 )
 from storage.formats.iceberg._prune import partition_check, stats_check
-from storage.formats.iceberg._values import ColumnDecoder
+from storage.formats.iceberg._values import ColumnDecoder, stats_map
 from storage.spec.errors import CorruptTable, InvalidRange
 from storage.spec.models import (
     ChangeKind,
@@ -111,10 +111,11 @@ class _Checks:
                         verdicts[key] = verdict
                 if not verdict:
                     return True
-            return (
-                check_stats is not None
-                and not raw.get("content")
-                and not check_stats(raw.get("lower_bounds"), raw.get("upper_bounds"))
+            if check_stats is None or raw.get("content"):
+                return False
+            lower, upper = raw.get("lower_bounds"), raw.get("upper_bounds")
+            return not check_stats(
+                None if lower is None else stats_map(lower), None if upper is None else stats_map(upper)
             )
 
         found = self._rejecters[context.spec_id] = rejects
