@@ -488,11 +488,11 @@ def main() -> None:
         " of each reported. The machine is shared (2 cores, other jobs running; 1-minute load average"
         f" {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end): times vary by ±30% and more"
         " between runs, ratios less",
-        "how: manifests are decoded by a projecting decoder compiled per Avro schema (pyiceberg's Cython"
-        " primitives; the container's deflate blocks inflated and joined first), skipping size/count maps; bounds stay bytes until a filter reads"
-        " them; cheap conservative pre-checks reject entries before a DataFile is built (storage/formats/iceberg);"
-        " with a filter, entries are first decoded with only the fields the pre-checks read (the rest"
-        " skipped) and decoded in full only when they pass",
+        "how: manifests are read and inflated 8 ahead on worker threads (the compiled decoder,"
+        " storage/formats/iceberg/_avro_native.c, frames and inflates without the GIL) while the listing's"
+        " thread decodes the current one with a projecting program compiled per Avro schema, skipping the"
+        " size/count maps and keeping the bounds and null counts encoded until a filter reads them; cheap"
+        " conservative pre-checks reject entries before a DataFile is built (storage/formats/iceberg)",
     ]
     notes += cpu_notes(results)
     if len(results) > 1:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
+from schemathesis.transport.requests import ManagedCookiesSession
 
 from console.roles import ADMIN, VIEWER
 
@@ -129,7 +130,17 @@ def _fuzz_every_operation(schema, strategy_for, callers: dict) -> tuple[int, dic
 
 
 @pytest.fixture
-def fuzz_report(live_server, lake, users, no_waiting_for_workers):
+def keep_alive_without_delays(live_server, monkeypatch):
+    """The live server answers with several small writes (status line, headers, body); on a kept-alive
+    connection Nagle's algorithm holds each after the first until the client's delayed ACK (~40 ms a
+    request). A server with TCP_NODELAY, like production servers, for this test only."""
+    server = live_server.thread.httpd
+    handler = type("NoDelayHandler", (server.RequestHandlerClass,), {"disable_nagle_algorithm": True})
+    monkeypatch.setattr(server, "RequestHandlerClass", handler)
+
+
+@pytest.fixture
+def fuzz_report(live_server, keep_alive_without_delays, lake, users, no_waiting_for_workers):
     """One bounded run of every operation as the viewer and as the admin, each with a token:
     (operation count, failures per role, seconds taken per role's share)."""
     import requests
@@ -150,13 +161,26 @@ def fuzz_report(live_server, lake, users, no_waiting_for_workers):
     )
     schema.config.update(base_url=live_server.url)
     real_ids = _real_ids(lake)
+    # One keep-alive session per role: without one, every case opens a new session, so a new TCP
+    # connection, a new live-server thread and a new database connection (about half the cost of a
+    # request). schemathesis drops a ManagedCookiesSession's cookies after each call, so every case
+    # is still sent on its own, as with a fresh session.
+    sessions = {role: ManagedCookiesSession() for role in ROLES}
     callers = {
-        role: (lambda case, h=headers[role]: case.call_and_validate(headers=h, checks=CHECKS))
+        role: (
+            lambda case, h=headers[role], s=sessions[role]: case.call_and_validate(
+                session=s, headers=h, checks=CHECKS
+            )
+        )
         for role in ROLES
     }
-    # Bounded by EXAMPLES_PER_OPERATION cases per operation (not by a wall-clock budget, which a
-    # loaded machine would break); the suite's durations report shows what it costs.
-    return _fuzz_every_operation(schema, lambda op: _strategy(op, real_ids), callers)
+    try:
+        # Bounded by EXAMPLES_PER_OPERATION cases per operation (not by a wall-clock budget, which
+        # a loaded machine would break); the suite's durations report shows what it costs.
+        return _fuzz_every_operation(schema, lambda op: _strategy(op, real_ids), callers)
+    finally:
+        for session in sessions.values():
+            session.close()
 
 
 def test_the_api_answers_every_request_without_a_server_error_and_as_documented(fuzz_report):

@@ -158,7 +158,8 @@ def _read_row_groups(
                 groups = RowGroupFilter(expr, parquet.metadata, sources).select(groups)
             if not groups:
                 return
-            present = [name for name in read_schema.names if parquet.schema_arrow.get_field_index(name) >= 0]
+            file_schema = parquet.schema_arrow  # rebuilt by pyarrow on every access: read once
+            present = [name for name in read_schema.names if file_schema.get_field_index(name) >= 0]
             yield from parquet.iter_batches(row_groups=groups, columns=present)
 
 
