@@ -18,9 +18,12 @@ demo: setup
 	$(PY) manage.py lakewarden_serve
 
 # Request-latency samples (prometheus-client's multiprocess files) of test processes go to a
-# throwaway folder, not var/prometheus.
+# throwaway folder, not var/prometheus. The suite runs on PYTEST_WORKERS pytest-xdist workers
+# (tests/xdist_worker.py: what each keeps to itself; the end-to-end tests stay on one worker);
+# PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 test: setup-test
-	PROMETHEUS_MULTIPROC_DIR=$$(mktemp -d) $(PY) -m pytest $(PYTEST_ARGS)
+	PROMETHEUS_MULTIPROC_DIR=$$(mktemp -d) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 setup:
 	scripts/setup.sh

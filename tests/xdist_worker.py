@@ -1,0 +1,56 @@
+"""What each pytest-xdist worker keeps to itself (loaded with ``-p tests.xdist_worker``, before
+pytest-django imports the settings): the suite runs on two workers (see pyproject.toml), and
+these are the machine-wide things two test processes would otherwise share.
+
+- ``PROMETHEUS_MULTIPROC_DIR``: a subfolder per worker, so the metrics one worker's tests read
+  hold only the samples of that worker's requests;
+- ``LAKEWARDEN_TEST_BROKER_URL``: a Redis database per worker (15, 14, ...), which each worker
+  empties when it ends without touching the other's queues;
+- ``LAKEWARDEN_CACHE_PREFIX``: the cache keys (login throttling, chart fragments, the scheduler's
+  pair fingerprint) of each worker apart: both workers' databases number their rows alike;
+- the end-to-end tests (tests/e2e: Celery workers, Spark clusters, browsers, served stacks) all
+  run on one worker, one after the other (``pytest_xdist_make_scheduler``, with ``--dist
+  loadgroup``): two at once on two cores would each wait on the other's JVMs.
+
+Without xdist (``-p no:xdist``, ``-n 0``) nothing changes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker.startswith("gw") and _worker[2:].isdigit():
+    _index = int(_worker[2:])
+    _samples = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if _samples:
+        _own = Path(_samples) / _worker
+        _own.mkdir(parents=True, exist_ok=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(_own)
+    if "LAKEWARDEN_TEST_BROKER_URL" not in os.environ:
+        os.environ["LAKEWARDEN_TEST_BROKER_URL"] = f"redis://127.0.0.1:6379/{15 - _index % 8}"
+    os.environ["LAKEWARDEN_CACHE_PREFIX"] = (
+        f"{os.environ.get('LAKEWARDEN_CACHE_PREFIX', 'lakewarden-cache')}-{_worker}"
+    )
+
+E2E = "tests/e2e/"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """With ``--dist loadgroup``: the tests of tests/e2e are one unit of work (one worker runs
+    them, one after the other), every other test a unit of its own (any worker, as ``load``).
+    xdist's own loadgroup, by ``xdist_group`` marks, does not group on pytest 9 (the node id
+    suffix it relies on is not kept), so the grouping is done here, by path."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EndToEndOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "e2e" if nodeid.startswith(E2E) else nodeid
+
+    return EndToEndOnOneWorker(config, log)
