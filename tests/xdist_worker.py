@@ -1,5 +1,5 @@
 """What each pytest-xdist worker keeps to itself (loaded with ``-p tests.xdist_worker``, before
-pytest-django imports the settings): the suite runs on two workers (see pyproject.toml), and
+pytest-django imports the settings): `make test` runs the suite on two workers, and
 these are the machine-wide things two test processes would otherwise share.
 
 - ``PROMETHEUS_MULTIPROC_DIR``: a subfolder per worker, so the metrics one worker's tests read
