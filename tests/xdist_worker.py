@@ -1,6 +1,10 @@
 """What each pytest-xdist worker keeps to itself (loaded with ``-p tests.xdist_worker``, before
-pytest-django imports the settings): `make test` runs the suite on two workers, and
-these are the machine-wide things two test processes would otherwise share.
+pytest-django imports the settings): ``PYTEST_WORKERS=2 make test`` runs the suite on two
+workers, and these are the machine-wide things two test processes would otherwise share.
+
+Not the default yet: on two workers the suite took 25:29 here against 30:15 in one process, but
+under that load two Spark end-to-end tests time out now and then (test_cluster.py: a fresh query
+after a cancelled and killed Spark Connect job; two heavy workers' compactions).
 
 - ``PROMETHEUS_MULTIPROC_DIR``: a subfolder per worker, so the metrics one worker's tests read
   hold only the samples of that worker's requests;
