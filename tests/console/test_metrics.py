@@ -395,7 +395,9 @@ def test_queue_depth_on_rabbitmq_is_its_message_count_and_an_unknown_queue_is_em
     name = f"metrics-test-{uuid.uuid4().hex[:8]}"
     queue = Queue(name, Exchange(name), routing_key=name)
     settings.CELERY_BROKER_URL = RABBITMQ_URL
-    with Connection(RABBITMQ_URL, connect_timeout=3) as conn:
+    # Publisher confirms: each publish returns once RabbitMQ has the message queued (without them
+    # a publish returns before the broker routed it, and the count could come back short).
+    with Connection(RABBITMQ_URL, connect_timeout=3, transport_options={"confirm_publish": True}) as conn:
         try:
             conn.ensure_connection(max_retries=1)
         except OSError as error:
