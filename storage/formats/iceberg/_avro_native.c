@@ -2,7 +2,8 @@
  *
  * storage/formats/iceberg/_avro_program.py compiles a writer schema and a "keep" spec into a
  * program: a list of nodes, each (op, keep, size, children, keys), children after their parent.
- * Program() checks and copies that list into C arrays once; decode() runs it over records. The Python decoder in _avro.py is the reference: the same schema and keep spec
+ * Program() checks and copies that list into C arrays once; decode() runs it over records.
+ * The Python decoder in _avro.py is the reference: the same schema and keep spec
  * give the same dicts, lists and values. Every read is bounds-checked: bad data raises ValueError
  * (UnicodeDecodeError, a ValueError, for strings that are not UTF-8), never reads past the buffer.
  *
@@ -728,10 +729,20 @@ static const char *join_blocks(Cursor *c, const unsigned char *sync, z_stream *z
     return NULL;
 }
 
+/* Keeps `joined` as the scratch buffer when none is kept and it is not too large, else frees it
+ * (with the GIL held, like every use of `scratch`). */
+static void give_back(Growing *joined)
+{
+    if (!scratch.data && joined->cap <= SCRATCH_KEPT)
+        scratch = *joined;
+    else
+        free(joined->data);
+}
+
 /* Joins the blocks of the container `data` (first block at data[offset:]) into *joined (taken
  * from `scratch` when free), inflating them when `deflate`, without the GIL; sets *total to the
- * number of records. Returns 0, or -1 with ValueError set. The caller gives *joined back with
- * give_back(). */
+ * number of records. Returns 0 (the caller gives *joined back with give_back()), or -1 with
+ * ValueError set and *joined already given back. */
 static int join_container_into(Py_buffer *data, Py_ssize_t offset, Py_buffer *sync, int deflate,
                                Growing *joined, int64_t *total)
 {
@@ -757,21 +768,13 @@ static int join_container_into(Py_buffer *data, Py_ssize_t offset, Py_buffer *sy
         inflateEnd(&z);
     Py_END_ALLOW_THREADS
     if (error) {
+        give_back(joined); /* kept for the next call, as on success */
         fail(error);
         return -1;
     }
     return 0;
 }
 
-/* Keeps `joined` as the scratch buffer when none is kept and it is not too large, else frees it
- * (with the GIL held, like every use of `scratch`). */
-static void give_back(Growing *joined)
-{
-    if (!scratch.data && joined->cap <= SCRATCH_KEPT)
-        scratch = *joined;
-    else
-        free(joined->data);
-}
 #endif
 
 /* join_container(data, offset, sync, deflate) -> (payload, count): the records of every block
