@@ -130,6 +130,8 @@ LAKEWARDEN_SPARK_MASTER = env_str("LAKEWARDEN_SPARK_MASTER", "local[*]")
 LAKEWARDEN_SPARK_REMOTE = env_str("LAKEWARDEN_SPARK_REMOTE")
 if LAKEWARDEN_SPARK_REMOTE is not None and not LAKEWARDEN_SPARK_REMOTE.startswith("sc://"):
     raise ImproperlyConfigured(f"LAKEWARDEN_SPARK_REMOTE={LAKEWARDEN_SPARK_REMOTE!r} must be an sc:// URL")
+#: Drivers started here map the JVM class-data archive scripts/setup.sh trains (processes/spark/cds.py).
+LAKEWARDEN_SPARK_CDS = env_bool("LAKEWARDEN_SPARK_CDS", True)
 LAKEWARDEN_PAGE_SIZE = env_int("LAKEWARDEN_PAGE_SIZE", 50, minimum=1)
 LAKEWARDEN_QUERY_ROW_LIMIT = env_int("LAKEWARDEN_QUERY_ROW_LIMIT", 1000, minimum=1)
 

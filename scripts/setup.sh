@@ -132,6 +132,9 @@ if [ ! -f "$STAMP" ]; then
   touch "$STAMP"
 fi
 "$VENV/bin/python" scripts/build_native.py || echo "the compiled manifest decoder did not build: Lakewarden uses the Python one" >&2
+# A class-data archive for the local Spark driver's JVM (processes/spark/cds.py): each worker's
+# driver then starts in about 4.6 s instead of 7.6 s. Trained once per JDK and PySpark (~30 s).
+"$VENV/bin/python" -m processes.spark.cds || echo "Spark drivers start without a class-data archive" >&2
 
 # --- secret key ----------------------------------------------------------------------------------
 # Without SECRET_KEY in the environment every process (each gunicorn worker, Celery, manage.py)

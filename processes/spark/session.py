@@ -165,7 +165,15 @@ def spark_session(app_name: str = "lakewarden", extra_config: dict[str, str] | N
             os.environ.setdefault("PYSPARK_PYTHON", _setting("LAKEWARDEN_SPARK_PYTHON") or sys.executable)
         builder = SparkSession.builder.appName(app_name)
         builder = builder.remote(remote) if remote else builder.master(master)
-        for key, value in session_config(remote, master, extra_config).items():
+        config = session_config(remote, master, extra_config)
+        if not remote:  # the driver's JVM starts here: with the class-data archive if there is one
+            from processes.spark.cds import driver_java_options
+
+            options = driver_java_options()
+            if options:
+                current = config.get("spark.driver.extraJavaOptions", "")
+                config["spark.driver.extraJavaOptions"] = f"{current} {options}".strip()
+        for key, value in config.items():
             builder = builder.config(key, value)
         _session = builder.getOrCreate()
         _quiet_query_context_loggers()

@@ -26,6 +26,7 @@ import pytest
 
 from processes.models import PluginConfig, Process, ProcessStatus, ServiceHeartbeat
 from processes.registry import configured_factories
+from processes.spark.cds import driver_java_options
 from tests.conftest import REPO_ROOT
 from tests.e2e.conftest import wait_for
 from tests.processes.conftest import (  # noqa: F401  (fixtures)
@@ -150,7 +151,8 @@ def connect_server(tmp_path_factory):
         "--conf",
         "spark.ui.enabled=false",
         "--conf",
-        "spark.driver.extraJavaOptions=-Duser.timezone=UTC",
+        # The class-data archive scripts/setup.sh trained for local drivers fits this driver too.
+        f"spark.driver.extraJavaOptions=-Duser.timezone=UTC {driver_java_options()}".strip(),
         "--conf",
         "spark.sql.reflect.allowList=(?!)",  # as the README tells deployments to start it
         # Task kills are cooperative: a task notices one when it asks its input for the next row
