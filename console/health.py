@@ -7,6 +7,8 @@ import importlib.util
 import re
 import shutil
 import subprocess
+import threading
+import time
 from typing import Any
 
 from django.conf import settings
@@ -46,6 +48,59 @@ def check_workers(timeout: float = 1.0) -> dict[str, Any]:
     names = sorted(name for reply in replies for name in reply)
     detail = f"{len(names)} worker(s) answering" if names else "no Celery worker answered a ping"
     return {"ok": bool(names), "detail": detail, "workers": names}
+
+
+#: The last worker ping of any console process, in the cache: ``(epoch seconds, check_workers answer)``.
+WORKERS_CACHE_KEY = "lakewarden:workers-ping"
+
+
+def recent_workers(
+    *, timeout: float = 0.8, refresh_after: float = 10.0, max_age: float = 60.0
+) -> dict[str, Any]:
+    """``check_workers``'s answer without waiting for it when a recent one is known.
+
+    A ping waits its whole timeout (on Redis whole seconds: about 1.1 s), and the overview polls
+    liveness every 15 s from every open tab: each poll held a web worker for that second. So the
+    answer is shared by every console process through the cache. One younger than ``max_age`` is
+    returned at once, and one older than ``refresh_after`` is also refreshed on a background
+    thread (one refresh at a time across processes), so a poll shows what the previous poll's
+    refresh found. Only with no answer that recent does the caller wait for a ping. The answer's
+    ``checked_at`` (epoch seconds) says when it was taken."""
+    from django.core.cache import cache
+
+    now = time.time()
+    try:
+        cached = cache.get(WORKERS_CACHE_KEY)
+    except Exception:  # the cache is down: ask the workers directly
+        cached = None
+    if cached is not None and 0 <= now - cached[0] <= max_age:
+        checked_at, answer = cached
+        if now - checked_at > refresh_after and _claim_refresh(cache, timeout):
+            threading.Thread(
+                target=_refresh_workers, args=(timeout,), name="workers-ping", daemon=True
+            ).start()
+        return {**answer, "checked_at": checked_at}
+    return _refresh_workers(timeout)
+
+
+def _claim_refresh(cache, timeout: float) -> bool:
+    try:
+        return bool(cache.add(f"{WORKERS_CACHE_KEY}:refreshing", 1, timeout=int(timeout) + 5))
+    except Exception:
+        return False
+
+
+def _refresh_workers(timeout: float) -> dict[str, Any]:
+    from django.core.cache import cache
+
+    answer = check_workers(timeout=timeout)
+    checked_at = time.time()
+    try:
+        cache.set(WORKERS_CACHE_KEY, (checked_at, answer), timeout=3600)
+        cache.delete(f"{WORKERS_CACHE_KEY}:refreshing")
+    except Exception:  # nothing shared this time; the next poll pings again
+        pass
+    return {**answer, "checked_at": checked_at}
 
 
 @functools.lru_cache(maxsize=1)

@@ -108,10 +108,13 @@ def recent_failures(hours: int = 24):
     )
 
 
-def liveness(*, ping_timeout: float = 0.8) -> dict:
-    from console.health import check_workers
+def liveness(*, ping_timeout: float = 0.8, shared: bool = False) -> dict:
+    """Workers answering a ping and beat's last tick. ``shared``: the console's polled fragment
+    takes the last ping any console process made when it is recent (``recent_workers``)."""
+    from console.health import check_workers, recent_workers
 
-    return {"workers": check_workers(timeout=ping_timeout), **beat_liveness()}
+    workers = recent_workers(timeout=ping_timeout) if shared else check_workers(timeout=ping_timeout)
+    return {"workers": workers, **beat_liveness()}
 
 
 def beat_liveness() -> dict:

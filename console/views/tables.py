@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import time
 
 from django.contrib import messages
 from django.core.paginator import Paginator
@@ -46,7 +47,9 @@ def overview(request):
 
 @require_GET
 def overview_liveness(request):
-    return render(request, "console/partials/liveness.html", overview_selectors.liveness())
+    context = overview_selectors.liveness(shared=True)
+    context["workers_age"] = max(int(time.time() - context["workers"]["checked_at"]), 0)
+    return render(request, "console/partials/liveness.html", context)
 
 
 @require_GET
