@@ -20,8 +20,8 @@ demo: setup
 # Request-latency samples (prometheus-client's multiprocess files) of test processes go to a
 # throwaway folder, not var/prometheus. PYTEST_WORKERS=2 runs the suite on two pytest-xdist
 # workers (tests/xdist_worker.py: what each keeps to itself; the end-to-end tests stay on one
-# worker): 25:29 against 30:15 here, but two Spark end-to-end tests time out under that load
-# (see tests/xdist_worker.py), so one process stays the default until they do not.
+# worker): 11:21 against 17:59 in one process here (2026-11-25); one process stays the default,
+# the robust one under load (see tests/xdist_worker.py).
 PYTEST_WORKERS ?= 0
 test: setup-test
 	PROMETHEUS_MULTIPROC_DIR=$$(mktemp -d) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)

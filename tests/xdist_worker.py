@@ -2,9 +2,12 @@
 pytest-django imports the settings): ``PYTEST_WORKERS=2 make test`` runs the suite on two
 workers, and these are the machine-wide things two test processes would otherwise share.
 
-Not the default yet: on two workers the suite took 25:29 here against 30:15 in one process, but
-under that load two Spark end-to-end tests time out now and then (test_cluster.py: a fresh query
-after a cancelled and killed Spark Connect job; two heavy workers' compactions).
+Not the default: one process took 17:59 in a clean-clone run on 2026-11-25 (Spark drivers with
+the class-data archive of processes/spark/cds.py), two workers 11:21, both passing. One process
+stays the default because it is the robust one: on 2026-11-24, with other jobs loading the
+machine, two Spark end-to-end tests timed out on two workers now and then (test_cluster.py: a
+fresh query after a cancelled and killed Spark Connect job; two heavy workers' compactions); with
+three busy loops beside them on 2026-11-25 they passed.
 
 - ``PROMETHEUS_MULTIPROC_DIR``: a subfolder per worker, so the metrics one worker's tests read
   hold only the samples of that worker's requests;

@@ -41,6 +41,11 @@ def _operation(dataset: Any, version: int) -> str:
         transaction = dataset.read_transaction(version)
     except (OSError, ValueError):  # the transaction file of an old version may be cleaned up
         transaction = None
+    except TypeError as error:
+        # pylance 14 cannot build its own Python object of a compaction that remapped an index
+        # (LanceOperation.RewrittenIndex lacks arguments it is given): a commit of ``compact_files``
+        # on an indexed dataset, such as the rewrite process makes. Only a Rewrite carries one.
+        return "rewrite" if "RewrittenIndex" in str(error) else "unknown"
     if transaction is None:
         return "unknown"
     name = type(transaction.operation).__name__.lower()
