@@ -22,15 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-
-def _setting(name: str, default: str | None = None) -> str | None:
-    try:
-        from django.conf import settings
-
-        value = getattr(settings, name)
-    except Exception:  # outside Django (scripts, Spark executors)
-        value = os.environ.get(name)
-    return str(value) if value not in (None, "") else default
+from processes.spark.config import setting as _setting
 
 
 def _java() -> Path | None:
@@ -58,7 +50,8 @@ def archive_path() -> Path | None:
 
 
 def enabled() -> bool:
-    return (_setting("LAKEWARDEN_SPARK_CDS", "1") or "1").lower() not in ("0", "false", "no", "off")
+    # a bool from Django's settings, a string from the environment outside Django
+    return str(_setting("LAKEWARDEN_SPARK_CDS", "1")).lower() not in ("0", "false", "no", "off")
 
 
 def driver_java_options() -> str:

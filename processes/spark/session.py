@@ -22,6 +22,8 @@ import os
 import sys
 import threading
 
+from processes.spark.cds import driver_java_options
+from processes.spark.config import setting as _setting
 from processes.sql_policy import SPARK_QUERY_CONF, SPARK_STATIC_CONF
 
 logger = logging.getLogger(__name__)
@@ -66,16 +68,6 @@ STATIC_SQL_PREFIXES = (
     "spark.sql.cache.serializer",
     "spark.sql.sources.disabledJdbcConnProviderList",
 )
-
-
-def _setting(name: str, default: str | None = None) -> str | None:
-    try:
-        from django.conf import settings
-
-        value = getattr(settings, name)
-    except Exception:  # outside Django (a notebook, a Spark executor) or an older settings module
-        value = os.environ.get(name)
-    return value if value not in (None, "") else default
 
 
 def _target() -> tuple[str | None, str]:
@@ -167,8 +159,6 @@ def spark_session(app_name: str = "lakewarden", extra_config: dict[str, str] | N
         builder = builder.remote(remote) if remote else builder.master(master)
         config = session_config(remote, master, extra_config)
         if not remote:  # the driver's JVM starts here: with the class-data archive if there is one
-            from processes.spark.cds import driver_java_options
-
             options = driver_java_options()
             if options:
                 current = config.get("spark.driver.extraJavaOptions", "")
