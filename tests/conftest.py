@@ -54,6 +54,40 @@ def throwaway_database():
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+#: The engines of the catalogs ``sql_catalog`` made, all of them (disposed at the end of the
+#: run) and those made since the last test ended (their idle connections closed when it ends,
+#: ``_iceberg_catalog_pools_closed``; a module-scoped catalog's engine reconnects when next used
+#: and keeps that one connection to the end of the run).
+_SQL_CATALOG_ENGINES: list = []
+_NEW_SQL_CATALOG_ENGINES: list = []
+
+
+@pytest.fixture(scope="session")
+def sql_catalog(throwaway_database):
+    """``sql_catalog(name, warehouse, **properties)`` is a pyiceberg ``SqlCatalog`` on the run's one
+    throwaway Postgres database of test catalogs (tests never put a catalog on SQLite); the other
+    properties (``s3.*``, say) are pyiceberg's. Each call gets a catalog name of its own,
+    ``<name>_<8 hex digits>`` (read it from ``.name``): pyiceberg keys its rows by catalog name, so
+    no test sees another's namespaces or tables. Session-scoped, so module- and session-scoped
+    fixtures may use it too."""
+    import uuid
+
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    uri = throwaway_database("catalogs").replace("postgresql://", "postgresql+psycopg2://", 1)
+
+    def make(name: str, warehouse: str, **properties: str) -> SqlCatalog:
+        catalog = SqlCatalog(f"{name}_{uuid.uuid4().hex[:8]}", uri=uri, warehouse=warehouse, **properties)
+        _SQL_CATALOG_ENGINES.append(catalog.engine)
+        _NEW_SQL_CATALOG_ENGINES.append(catalog.engine)
+        return catalog
+
+    yield make
+    for engine in _SQL_CATALOG_ENGINES:
+        engine.dispose()
+    _SQL_CATALOG_ENGINES.clear()
+
+
 @pytest.fixture(scope="session")
 def external_tables() -> Path:
     """The folder of tables written by other engines; skips when it is absent (CI always has it)."""
@@ -206,11 +240,16 @@ def spark():
 def _iceberg_catalog_pools_closed():
     """Each test's Iceberg SQL catalogs (one connection pool per catalog name and warehouse, kept
     for the process's life in storage.catalogs) are closed when the test ends: hundreds of tests
-    with catalogs of their own would otherwise hold Postgres's every connection slot."""
+    with catalogs of their own would otherwise hold Postgres's every connection slot. So are the
+    idle connections of the catalogs ``sql_catalog`` made during the test (a disposed engine
+    still serves the module- and session-scoped ones: it opens a new connection when next used)."""
     yield
     from storage.catalogs import close_iceberg_catalogs
 
     close_iceberg_catalogs()
+    for engine in _NEW_SQL_CATALOG_ENGINES:
+        engine.dispose()
+    _NEW_SQL_CATALOG_ENGINES.clear()
 
 
 @pytest.fixture(scope="session")

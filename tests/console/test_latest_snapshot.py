@@ -17,6 +17,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -40,36 +41,32 @@ class Kind:
     current: int | None
 
 
-def _pyiceberg_table(root: Path) -> tuple[Path, list[int], Path]:
-    """Two appends by pyiceberg (a SQL catalog on SQLite): (table folder, snapshot ids, latest
-    metadata file)."""
-    from pyiceberg.catalog.sql import SqlCatalog
+def _pyiceberg_table(root: Path, sql_catalog: Any) -> tuple[Path, list[int], Path]:
+    """Two appends by pyiceberg (a SQL catalog of the ``sql_catalog`` fixture, on Postgres):
+    (table folder, snapshot ids, latest metadata file)."""
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.transforms import IdentityTransform
     from pyiceberg.types import LongType, NestedField, StringType
 
     root.mkdir(parents=True)
-    catalog = SqlCatalog("writer", uri=f"sqlite:///{root}/catalog.db", warehouse=root.as_uri())
-    try:
-        catalog.create_namespace("lake")
-        schema = Schema(
-            NestedField(1, "id", LongType(), required=False),
-            NestedField(2, "region", StringType(), required=False),
-        )
-        spec = PartitionSpec(
-            PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="region")
-        )
-        table = catalog.create_table("lake.orders", schema=schema, partition_spec=spec)
-        for ids, region in (([1, 2], "eu"), ([3], "us")):
-            table.append(pa.table({"id": pa.array(ids, pa.int64()), "region": [region] * len(ids)}))
-        return (
-            Path(table.location().removeprefix("file://")),
-            [s.snapshot_id for s in table.snapshots()],
-            Path(table.metadata_location.removeprefix("file://")),
-        )
-    finally:
-        catalog.engine.dispose()
+    catalog = sql_catalog("writer", root.as_uri())
+    catalog.create_namespace("lake")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "region", StringType(), required=False),
+    )
+    spec = PartitionSpec(
+        PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="region")
+    )
+    table = catalog.create_table("lake.orders", schema=schema, partition_spec=spec)
+    for ids, region in (([1, 2], "eu"), ([3], "us")):
+        table.append(pa.table({"id": pa.array(ids, pa.int64()), "region": [region] * len(ids)}))
+    return (
+        Path(table.location().removeprefix("file://")),
+        [s.snapshot_id for s in table.snapshots()],
+        Path(table.metadata_location.removeprefix("file://")),
+    )
 
 
 def _edited(metadata_file: Path, current: int | None) -> None:
@@ -81,11 +78,11 @@ def _edited(metadata_file: Path, current: int | None) -> None:
     (metadata_file.parent / f"{version:05d}-{uuid.uuid4()}.metadata.json").write_text(json.dumps(document))
 
 
-def _build(name: str, warehouse: Path) -> Kind:
+def _build(name: str, warehouse: Path, sql_catalog: Any) -> Kind:
     if name == "legacy-v1-without-current":
         metadata, ids = _legacy_table(warehouse, inline=False)
         return Kind(str(Path(metadata).parent.parent), ids, None)
-    folder, ids, metadata = _pyiceberg_table(warehouse / name)
+    folder, ids, metadata = _pyiceberg_table(warehouse / name, sql_catalog)
     current = None if name == "current-minus-one" else ids[0]
     _edited(metadata, current)
     return Kind(str(folder), ids, current)
@@ -95,8 +92,8 @@ KINDS = ["legacy-v1-without-current", "current-minus-one", "rolled-back"]
 
 
 @pytest.fixture(params=KINDS)
-def kind(request, warehouse) -> Kind:
-    return _build(request.param, warehouse)
+def kind(request, warehouse, sql_catalog) -> Kind:
+    return _build(request.param, warehouse, sql_catalog)
 
 
 def _rows(table: pa.Table) -> list[tuple]:

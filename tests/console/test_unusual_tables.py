@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,23 +29,19 @@ from tests.spec.test_iceberg_union_manifests import _union_table
 pytestmark = pytest.mark.django_db
 
 
-def _identity(root: Path) -> str:
-    from pyiceberg.catalog.sql import SqlCatalog
+def _identity(root: Path, sql_catalog: Callable[..., Any]) -> str:
     from pyiceberg.types import IntegerType
 
-    catalog = SqlCatalog("identity", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}")
-    try:
-        catalog.create_namespace("ident")
-        return _identity_table(catalog, "by_int", IntegerType(), (7, -3)).metadata_location
-    finally:
-        catalog.engine.dispose()
+    catalog = sql_catalog("identity", f"file://{root}")
+    catalog.create_namespace("ident")
+    return _identity_table(catalog, "by_int", IntegerType(), (7, -3)).metadata_location
 
 
 @dataclass(frozen=True)
 class Kind:
     """A table kind: how to build it under a folder, and values its pages must show."""
 
-    build: Callable[[Path], str]
+    build: Callable[[Path, Callable[..., Any]], str]  # (folder, the sql_catalog fixture) -> location
     format: str
     column: str  # a column of the schema
     instants: list[str]  # the timeline's ids, newest first
@@ -60,7 +57,7 @@ class Kind:
 
 KINDS = {
     "iceberg-v3-deletion-vectors": Kind(
-        lambda root: str(write_v3_table(root / "v3dv").location),
+        lambda root, _: str(write_v3_table(root / "v3dv").location),
         "iceberg",
         "name",
         [str(SNAPSHOT_ID)],
@@ -69,10 +66,10 @@ KINDS = {
         missing_key="1",  # position 1 of the first file is in its deletion vector
     ),
     "iceberg-v3-types": Kind(
-        lambda root: v3_types_table(root / "v3types"), "iceberg", "tsn", ["1"], 1, ("id", "2")
+        lambda root, _: v3_types_table(root / "v3types"), "iceberg", "tsn", ["1"], 1, ("id", "2")
     ),
     "iceberg-v3-shredded-variant": Kind(
-        lambda root: v3_types_table(root / "shredded", shredded=True),
+        lambda root, _: v3_types_table(root / "shredded", shredded=True),
         "iceberg",
         "v",
         ["1"],
@@ -81,7 +78,7 @@ KINDS = {
         unreadable="v",
     ),
     "iceberg-legacy-v1-inline-manifests": Kind(
-        lambda root: _legacy_table(root / "inline", inline=True)[0],
+        lambda root, _: _legacy_table(root / "inline", inline=True)[0],
         "iceberg",
         "region",
         ["202", "101"],
@@ -93,7 +90,7 @@ KINDS = {
         no_current=True,
     ),
     "iceberg-legacy-v1-manifest-list": Kind(
-        lambda root: _legacy_table(root / "listed", inline=False)[0],
+        lambda root, _: _legacy_table(root / "listed", inline=False)[0],
         "iceberg",
         "region",
         ["202", "101"],
@@ -105,7 +102,7 @@ KINDS = {
         no_current=True,
     ),
     "iceberg-column-defaults": Kind(
-        lambda root: defaults_table(root / "defaults")[0],
+        lambda root, _: defaults_table(root / "defaults")[0],
         "iceberg",
         "tstz",
         ["2", "1"],
@@ -114,7 +111,7 @@ KINDS = {
         instant_count=2,
     ),
     "iceberg-union-manifests": Kind(
-        lambda root: _union_table(root / "union")[0],
+        lambda root, _: _union_table(root / "union")[0],
         "iceberg",
         "region",
         ["7"],
@@ -133,7 +130,7 @@ KINDS = {
         instant_count=3,
     ),
     "delta-type-widening": Kind(
-        lambda root: str(widened_table.__wrapped__(root)),
+        lambda root, _: str(widened_table.__wrapped__(root)),
         "delta",
         "dec",
         ["2", "1", "0"],
@@ -143,7 +140,7 @@ KINDS = {
         instant_count=3,
     ),
     "delta-variant": Kind(
-        lambda root: str(variant_table.__wrapped__(root)),
+        lambda root, _: str(variant_table.__wrapped__(root)),
         "delta",
         "v",
         ["1", "0"],
@@ -152,7 +149,7 @@ KINDS = {
         instant_count=2,
     ),
     "delta-shredded-variant": Kind(
-        lambda root: str(shredded_table.__wrapped__(root)),
+        lambda root, _: str(shredded_table.__wrapped__(root)),
         "delta",
         "v",
         ["0"],
@@ -164,9 +161,9 @@ KINDS = {
 
 
 @pytest.fixture(params=list(KINDS), ids=list(KINDS))
-def registered(request, warehouse):
+def registered(request, warehouse, sql_catalog):
     kind = KINDS[request.param]
-    location = kind.build(warehouse).removeprefix("file://")
+    location = kind.build(warehouse, sql_catalog).removeprefix("file://")
     if location.endswith(".metadata.json"):  # a table is registered by its folder
         location = str(Path(location).parent.parent)
     table = services.table_register(location=location)

@@ -362,12 +362,10 @@ def test_orphan_cleanup_deletes_exactly_the_old_unreferenced_objects(
 
 
 @pytest.fixture
-def static_s3_iceberg(seaweedfs, s3_prefix, tmp_path, transactional_db):
+def static_s3_iceberg(seaweedfs, s3_prefix, sql_catalog, transactional_db):
     """(console Table registered by location, pyiceberg table): an Iceberg table written on
-    ``s3://lake/`` through a throwaway SQLite catalog, then known to Lakewarden by location only
-    (credentials from a path-root catalog holding ``s3://lake/``)."""
-    from pyiceberg.catalog.sql import SqlCatalog
-
+    ``s3://lake/`` through a throwaway SQL catalog (``sql_catalog``), then known to Lakewarden by
+    location only (credentials from a path-root catalog holding ``s3://lake/``)."""
     from storage.models import Catalog, CatalogKind, Table
 
     Catalog.objects.create(
@@ -375,9 +373,7 @@ def static_s3_iceberg(seaweedfs, s3_prefix, tmp_path, transactional_db):
         kind=CatalogKind.PATH_ROOT,
         properties={"root": "s3://lake/", **seaweedfs.s3_properties()},
     )
-    writer = SqlCatalog(
-        "writer", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=s3_prefix, **seaweedfs.s3_properties()
-    )
+    writer = sql_catalog("writer", s3_prefix, **seaweedfs.s3_properties())
     writer.create_namespace("ns")
     table = writer.create_table("ns.events", schema=ICEBERG_SCHEMA, location=f"{s3_prefix}/events")
     append_s3_files(table, [rows(i * 5, 5) for i in range(12)])

@@ -6,7 +6,6 @@ refused with the location and the store's error named, no secret shown, nothing 
 from __future__ import annotations
 
 import time
-import uuid
 
 import pyarrow as pa
 import pytest
@@ -31,17 +30,10 @@ def write_delta_s3(location: str, options, *, commits: int = 3, rows: int = 10) 
     return location
 
 
-def write_iceberg_s3(warehouse: str, options, tmp_path, identifier: str = "sales.orders"):
+def write_iceberg_s3(sql_catalog, warehouse: str, options, identifier: str = "sales.orders"):
     """A static Iceberg table whose metadata and data live under ``warehouse`` on the store
-    (written through a throwaway SQLite catalog)."""
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    catalog = SqlCatalog(
-        "writer",
-        uri=f"sqlite:///{tmp_path}/writer-{uuid.uuid4().hex[:6]}.db",
-        warehouse=warehouse,
-        **options.properties(),
-    )
+    (written through a throwaway SQL catalog made by the ``sql_catalog`` fixture)."""
+    catalog = sql_catalog("writer", warehouse, **options.properties())
     catalog.create_namespace_if_not_exists(identifier.split(".")[0])
     table = catalog.create_table(identifier, schema=pa.schema([("id", pa.int64())]))
     for start in (0, 5):
@@ -86,11 +78,11 @@ def test_a_delta_table_on_s3_is_detected_by_listing_and_stored_under_its_normali
 
 
 def test_a_path_root_on_s3_keeps_its_credentials_and_its_sync_registers_every_format(
-    roots, no_env_credentials, seaweedfs, s3_options, hudi_fixture, tmp_path
+    roots, no_env_credentials, seaweedfs, s3_options, hudi_fixture, sql_catalog
 ):
     write_delta_s3(f"{roots}/delta/orders", s3_options, commits=2)
     upload_folder(seaweedfs, hudi_fixture("cow_v6_simplekeygen_nonhivestyle"), f"{roots}/hudi/trips")
-    iceberg = write_iceberg_s3(f"{roots}/iceberg", s3_options, tmp_path)
+    iceberg = write_iceberg_s3(sql_catalog, f"{roots}/iceberg", s3_options)
     seaweedfs.filesystem().create_dir(f"{roots.removeprefix('s3://')}/empty/x")  # no table in it
 
     catalog = services.catalog_create(

@@ -1,7 +1,7 @@
 """Per-table validation at submission (a 400 with the reason, nothing created, nothing changed),
 non-retryable failures at run time, and plan previews (API, service, stored on the Process row).
 
-The read-only tables are written once per module (pyiceberg in a SQLite SQL catalog, deltalake)
+The read-only tables are written once per module (pyiceberg in a SQL catalog on Postgres, deltalake)
 and registered per test; the tests that run a rewrite make their own small tables."""
 
 from __future__ import annotations
@@ -18,20 +18,16 @@ from processes.models import Process, ProcessStatus
 from storage.health import TableFacts, table_health
 from tests.processes.conftest import ICEBERG_SCHEMA, REGIONS, append_files, delta_rows, rows
 
-CATALOG = "submission"
-
 
 @pytest.fixture(scope="module")
-def lake(tmp_path_factory):
+def lake(tmp_path_factory, sql_catalog):
     """An Iceberg table whose partitioning evolved (spec 0 unpartitioned: 3 files; spec 1 by
-    region: 4 files) and a Delta table partitioned by region (4 files), written once."""
-    from pyiceberg.catalog.sql import SqlCatalog
-
+    region: 4 files) and a Delta table partitioned by region (4 files), written once. The
+    console's catalog of ``tables`` is this SQL catalog: the same name, database and warehouse."""
     root = tmp_path_factory.mktemp("submission")
     warehouse = root / "warehouse"
     warehouse.mkdir()
-    uri = f"sqlite:///{root}/catalog.db"
-    catalog = SqlCatalog(CATALOG, uri=uri, warehouse=warehouse.as_uri())
+    catalog = sql_catalog("submission", warehouse.as_uri())
     catalog.create_namespace("ns")
     iceberg = catalog.create_table("ns.events", schema=ICEBERG_SCHEMA)
     append_files(iceberg, [rows(i * 5, 5) for i in range(3)])
@@ -44,7 +40,9 @@ def lake(tmp_path_factory):
         write_deltalake(
             str(delta), delta_rows(i * 5, 5, REGIONS[i % 2]), mode="append", partition_by=["region"]
         )
-    return SimpleNamespace(warehouse=warehouse, uri=uri, iceberg=iceberg, delta=delta)
+    return SimpleNamespace(
+        warehouse=warehouse, catalog=catalog.name, uri=catalog.properties["uri"], iceberg=iceberg, delta=delta
+    )
 
 
 @pytest.fixture
@@ -55,7 +53,9 @@ def tables(lake, db, settings):
     settings.LAKEWARDEN_WAREHOUSE = lake.warehouse
     settings.LAKEWARDEN_ALLOWED_ROOTS = [lake.warehouse]
     catalog = services.catalog_create(
-        name=CATALOG, kind="iceberg_sql", properties={"uri": lake.uri, "warehouse": lake.warehouse.as_uri()}
+        name=lake.catalog,
+        kind="iceberg_sql",
+        properties={"uri": lake.uri, "warehouse": lake.warehouse.as_uri()},
     )
     iceberg = services.table_register(catalog=catalog, identifier="ns.events")
     return iceberg, services.table_register(location=str(lake.delta))

@@ -146,10 +146,9 @@ def is_manifest(path: Path) -> bool:
 
 
 @pytest.fixture(scope="module")
-def written_manifests(tmp_path_factory) -> dict[str, bytes]:
+def written_manifests(tmp_path_factory, sql_catalog) -> dict[str, bytes]:
     """The manifests of a pyiceberg table with a partition of every transform and type that
     reaches a manifest (a double partition value, nulls, deleted entries), and of a v3 table."""
-    from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform, TruncateTransform
@@ -168,7 +167,7 @@ def written_manifests(tmp_path_factory) -> dict[str, bytes]:
     )
 
     root = tmp_path_factory.mktemp("native")
-    catalog = SqlCatalog("native", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}/warehouse")
+    catalog = sql_catalog("native", f"file://{root}/warehouse")
     catalog.create_namespace("spec")
     types = [
         ("id", LongType()),
@@ -205,7 +204,6 @@ def written_manifests(tmp_path_factory) -> dict[str, bytes]:
     for path in (root / "v3").rglob("*.avro"):
         if is_manifest(path):
             manifests[f"v3/{path.name}"] = path.read_bytes()
-    catalog.engine.dispose()
     assert v3.data_paths and len(manifests) >= 6
     return manifests
 

@@ -541,11 +541,10 @@ ICEBERG_ROWS = pa.table(
 
 
 @pytest.fixture
-def iceberg_table(tmp_path):
-    from pyiceberg.catalog.sql import SqlCatalog
+def iceberg_table(tmp_path, sql_catalog):
     from pyiceberg.transforms import BucketTransform, DayTransform
 
-    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}")
+    catalog = sql_catalog("t", f"file://{tmp_path}")
     catalog.create_namespace("db")
     table = catalog.create_table("db.events", schema=ICEBERG_ROWS.schema)
     with table.update_spec() as update:

@@ -2,7 +2,7 @@
 
 The Iceberg spec: columns not present in a data file are read from the partition tuple for
 identity-partitioned columns (files added from Hive layouts, writers that drop partition columns).
-The tables here are written by pyiceberg in a SQL catalog on sqlite; their data files are written by
+The tables here are written by pyiceberg in a SQL catalog on Postgres; their data files are written by
 pyarrow WITHOUT the partition column and registered with a hand-set partition tuple (pyiceberg
 0.12's ``add_files`` takes partition values from column statistics, so it would record null).
 """
@@ -26,14 +26,11 @@ UTC = dt.UTC
 
 
 @pytest.fixture(scope="module")
-def catalog(tmp_path_factory):
-    from pyiceberg.catalog.sql import SqlCatalog
-
+def catalog(tmp_path_factory, sql_catalog):
     root = tmp_path_factory.mktemp("identity")
-    sql_catalog = SqlCatalog("identity", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}")
-    sql_catalog.create_namespace("ident")
-    yield sql_catalog
-    sql_catalog.engine.dispose()
+    catalog = sql_catalog("identity", f"file://{root}")
+    catalog.create_namespace("ident")
+    return catalog
 
 
 def _local(uri: str) -> Path:

@@ -80,50 +80,47 @@ def _same_table(by_catalog: Any, by_location: Any, ids: list[int]) -> None:
 
 
 @pytest.fixture
-def sqlite_catalog(tmp_path):
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    catalog = SqlCatalog("legacy", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=tmp_path.as_uri())
-    yield catalog
-    catalog.engine.dispose()
+def catalog(tmp_path, sql_catalog):
+    """A pyiceberg SQL catalog (on Postgres) of this test's own."""
+    return sql_catalog("legacy", tmp_path.as_uri())
 
 
 @pytest.mark.parametrize("inline", [True, False], ids=["inline-manifests", "manifest-list"])
-def test_a_sql_catalog_row_naming_a_legacy_file_reads_as_the_file_does(tmp_path, sqlite_catalog, inline):
+def test_a_sql_catalog_row_naming_a_legacy_file_reads_as_the_file_does(tmp_path, catalog, inline):
     from pyiceberg.table import StaticTable
 
     location, ids = _legacy_table(tmp_path, inline)
-    _register_row(sqlite_catalog, "old.orders", location)
+    _register_row(catalog, "old.orders", location)
     with pytest.raises(Exception, match="field-id"):  # why the catalog's own load cannot serve it
-        sqlite_catalog.load_table("old.orders")
-    by_catalog = load_table("old.orders", format="iceberg", catalog=sqlite_catalog)
+        catalog.load_table("old.orders")
+    by_catalog = load_table("old.orders", format="iceberg", catalog=catalog)
     assert by_catalog.definition.id.identifier == "old.orders"
     assert isinstance(by_catalog.pyiceberg_table, StaticTable)  # read-only: nothing commits on it
     _same_table(by_catalog, load_table(location), ids)
 
 
-def test_a_table_pyiceberg_reads_stays_committable_and_catalog_tables_read_defaults(tmp_path, sqlite_catalog):
+def test_a_table_pyiceberg_reads_stays_committable_and_catalog_tables_read_defaults(tmp_path, catalog):
     from pyiceberg.table import StaticTable
 
     from tests.spec.test_iceberg_defaults import defaults_table
 
-    sqlite_catalog.create_namespace("now")
-    modern = sqlite_catalog.create_table("now.t", schema=pa.schema([pa.field("id", pa.int64())]))
+    catalog.create_namespace("now")
+    modern = catalog.create_table("now.t", schema=pa.schema([pa.field("id", pa.int64())]))
     modern.append(pa.table({"id": pa.array([5, 6], pa.int64())}))
-    opened = load_table("now.t", format="iceberg", catalog=sqlite_catalog)
+    opened = load_table("now.t", format="iceberg", catalog=catalog)
     assert not isinstance(opened.pyiceberg_table, StaticTable)  # maintenance may commit on it
-    assert opened.pyiceberg_table.catalog is sqlite_catalog
+    assert opened.pyiceberg_table.catalog is catalog
     assert _rows(opened.read_arrow()) == [(5,), (6,)]
     # column defaults (initial-default) reach reads of catalog tables as of location ones
     location, _, _ = defaults_table(tmp_path / "defaults")
-    _register_row(sqlite_catalog, "now.defaults", location.removeprefix("file://"))
-    by_catalog = load_table("now.defaults", format="iceberg", catalog=sqlite_catalog)
+    _register_row(catalog, "now.defaults", location.removeprefix("file://"))
+    by_catalog = load_table("now.defaults", format="iceberg", catalog=catalog)
     expected = load_table(location).read_arrow()
     assert by_catalog.read_arrow().to_pylist() == expected.to_pylist()
     assert by_catalog.schema == expected.schema
 
 
-def test_a_catalog_row_naming_bad_metadata_is_a_clean_error(tmp_path, sqlite_catalog):
+def test_a_catalog_row_naming_bad_metadata_is_a_clean_error(tmp_path, catalog):
     location, ids = _legacy_table(tmp_path, inline=True)
     document = json.loads(Path(location).read_text())
     cases = {
@@ -138,9 +135,9 @@ def test_a_catalog_row_naming_bad_metadata_is_a_clean_error(tmp_path, sqlite_cat
         path = content if isinstance(content, str) else str(tmp_path / f"{name}.metadata.json")
         if not isinstance(content, str):
             Path(path).write_text(json.dumps(content))
-        _register_row(sqlite_catalog, f"bad.{name}", path)
+        _register_row(catalog, f"bad.{name}", path)
         with pytest.raises(CorruptTable, match=message):
-            load_table(f"bad.{name}", format="iceberg", catalog=sqlite_catalog)
+            load_table(f"bad.{name}", format="iceberg", catalog=catalog)
 
 
 # -- the console's SQL catalog and the maintenance processes ----------------------------------------

@@ -102,10 +102,8 @@ def test_read_ahead_raises_an_error_of_the_items_themselves_in_order(read_ahead_
 
 
 @pytest.fixture
-def catalog(tmp_path):
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}")
+def catalog(tmp_path, sql_catalog):
+    catalog = sql_catalog("t", f"file://{tmp_path}")
     catalog.create_namespace("db")
     return catalog
 

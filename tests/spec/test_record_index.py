@@ -45,13 +45,12 @@ def _by_key(locations: list[RecordLocation]) -> dict:
 
 
 @pytest.fixture
-def iceberg_table(tmp_path):
+def iceberg_table(tmp_path, sql_catalog):
     """Three appends (ids 1-10, 11-20, 21-30) then a delete of id 15; ``id`` is the identifier field."""
-    from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField, StringType
 
-    catalog = SqlCatalog("rix", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}")
+    catalog = sql_catalog("rix", f"file://{tmp_path}")
     catalog.create_namespace("rix")
     schema = Schema(
         NestedField(1, "id", LongType(), required=True),
@@ -62,8 +61,7 @@ def iceberg_table(tmp_path):
     for ids in BATCHES:
         table.append(_rows(ids, nullable=False))
     table.delete("id = 15")
-    yield IcebergAdapter.open(catalog.load_table("rix.events").metadata_location)
-    catalog.engine.dispose()
+    return IcebergAdapter.open(catalog.load_table("rix.events").metadata_location)
 
 
 def test_iceberg_keys_are_tagged_with_their_data_file(iceberg_table):
