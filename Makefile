@@ -21,10 +21,11 @@ demo: setup
 # throwaway folder, not var/prometheus. PYTEST_WORKERS=2 runs the suite on two pytest-xdist
 # workers (tests/xdist_worker.py: what each keeps to itself; the end-to-end tests stay on one
 # worker): 11:21 against 17:59 in one process here (2026-11-25); one process stays the default,
-# the robust one under load (see tests/xdist_worker.py).
+# the robust one under load (see tests/xdist_worker.py). setup builds the compiled manifest decoder;
+# LAKEWARDEN_REQUIRE_NATIVE=1 fails its tests, instead of skipping them, when it did not build.
 PYTEST_WORKERS ?= 0
 test: setup-test
-	PROMETHEUS_MULTIPROC_DIR=$$(mktemp -d) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	PROMETHEUS_MULTIPROC_DIR=$$(mktemp -d) LAKEWARDEN_REQUIRE_NATIVE=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 setup:
 	scripts/setup.sh

@@ -492,7 +492,9 @@ def main() -> None:
         " storage/formats/iceberg/_avro_native.c, frames and inflates without the GIL) while the listing's"
         " thread decodes the current one with a projecting program compiled per Avro schema, skipping the"
         " size/count maps and keeping the bounds and null counts encoded until a filter reads them; cheap"
-        " conservative pre-checks reject entries before a DataFile is built (storage/formats/iceberg)",
+        " conservative pre-checks reject entries before a DataFile is built, a filter's comparisons checked"
+        " in C on the encoded bounds; plain entries become DataFiles in C; blocks are inflated with"
+        " libdeflate when the module was built with it (storage/formats/iceberg)",
     ]
     notes += cpu_notes(results)
     if len(results) > 1:

@@ -54,6 +54,8 @@ if [ "$WITH_TEST" = 1 ] && [ ! -x /usr/bin/chromium ]; then apt_install chromium
 command -v gcc >/dev/null || apt_install gcc
 # the compiled Iceberg manifest decoder (scripts/build_native.py) inflates with zlib
 [ -f /usr/include/zlib.h ] || apt_install zlib1g-dev
+# and with libdeflate when it can be had: a third faster on the one-record blocks pyiceberg writes
+[ -f /usr/include/libdeflate.h ] || ! is_root || apt_install libdeflate-dev
 "$PY" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   || apt_install python3-dev
 # The LDAP sign-in tests run a real OpenLDAP server of their own (slapd, with slapadd).

@@ -14,10 +14,14 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 #ifdef LW_ZLIB
 #include <zlib.h>
+#endif
+#ifdef LW_LIBDEFLATE
+#include <libdeflate.h>
 #endif
 
 /* The order is the contract with _avro_program.OPS (checked at import there). */
@@ -619,6 +623,222 @@ static PyTypeObject ProgramType = {
     .tp_dealloc = (destructor)Program_dealloc,
 };
 
+/* ---- slots makers ---------------------------------------------------------------------------
+ *
+ * SlotsMaker(cls, names): a callable taking one positional argument per name that returns a new
+ * instance of cls with those slots set, and nothing run: cls's __init__ and __new__ are skipped
+ * (what _manifests.slots_builder's generated Python function does, one descriptor call per
+ * slot; here the values are stored at the slots' offsets, as those descriptors store them).
+ * Listing builds a DataFile, a FileSlice and three LazyStats per file with them. Each name must
+ * be a writable object slot (a member descriptor) of cls or of a base. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyTypeObject *cls;
+    Py_ssize_t n;
+    Py_ssize_t *offsets;
+} SlotsMaker;
+
+static PyObject *SlotsMaker_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    SlotsMaker *self = (SlotsMaker *)self_;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if ((kwnames && PyTuple_GET_SIZE(kwnames)) || nargs != self->n) {
+        PyErr_Format(PyExc_TypeError, "a slots maker of %s takes %zd positional arguments (%zd given%s)",
+                     self->cls->tp_name, self->n, nargs, kwnames && PyTuple_GET_SIZE(kwnames) ? ", with keywords" : "");
+        return NULL;
+    }
+    PyObject *obj = self->cls->tp_alloc(self->cls, 0);
+    if (!obj)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyObject **slot = (PyObject **)((char *)obj + self->offsets[i]);
+        Py_INCREF(args[i]);
+        Py_XSETREF(*slot, args[i]);
+    }
+    return obj;
+}
+
+static void SlotsMaker_dealloc(SlotsMaker *self)
+{
+    PyMem_Free(self->offsets);
+    Py_XDECREF(self->cls);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *SlotsMaker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *cls, *names;
+    if (kwargs && PyDict_GET_SIZE(kwargs))
+        return fail("SlotsMaker(cls, names) takes no keywords");
+    if (!PyArg_ParseTuple(args, "O!O!:SlotsMaker", &PyType_Type, &cls, &PyTuple_Type, &names))
+        return NULL;
+    PyTypeObject *target = (PyTypeObject *)cls;
+    if (target->tp_alloc == NULL || target->tp_itemsize != 0)
+        return fail("SlotsMaker: the class cannot be allocated as a fixed-size object");
+    SlotsMaker *self = (SlotsMaker *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->vectorcall = SlotsMaker_vectorcall;
+    self->n = PyTuple_GET_SIZE(names);
+    if (!(self->offsets = PyMem_Calloc(self->n ? self->n : 1, sizeof(Py_ssize_t)))) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    Py_INCREF(cls);
+    self->cls = target;
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        PyObject *descr = PyUnicode_Check(name) ? _PyType_Lookup(target, name) : NULL; /* borrowed */
+        PyMemberDef *member = NULL;
+        if (descr && Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+            PyType_IsSubtype(target, PyDescr_TYPE(descr)))
+            member = ((PyMemberDescrObject *)descr)->d_member;
+        if (!member || member->type != T_OBJECT_EX || (member->flags & READONLY) || member->offset <= 0 ||
+            member->offset + (Py_ssize_t)sizeof(PyObject *) > target->tp_basicsize) {
+            PyErr_Format(PyExc_ValueError, "SlotsMaker: %R is not a writable object slot of %s", name,
+                         target->tp_name);
+            Py_DECREF(self);
+            return NULL;
+        }
+        self->offsets[i] = member->offset;
+    }
+    return (PyObject *)self;
+}
+
+static PyTypeObject SlotsMakerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_avro_native.SlotsMaker",
+    .tp_doc = "SlotsMaker(cls, names): a callable making instances of cls with the named slots set.",
+    .tp_basicsize = sizeof(SlotsMaker),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(SlotsMaker, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = SlotsMaker_new,
+    .tp_dealloc = (destructor)SlotsMaker_dealloc,
+};
+
+/* ---- the common data file ----------------------------------------------------------------------
+ *
+ * plain_data_file(context, data, values, sequence, snapshot_id) -> DataFile | None: the spec model
+ * of a manifest entry's decoded data_file dict (_manifests.make_data_file, whose plain case this
+ * is), built without a Python frame, or None when the entry is not plain (content other than
+ * data, equality ids, deletion vector or row lineage fields, a missing or odd field, a format that
+ * is no str): make_data_file then builds it. `context` is _manifests.PlainContext.fields:
+ * (DataFile maker, LazyStats maker, ColumnDecoder, FileContent.DATA, spec id, identity or None),
+ * the makers SlotsMakers taking the fields in order. */
+static PyObject *str_content, *str_equality_ids, *str_referenced, *str_content_offset, *str_first_row_id,
+    *str_file_format, *str_file_path, *str_size, *str_count, *str_lower, *str_upper, *str_nulls, *str_offsets,
+    *str_parquet, *str_PARQUET, *str_lower_method, *str_sequence_number, *str_snapshot_id, *str_spec_id,
+    *str_identity_columns;
+
+static int intern_names(void)
+{
+    struct {
+        PyObject **slot;
+        const char *text;
+    } names[] = {
+        {&str_content, "content"}, {&str_equality_ids, "equality_ids"},
+        {&str_referenced, "referenced_data_file"}, {&str_content_offset, "content_offset"},
+        {&str_first_row_id, "first_row_id"}, {&str_file_format, "file_format"}, {&str_file_path, "file_path"},
+        {&str_size, "file_size_in_bytes"}, {&str_count, "record_count"}, {&str_lower, "lower_bounds"},
+        {&str_upper, "upper_bounds"}, {&str_nulls, "null_value_counts"}, {&str_offsets, "split_offsets"},
+        {&str_parquet, "parquet"}, {&str_PARQUET, "PARQUET"}, {&str_lower_method, "lower"},
+        {&str_sequence_number, "sequence_number"}, {&str_snapshot_id, "snapshot_id"}, {&str_spec_id, "spec_id"},
+        {&str_identity_columns, "identity_columns"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text)))
+            return -1;
+    return 0;
+}
+
+/* Borrowed value of key, NULL when absent or None (no error is set by a str key lookup). */
+static PyObject *present(PyObject *dict, PyObject *key)
+{
+    PyObject *value = PyDict_GetItemWithError(dict, key);
+    return value == Py_None ? NULL : value;
+}
+
+static PyObject *lazy_stats(PyObject *maker, PyObject *raw, PyObject *decoder, PyObject *bounds)
+{
+    if (!raw)
+        Py_RETURN_NONE;
+    PyObject *args[4] = {raw, decoder, bounds, Py_None};
+    return PyObject_Vectorcall(maker, args, 4, NULL);
+}
+
+static PyObject *plain_data_file(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "plain_data_file(context, data, values, sequence, snapshot_id)");
+        return NULL;
+    }
+    PyObject *context = args[0], *data = args[1];
+    if (!PyTuple_CheckExact(context) || PyTuple_GET_SIZE(context) != 6)
+        return fail("plain_data_file: context must be PlainContext.fields");
+    if (!PyDict_CheckExact(data))
+        Py_RETURN_NONE;
+    PyObject *make_file = PyTuple_GET_ITEM(context, 0), *make_stats = PyTuple_GET_ITEM(context, 1),
+             *decoder = PyTuple_GET_ITEM(context, 2), *content = PyTuple_GET_ITEM(context, 3),
+             *spec_id = PyTuple_GET_ITEM(context, 4), *identity = PyTuple_GET_ITEM(context, 5);
+    PyObject *kind = present(data, str_content);
+    int overflow = 0;
+    if (kind && !(PyLong_CheckExact(kind) && PyLong_AsLongAndOverflow(kind, &overflow) == 0 && !overflow))
+        Py_RETURN_NONE;
+    PyObject *split = present(data, str_offsets);
+    if (split && !PyList_CheckExact(split))
+        Py_RETURN_NONE;
+    PyObject *equality = present(data, str_equality_ids);
+    if (equality && !(PyList_CheckExact(equality) && PyList_GET_SIZE(equality) == 0))
+        Py_RETURN_NONE;
+    PyObject *referenced = present(data, str_referenced);
+    if ((referenced && !(PyUnicode_CheckExact(referenced) && PyUnicode_GET_LENGTH(referenced) == 0)) ||
+        present(data, str_content_offset) || present(data, str_first_row_id))
+        Py_RETURN_NONE;
+    PyObject *path = PyDict_GetItemWithError(data, str_file_path), *size = PyDict_GetItemWithError(data, str_size),
+             *count = PyDict_GetItemWithError(data, str_count), *format = PyDict_GetItemWithError(data, str_file_format);
+    if (!path || !size || !count || !format || !PyUnicode_CheckExact(format) || PyErr_Occurred()) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *file_format, *offsets = NULL, *lower = NULL, *upper = NULL, *nulls = NULL, *extra = NULL,
+             *out = NULL;
+    if (PyUnicode_Compare(format, str_PARQUET) == 0 || PyUnicode_Compare(format, str_parquet) == 0)
+        file_format = Py_NewRef(str_parquet);
+    else if (!(file_format = PyObject_CallMethodNoArgs(format, str_lower_method)))
+        return NULL;
+    if (split && PyList_GET_SIZE(split) > 0)
+        offsets = PyList_AsTuple(split);
+    else
+        offsets = Py_NewRef(Py_None);
+    if (!offsets)
+        goto done;
+    if (!(lower = lazy_stats(make_stats, present(data, str_lower), decoder, Py_True)) ||
+        !(upper = lazy_stats(make_stats, present(data, str_upper), decoder, Py_True)) ||
+        !(nulls = lazy_stats(make_stats, present(data, str_nulls), decoder, Py_False)))
+        goto done;
+    if (!(extra = new_dict(4)) || PyDict_SetItem(extra, str_sequence_number, args[3]) < 0 ||
+        PyDict_SetItem(extra, str_snapshot_id, args[4]) < 0 || PyDict_SetItem(extra, str_spec_id, spec_id) < 0 ||
+        (identity != Py_None && PyDict_SetItem(extra, str_identity_columns, identity) < 0))
+        goto done;
+    PyObject *empty = PyTuple_New(0);
+    if (!empty)
+        goto done;
+    PyObject *fields[12] = {path, size, count, content, file_format, args[2], lower, upper, nulls, offsets, empty, extra};
+    out = PyObject_Vectorcall(make_file, fields, 12, NULL);
+    Py_DECREF(empty);
+done:
+    Py_DECREF(file_format);
+    Py_XDECREF(offsets);
+    Py_XDECREF(lower);
+    Py_XDECREF(upper);
+    Py_XDECREF(nulls);
+    Py_XDECREF(extra);
+    return out;
+}
+
 /* ---- module functions ---------------------------------------------------------------------- */
 
 static PyObject *decode(PyObject *module, PyObject *args)
@@ -663,10 +883,52 @@ static const char *grow(Growing *g, size_t need)
     return NULL;
 }
 
+#ifdef LW_LIBDEFLATE
+/* With libdeflate (-DLW_LIBDEFLATE): the same, a third faster on the small blocks manifests are
+ * written in (pyiceberg writes one record per block, so setting up each block's Huffman tables is
+ * most of the work): decompressed into the room left in g, retried with twice the room when it
+ * does not fit. */
+static const char *fast_inflate_into(struct libdeflate_decompressor *d, const unsigned char *in, int64_t n,
+                                     Growing *g)
+{
+    const char *error;
+    size_t want = (size_t)n * 4 + 4096;
+    for (;;) {
+        if (g->cap - g->len < want && (error = grow(g, g->len + want)))
+            return error;
+        size_t in_used, out_made;
+        enum libdeflate_result status = libdeflate_deflate_decompress_ex(
+            d, in, (size_t)n, g->data + g->len, g->cap - g->len, &in_used, &out_made);
+        if (status == LIBDEFLATE_SUCCESS) {
+            g->len += out_made;
+            return NULL;
+        }
+        if (status != LIBDEFLATE_INSUFFICIENT_SPACE)
+            return "an Avro block's deflate stream is corrupt or truncated";
+        if (g->cap - g->len > ((size_t)PY_SSIZE_T_MAX) / 2)
+            return "an Avro container too large to decode";
+        want = (g->cap - g->len) * 2;
+    }
+}
+#endif
+
+/* What inflates a container's blocks: zlib's stream, or libdeflate's decompressor when built
+ * with it (made per container: one allocation, no state kept between blocks). */
+typedef struct {
+    z_stream z;
+#ifdef LW_LIBDEFLATE
+    struct libdeflate_decompressor *fast;
+#endif
+} Inflater;
+
 /* Appends the raw-deflate stream at in[0:n] to g, like zlib.decompress(in, -15): stops at the
  * stream's end (bytes after it are ignored) and fails on a stream that does not end. */
-static const char *inflate_into(z_stream *z, const unsigned char *in, int64_t n, Growing *g)
+static const char *inflate_into(Inflater *inflater, const unsigned char *in, int64_t n, Growing *g)
 {
+#ifdef LW_LIBDEFLATE
+    return fast_inflate_into(inflater->fast, in, n, g);
+#else
+    z_stream *z = &inflater->z;
     const char *error;
     if (inflateReset(z) != Z_OK)
         return "zlib could not reset its stream";
@@ -692,11 +954,12 @@ static const char *inflate_into(z_stream *z, const unsigned char *in, int64_t n,
         if (status != Z_OK && status != Z_BUF_ERROR)
             return "an Avro block's deflate stream is corrupt";
     }
+#endif
 }
 
 /* The records of every block of c (decompressed when z is given) appended to g, their count
  * added to *total: NULL, or what is wrong. Runs without the GIL. */
-static const char *join_blocks(Cursor *c, const unsigned char *sync, z_stream *z, Growing *g, int64_t *total)
+static const char *join_blocks(Cursor *c, const unsigned char *sync, Inflater *z, Growing *g, int64_t *total)
 {
     const char *error;
     while (c->p < c->end) {
@@ -747,7 +1010,7 @@ static int join_container_into(Py_buffer *data, Py_ssize_t offset, Py_buffer *sy
                                Growing *joined, int64_t *total)
 {
     const char *error = NULL;
-    z_stream z;
+    Inflater z;
     if (sync->len != 16 || offset < 0 || offset > data->len) {
         fail("join_container needs a 16-byte sync marker and an offset inside the data");
         return -1;
@@ -760,12 +1023,21 @@ static int join_container_into(Py_buffer *data, Py_ssize_t offset, Py_buffer *sy
     Cursor c = {(const unsigned char *)data->buf + offset, (const unsigned char *)data->buf + data->len};
     memset(&z, 0, sizeof z);
     Py_BEGIN_ALLOW_THREADS
-    if (deflate && inflateInit2(&z, -15) != Z_OK)
+#ifdef LW_LIBDEFLATE
+    if (deflate && !(z.fast = libdeflate_alloc_decompressor()))
+        error = "out of memory inflating an Avro container";
+    else
+        error = join_blocks(&c, sync->buf, deflate ? &z : NULL, joined, total);
+    if (z.fast)
+        libdeflate_free_decompressor(z.fast);
+#else
+    if (deflate && inflateInit2(&z.z, -15) != Z_OK)
         error = "zlib could not start a raw deflate stream";
     else
         error = join_blocks(&c, sync->buf, deflate ? &z : NULL, joined, total);
     if (deflate)
-        inflateEnd(&z);
+        inflateEnd(&z.z);
+#endif
     Py_END_ALLOW_THREADS
     if (error) {
         give_back(joined); /* kept for the next call, as on success */
@@ -849,11 +1121,222 @@ static PyObject *int_long_map(PyObject *module, PyObject *raw)
     return parse_raw(raw, OP_INT_LONG_MAP);
 }
 
+/* ---- bound checks on raw maps --------------------------------------------------------------
+ *
+ * reject_bounds(lower, upper, clauses) -> bool: whether an entry's raw lower/upper bounds maps
+ * (int -> bytes, kept "raw"; None when absent) prove that no value of the file can satisfy one of
+ * `clauses`, each (field id, kind, op, literal): kind 0 compares Iceberg's little-endian signed
+ * integers (int, long, date, timestamps: any width 1..8) with an int literal, kind 1 bytes as
+ * unsigned strings (binary) with a bytes literal, kind 2 too but only bounds that are valid UTF-8
+ * (strings: UTF-8's byte order is code point order); op 0..4 is = < <= > >=.
+ * A bound that is absent or cannot be read is unknown and rejects nothing, so the answer is
+ * conservative like _prune.stats_check, whose per-entry Python it replaces for these clauses
+ * (no dict of every column's bounds is built). ValueError for a malformed map, as int_bytes_map. */
+#define MAX_CLAUSES 16
+enum { KIND_INT, KIND_BYTES, KIND_STRING };
+enum { CMP_EQ, CMP_LT, CMP_LE, CMP_GT, CMP_GE };
+
+typedef struct {
+    int64_t field;
+    int kind;
+    int op;
+    int64_t number;
+    const unsigned char *bytes;
+    Py_ssize_t nbytes;
+} Clause;
+
+/* Where each clause's field's value is in the raw map (at[i] NULL when absent; the last one
+ * wins, as in the dict int_bytes_map gives). */
+static int find_bounds(PyObject *raw, const Clause *clauses, Py_ssize_t n, const unsigned char **at,
+                       Py_ssize_t *len)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        at[i] = NULL;
+    if (raw == Py_None)
+        return 0;
+    if (!PyBytes_CheckExact(raw)) {
+        PyErr_SetString(PyExc_TypeError, "reject_bounds: a raw bounds map must be bytes or None");
+        return -1;
+    }
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(raw);
+    Cursor c = {buf, buf + PyBytes_GET_SIZE(raw)};
+    int64_t count, key;
+    for (;;) {
+        if (read_count(&c, 2, &count) < 0)
+            return -1;
+        if (count == 0)
+            break;
+        for (int64_t k = 0; k < count; k++) {
+            const unsigned char *s;
+            Py_ssize_t length;
+            if (read_long(&c, &key) < 0 || read_span(&c, &s, &length) < 0)
+                return -1;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                if (clauses[i].field == key) {
+                    at[i] = s;
+                    len[i] = length;
+                }
+            }
+        }
+    }
+    if (c.p != c.end)
+        return failed("malformed raw map: bytes after its closing block");
+    return 0;
+}
+
+/* Whether s[0:n] is UTF-8 as Python's strict decoder takes it (no overlong forms, surrogates
+ * or code points past U+10FFFF): a string bound that is not reads as unknown in Python. */
+static int valid_utf8(const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char b = s[i];
+        if (b < 0x80) {
+            i++;
+            continue;
+        }
+        Py_ssize_t more;
+        unsigned char low = 0x80, high = 0xBF; /* the range of the first continuation byte */
+        if (b >= 0xC2 && b <= 0xDF)
+            more = 1;
+        else if (b >= 0xE0 && b <= 0xEF) {
+            more = 2;
+            if (b == 0xE0)
+                low = 0xA0;
+            else if (b == 0xED)
+                high = 0x9F;
+        }
+        else if (b >= 0xF0 && b <= 0xF4) {
+            more = 3;
+            if (b == 0xF0)
+                low = 0x90;
+            else if (b == 0xF4)
+                high = 0x8F;
+        }
+        else
+            return 0;
+        if (n - i <= more || s[i + 1] < low || s[i + 1] > high)
+            return 0;
+        for (Py_ssize_t k = 2; k <= more; k++)
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+        i += more + 1;
+    }
+    return 1;
+}
+
+/* -1, 0 or 1 as the bound compares with the clause's literal; 2 when there is no bound, 3 when
+ * it cannot be read (then neither bound of the column counts, as in _prune.stats_check). */
+static int compare_bound(const Clause *clause, const unsigned char *s, Py_ssize_t n)
+{
+    if (!s)
+        return 2;
+    if (clause->kind == KIND_STRING && !valid_utf8(s, n))
+        return 3;
+    if (clause->kind == KIND_INT) {
+        if (n < 1 || n > 8)
+            return 3;
+        uint64_t v = 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            v |= (uint64_t)s[i] << (8 * i);
+        if (n < 8 && (s[n - 1] & 0x80))
+            v |= ~(uint64_t)0 << (8 * n); /* sign-extend */
+        int64_t bound = (int64_t)v;
+        return bound < clause->number ? -1 : bound > clause->number;
+    }
+    Py_ssize_t common = n < clause->nbytes ? n : clause->nbytes;
+    int order = common ? memcmp(s, clause->bytes, (size_t)common) : 0;
+    if (order)
+        return order < 0 ? -1 : 1;
+    return n < clause->nbytes ? -1 : n > clause->nbytes;
+}
+
+static int clause_rejects(const Clause *clause, int low, int high)
+{
+    switch (clause->op) {
+    case CMP_EQ:
+        return (low != 2 && low > 0) || (high != 2 && high < 0);
+    case CMP_LT:
+        return low != 2 && low >= 0;
+    case CMP_LE:
+        return low != 2 && low > 0;
+    case CMP_GT:
+        return high != 2 && high <= 0;
+    default: /* CMP_GE */
+        return high != 2 && high < 0;
+    }
+}
+
+static int load_clauses(PyObject *spec, Clause *clauses, Py_ssize_t *n)
+{
+    if (!PyTuple_CheckExact(spec) || PyTuple_GET_SIZE(spec) > MAX_CLAUSES)
+        return failed("reject_bounds: clauses must be a tuple of at most 16 clauses");
+    *n = PyTuple_GET_SIZE(spec);
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(spec, i);
+        Clause *clause = &clauses[i];
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 4)
+            return failed("reject_bounds: a clause is (field id, kind, op, literal)");
+        long kind, op;
+        clause->field = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 0));
+        kind = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
+        op = PyLong_AsLong(PyTuple_GET_ITEM(item, 2));
+        if (PyErr_Occurred())
+            return -1;
+        if ((kind != KIND_INT && kind != KIND_BYTES && kind != KIND_STRING) || op < CMP_EQ || op > CMP_GE)
+            return failed("reject_bounds: unknown clause kind or op");
+        clause->kind = (int)kind;
+        clause->op = (int)op;
+        PyObject *literal = PyTuple_GET_ITEM(item, 3);
+        if (kind == KIND_INT) {
+            if (!PyLong_CheckExact(literal))
+                return failed("reject_bounds: an int clause needs an int literal");
+            clause->number = PyLong_AsLongLong(literal);
+            if (clause->number == -1 && PyErr_Occurred())
+                return -1;
+        }
+        else {
+            if (!PyBytes_CheckExact(literal))
+                return failed("reject_bounds: a bytes clause needs a bytes literal");
+            clause->bytes = (const unsigned char *)PyBytes_AS_STRING(literal);
+            clause->nbytes = PyBytes_GET_SIZE(literal);
+        }
+    }
+    return 0;
+}
+
+static PyObject *reject_bounds(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Clause clauses[MAX_CLAUSES];
+    const unsigned char *low_at[MAX_CLAUSES], *high_at[MAX_CLAUSES];
+    Py_ssize_t low_len[MAX_CLAUSES], high_len[MAX_CLAUSES], n;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "reject_bounds(lower, upper, clauses) takes 3 arguments");
+        return NULL;
+    }
+    if (load_clauses(args[2], clauses, &n) < 0 || find_bounds(args[0], clauses, n, low_at, low_len) < 0 ||
+        find_bounds(args[1], clauses, n, high_at, high_len) < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int low = compare_bound(&clauses[i], low_at[i], low_len[i]);
+        int high = compare_bound(&clauses[i], high_at[i], high_len[i]);
+        if (low != 3 && high != 3 && clause_rejects(&clauses[i], low, high))
+            Py_RETURN_TRUE;
+    }
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"int_bytes_map", int_bytes_map, METH_O,
      "int_bytes_map(raw) -> dict: the int -> bytes map whose encoded blocks (kept \"raw\") are `raw`."},
     {"int_long_map", int_long_map, METH_O,
      "int_long_map(raw) -> dict: the int -> long map whose encoded blocks (kept \"raw\") are `raw`."},
+    {"reject_bounds", (PyCFunction)(void (*)(void))reject_bounds, METH_FASTCALL,
+     "reject_bounds(lower, upper, clauses) -> bool: whether raw bounds maps prove no value can\n"
+     "satisfy one of the clauses ((field id, kind, op, literal); see _prune.native_clauses)."},
+    {"plain_data_file", (PyCFunction)(void (*)(void))plain_data_file, METH_FASTCALL,
+     "plain_data_file(context, data, values, sequence, snapshot_id) -> DataFile | None: a plain entry's\n"
+     "model (see _manifests.make_data_file), None when the entry is not plain."},
     {"decode", decode, METH_VARARGS,
      "decode(payload, count, program) -> list: `count` records decoded from the bytes `payload`."},
     {"join_container", join_container, METH_VARARGS,
@@ -872,7 +1355,12 @@ PyMODINIT_FUNC PyInit__avro_native(void)
     PyObject *ops = NULL;
     if (!module)
         return NULL;
+    if (intern_names() < 0)
+        goto error;
     if (PyType_Ready(&ProgramType) < 0 || PyModule_AddObjectRef(module, "Program", (PyObject *)&ProgramType) < 0)
+        goto error;
+    if (PyType_Ready(&SlotsMakerType) < 0 ||
+        PyModule_AddObjectRef(module, "SlotsMaker", (PyObject *)&SlotsMakerType) < 0)
         goto error;
     if (!(ops = PyTuple_New(OP_COUNT)))
         goto error;
@@ -885,6 +1373,13 @@ PyMODINIT_FUNC PyInit__avro_native(void)
     if (PyModule_AddObjectRef(module, "OPS", ops) < 0)
         goto error;
     Py_DECREF(ops);
+#ifdef LW_LIBDEFLATE
+    if (PyModule_AddIntConstant(module, "LIBDEFLATE", 1) < 0)
+        goto error;
+#else
+    if (PyModule_AddIntConstant(module, "LIBDEFLATE", 0) < 0)
+        goto error;
+#endif
 #ifdef LW_ZLIB
     if (PyModule_AddIntConstant(module, "CONTAINER", 1) < 0)
         goto error;

@@ -28,7 +28,14 @@ from urllib.parse import quote_plus
 
 import fastavro
 
-from storage.formats.iceberg._avro import Joined, decode_joined, decoder_for, join
+from storage.formats.iceberg._avro import (
+    Joined,
+    SlotsMaker,
+    decode_joined,
+    decoder_for,
+    join,
+    plain_data_file,
+)
 from storage.formats.iceberg._avro_program import RAW
 from storage.formats.iceberg._entry_checks import checked_entry, checked_manifest_list
 from storage.formats.iceberg._metadata import INLINE_PREFIX, is_inline
@@ -401,20 +408,33 @@ class SpecContext:
 
 def slots_builder(cls: type[T]) -> Callable[..., T]:
     """A constructor of the frozen slots dataclass ``cls`` taking every field positionally, in
-    field order (none optional), which fills the slots directly: two to three times as fast as the
-    generated ``__init__``, whose assignments each go through ``object.__setattr__`` and whose
-    callers pass keywords. Listing builds two such objects per file.
+    field order (none optional), which fills the slots directly (``slots_maker``): several times
+    as fast as the generated ``__init__``, whose assignments each go through
+    ``object.__setattr__`` and whose callers pass keywords. Listing builds two such objects per
+    file.
 
     Only for a class whose ``__init__`` does nothing else (no ``__post_init__``, no init-only
     fields): the instance is then the one ``cls(*fields)`` gives. A field added to ``cls`` later is
     a required parameter here, so a caller that does not pass it fails at once."""
     if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__") or "__slots__" not in vars(cls):
         raise TypeError(f"{cls.__name__} is not a frozen slots dataclass without __post_init__")
-    names = [f.name for f in dataclasses.fields(cls)]
+    return slots_maker(cls, tuple(f.name for f in dataclasses.fields(cls)))
+
+
+def slots_maker(cls: type[T], names: tuple[str, ...], *, native: bool = True) -> Callable[..., T]:
+    """A function of one positional argument per name in ``names`` returning a new ``cls`` with
+    those slots set and nothing else run (neither ``__new__`` nor ``__init__`` of ``cls``): the
+    compiled ``SlotsMaker`` (``_avro_native.c``, which stores each value at its slot's offset),
+    else a generated function calling each slot's own descriptor. Every name must be a slot."""
+    if native and SlotsMaker is not None:
+        return cast(Callable[..., T], SlotsMaker(cls, names))
     namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
     body = ["    self = _new(_cls)"]
     for name in names:
-        namespace[f"_set_{name}"] = vars(cls)[name].__set__  # the slot's own descriptor
+        descriptor = next((vars(k)[name] for k in cls.__mro__ if name in vars(k)), None)
+        if descriptor is None or type(descriptor).__name__ != "member_descriptor":
+            raise ValueError(f"{name!r} is not a slot of {cls.__name__}")
+        namespace[f"_set_{name}"] = descriptor.__set__  # the slot's own descriptor
         body.append(f"    _set_{name}(self, {name})")
     source = f"def build({', '.join(names)}):\n" + "\n".join(body) + "\n    return self\n"
     exec(compile(source, f"<slots builder {cls.__name__}>", "exec"), namespace)  # noqa: S102
@@ -423,8 +443,25 @@ def slots_builder(cls: type[T]) -> Callable[..., T]:
 
 
 _data_file = slots_builder(DataFile)
+# LazyStats(raw, decoder, bounds), with its cache (_by_id) unset, as its __init__ leaves it
+_lazy_stats = slots_maker(LazyStats, ("_raw", "_decoder", "_bounds", "_by_id"))
+# plain_data_file calls the makers with the fields in this order (DataFile's own, checked here)
+_COMPILED_MAKERS = SlotsMaker is not None and isinstance(_data_file, SlotsMaker)
+assert [f.name for f in dataclasses.fields(DataFile)] == [
+    "path", "size_bytes", "record_count", "content", "file_format", "partition",
+    "lower_bounds", "upper_bounds", "null_counts", "split_offsets", "equality_columns", "extra",
+]  # fmt: skip
 _DATA = FileContent.DATA
 _POSITION_DELETES = FileContent.POSITION_DELETES
+
+
+def plain_context(decoder: ColumnDecoder, context: SpecContext) -> tuple[Any, ...] | None:
+    """The ``context`` argument of the compiled ``plain_data_file`` for entries of ``context``'s
+    spec, or None when it is not built (then ``make_data_file`` builds every model) or when the
+    spec has ``timestamp_ns`` identity fields (``identity_nanos`` is left to ``make_data_file``)."""
+    if plain_data_file is None or not _COMPILED_MAKERS or context.exact:
+        return None
+    return (_data_file, _lazy_stats, decoder, _DATA, context.spec_id, context.identity or None)
 
 
 def make_data_file(
@@ -480,9 +517,9 @@ def make_data_file(
         content,  # content
         file_format,  # file_format
         values,  # partition
-        None if lower is None else LazyStats(lower, decoder, True),  # lower_bounds
-        None if upper is None else LazyStats(upper, decoder, True),  # upper_bounds
-        None if nulls is None else LazyStats(nulls, decoder, False),  # null_counts
+        None if lower is None else _lazy_stats(lower, decoder, True, None),  # lower_bounds
+        None if upper is None else _lazy_stats(upper, decoder, True, None),  # upper_bounds
+        None if nulls is None else _lazy_stats(nulls, decoder, False, None),  # null_counts
         tuple(offsets) if offsets else None,  # split_offsets
         equality_columns,  # equality_columns
         extra,  # extra

@@ -129,3 +129,81 @@ def partition_check(projected: Any, names: tuple[str, ...]) -> Callable[[Mapping
     if check is _ALWAYS:
         return None
     return lambda values: check(values, None)
+
+
+# -- the compiled pre-check ------------------------------------------------------------------
+
+_OPS = {"=": 0, "<": 1, "<=": 2, ">": 3, ">=": 4}
+_KIND_INT, _KIND_BYTES, _KIND_STRING = 0, 1, 2
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _native_literal(iceberg_type: Any, value: Any) -> tuple[int, Any] | None:
+    """(kind, literal) for ``_avro.reject_bounds`` of a comparison of a column of ``iceberg_type``
+    with ``value``, or None when the compiled check cannot decide it exactly as ``stats_check``
+    would (such comparisons stay with the Python check)."""
+    import datetime as dt
+
+    from pyiceberg.types import (
+        BinaryType,
+        DateType,
+        FixedType,
+        IntegerType,
+        LongType,
+        StringType,
+        TimestampType,
+        TimestamptzType,
+    )
+
+    number: int | None = None
+    if isinstance(iceberg_type, (IntegerType, LongType)) and type(value) is int:
+        number = value
+    elif isinstance(iceberg_type, DateType) and type(value) is dt.date:
+        number = (value - dt.date(1970, 1, 1)).days
+    elif isinstance(iceberg_type, (TimestampType, TimestamptzType)) and type(value) is dt.datetime:
+        aware = isinstance(iceberg_type, TimestamptzType)
+        if (value.tzinfo is not None) != aware:
+            return None  # naive against aware: the Python check keeps the file (TypeError)
+        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC if aware else None)
+        number = (value - epoch) // dt.timedelta(microseconds=1)
+    elif isinstance(iceberg_type, StringType) and type(value) is str:
+        try:
+            return _KIND_STRING, value.encode("utf-8")  # UTF-8 byte order is code point order
+        except UnicodeEncodeError:
+            return None
+    elif isinstance(iceberg_type, (BinaryType, FixedType)) and type(value) is bytes:
+        return _KIND_BYTES, value
+    if number is None or not _INT64[0] <= number <= _INT64[1]:
+        return None
+    return _KIND_INT, number
+
+
+def native_clauses(expr: Any, decoder: ColumnDecoder) -> tuple[tuple[tuple[int, int, int, Any], ...], Any]:
+    """Split ``expr`` for the compiled pre-check: (clauses for ``_avro.reject_bounds``, the rest
+    of the expression or None). The clauses are the comparisons of its top-level conjunction on
+    integer-like, date, timestamp, string and binary columns; the rest (disjunctions, IN, floats,
+    other types and literals) keeps the Python ``stats_check``. An entry that either rejects
+    cannot match, as both parts are conjoined."""
+    from storage.spec.expressions import And, Comparison
+
+    parts = list(expr.children) if isinstance(expr, And) else [expr]
+    clauses: list[tuple[int, int, int, Any]] = []
+    rest = []
+    while parts:
+        part = parts.pop(0)
+        if isinstance(part, And):
+            parts[:0] = part.children
+            continue
+        found = None
+        if isinstance(part, Comparison) and part.op in _OPS and _usable(part.value):
+            field_id = decoder.ids.get(part.column)
+            if field_id is not None and len(clauses) < 16:
+                literal = _native_literal(decoder.types.get(field_id), part.value)
+                if literal is not None:
+                    found = (field_id, literal[0], _OPS[part.op], literal[1])
+        if found is not None:
+            clauses.append(found)
+        else:
+            rest.append(part)
+    remainder = None if not rest else rest[0] if len(rest) == 1 else And(*rest)
+    return tuple(clauses), remainder

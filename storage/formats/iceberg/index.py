@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from storage.formats.iceberg._avro import plain_data_file, reject_bounds
 from storage.formats.iceberg._deletes import DeleteIndex
 from storage.formats.iceberg._manifests import (
     CONTENT_DATA,
@@ -23,10 +24,11 @@ from storage.formats.iceberg._manifests import (
     inherited_sequence,
     iter_manifests,
     make_data_file,
+    plain_context,
     read_manifest_list,
     slots_builder,
 )
-from storage.formats.iceberg._prune import partition_check, stats_check
+from storage.formats.iceberg._prune import Check, native_clauses, partition_check, stats_check
 from storage.formats.iceberg._values import ColumnDecoder, stats_map
 from storage.spec.errors import CorruptTable, InvalidRange
 from storage.spec.models import (
@@ -76,6 +78,13 @@ class _Checks:
     def __init__(self, expr: Any, decoder: ColumnDecoder) -> None:
         self.expr = expr
         self._check_stats = stats_check(expr, decoder)
+        # the compiled part of the stats pre-check (None without the compiled decoder): its
+        # clauses run in C on the still-encoded bounds, the rest of the filter in Python
+        self._native: tuple[Any, Check | None, Callable[[Any, Any, Any], bool]] | None = None
+        if expr is not None and reject_bounds is not None:
+            clauses, rest = native_clauses(expr, decoder)
+            if clauses:
+                self._native = (clauses, None if rest is None else stats_check(rest, decoder), reject_bounds)
         self._rejecters: dict[int, Callable[[Any, dict[str, Any], dict[str, Any]], bool]] = {}
         if expr is not None:
             from storage.spec.expressions import might_match_file
@@ -98,6 +107,7 @@ class _Checks:
 
             check_partition = partition_check(partition_projection(self.expr, context.model), context.names)
         check_stats = self._check_stats
+        clauses, check_rest, reject = self._native if self._native is not None else ((), None, None)
         verdicts: dict[Any, bool] = {}
 
         def rejects(key: Any, values: dict[str, Any], raw: dict[str, Any]) -> bool:
@@ -114,7 +124,18 @@ class _Checks:
             if check_stats is None or raw.get("content"):
                 return False
             lower, upper = raw.get("lower_bounds"), raw.get("upper_bounds")
-            return not check_stats(
+            if reject is not None and type(lower) is not dict and type(upper) is not dict:  # kept raw
+                try:
+                    if reject(lower, upper, clauses):
+                        return True
+                except ValueError as exc:
+                    raise CorruptTable(f"a manifest entry's column statistics are malformed: {exc}") from None
+                if check_rest is None:
+                    return False
+                check = check_rest
+            else:
+                check = check_stats
+            return not check(
                 None if lower is None else stats_map(lower), None if upper is None else stats_map(upper)
             )
 
@@ -272,6 +293,7 @@ class IcebergFileIndex(FileIndex):
         rejects = checks.rejecter(context)
         row_ids = RowIds(manifest)
         assign = None if row_ids.inactive else row_ids.assign
+        plain = plain_context(decoder, context)  # None: make_data_file builds every model
         for record in records:
             if record["status"] == STATUS_DELETED:
                 continue
@@ -283,7 +305,11 @@ class IcebergFileIndex(FileIndex):
             key, values, descriptor = partition_of(raw["partition"])
             if rejects is not None and rejects(key, values, raw):
                 continue
-            data_file = make_data_file(
+            data_file = (
+                plain_data_file(plain, raw, values, sequence, snapshot_id)
+                if plain is not None and first_row_id is None
+                else None
+            ) or make_data_file(
                 record, values, decoder, sequence, snapshot_id, context, avro_names, first_row_id
             )
             if checks.expr is not None and not checks.might_match_file(checks.expr, data_file, spec_model):
