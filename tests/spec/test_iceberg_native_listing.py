@@ -685,3 +685,16 @@ def test_the_compiled_module_inflates_with_libdeflate_when_its_header_is_install
     assert _avro._native.LIBDEFLATE in (0, 1)
     if os.path.exists("/usr/include/libdeflate.h"):  # setup installs it (libdeflate-dev) as root
         assert _avro._native.LIBDEFLATE == 1, "built without libdeflate: run scripts/build_native.py"
+
+
+def test_malformed_bounds_fail_the_listing_s_pre_check_as_a_corrupt_table():
+    from storage.formats.iceberg._manifests import SpecContext
+    from storage.formats.iceberg.index import _Checks
+    from storage.spec.errors import CorruptTable
+
+    context = SpecContext(_spec(), SCHEMA)
+    rejects = _Checks(Comparison("=", "id", 5), DECODER).rejecter(context)
+    good = raw_map([(1, to_bytes(LongType(), 9))])
+    assert rejects(None, {}, {"lower_bounds": good, "upper_bounds": good})  # 9 > 5: compiled, rejected
+    with pytest.raises(CorruptTable, match="column statistics are malformed"):
+        rejects(None, {}, {"lower_bounds": b"\x02\x02", "upper_bounds": good})

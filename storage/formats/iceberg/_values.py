@@ -293,4 +293,10 @@ def stats_map(raw: Any, bounds: bool = True) -> dict[int, Any]:
     try:
         return int_bytes_map(raw) if bounds else int_long_map(raw)
     except ValueError as exc:
-        raise CorruptTable(f"a manifest entry's column statistics are malformed: {exc}") from None
+        raise malformed_stats(exc) from None
+
+
+def malformed_stats(error: ValueError) -> CorruptTable:
+    """The error of an entry whose raw statistics map the parsers refused (``stats_map``, and the
+    compiled pre-check on the same bytes)."""
+    return CorruptTable(f"a manifest entry's column statistics are malformed: {error}")

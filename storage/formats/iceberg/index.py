@@ -29,7 +29,7 @@ from storage.formats.iceberg._manifests import (
     slots_builder,
 )
 from storage.formats.iceberg._prune import Check, native_clauses, partition_check, stats_check
-from storage.formats.iceberg._values import ColumnDecoder, stats_map
+from storage.formats.iceberg._values import ColumnDecoder, malformed_stats, stats_map
 from storage.spec.errors import CorruptTable, InvalidRange
 from storage.spec.models import (
     ChangeKind,
@@ -129,7 +129,7 @@ class _Checks:
                     if reject(lower, upper, clauses):
                         return True
                 except ValueError as exc:
-                    raise CorruptTable(f"a manifest entry's column statistics are malformed: {exc}") from None
+                    raise malformed_stats(exc) from None
                 if check_rest is None:
                     return False
                 check = check_rest
