@@ -49,6 +49,7 @@ from storage.formats.iceberg._avro_program import (
     raw_map,
     record_fields,
     resolve,
+    value_nodes,
 )
 from storage.formats.iceberg._entry_checks import entries_well_typed
 
@@ -342,6 +343,7 @@ class ManifestDecoder:
     def __init__(self, writer_schema: dict[str, Any], keep: dict[str, Any]) -> None:
         self.read = _Compiler().compile(writer_schema, keep)
         self._schema, self._keep, self._program = writer_schema, keep, None
+        self._nodes: list[Any] = []
         # partition field id -> Avro field name (names may be sanitised, ids are not)
         # (data_file and partition may be nullable unions, ["null", {record}], as BigQuery and
         # some Spark versions write them, or references to a named record)
@@ -364,10 +366,17 @@ class ManifestDecoder:
         """The compiled decoder's program for this schema and keep spec (built on first use)."""
         if self._program is None:
             try:
-                self._program = _native.Program(compile_program(self._schema, self._keep))
+                nodes = compile_program(self._schema, self._keep)
+                self._program = _native.Program(nodes)
             except _SCHEMA_ERRORS as exc:
                 raise ValueError(f"an Avro schema this decoder cannot read: {exc!r}") from exc
+            self._nodes = nodes
         return self._program
+
+    def probes(self, fields: tuple[tuple[tuple[str, ...], str], ...]) -> tuple[int, ...]:
+        """The probes of ``decode_filtered`` for ``fields`` in this program (``value_nodes``)."""
+        self.program()
+        return value_nodes(self._nodes, fields)
 
 
 def _named_records(schema: Any) -> dict[str, Any]:
@@ -543,10 +552,23 @@ def join(data: bytes, *, native: bool | None = None) -> Joined:
 
 
 def decode_joined(
-    joined: Joined, keep: dict[str, Any], *, native: bool | None = None
+    joined: Joined, keep: dict[str, Any], *, native: bool | None = None, drop: Any = None
 ) -> tuple[ManifestDecoder, list[dict[str, Any]]]:
-    """The second half of ``decode_records``: the decoder and every record of ``joined``."""
+    """The second half of ``decode_records``: the decoder and every record of ``joined``.
+
+    ``drop(decoder)``, when given and the compiled decoder decodes, may return the filter of the
+    compiled ``decode_filtered`` for this schema (None: none): the records it proves the caller
+    would drop are then read through and left out (``_avro_native.c``, "filtered decoding")."""
     decoder = decoder_for(joined.schema, keep)
+    if drop is not None and (NATIVE if native is None else native) and _native is not None:
+        spec = drop(decoder)
+        if spec is not None:
+            program = decoder.program()
+            return decoder, [
+                record
+                for payload, count in joined.payloads
+                for record in _native.decode_filtered(payload, count, program, spec)
+            ]
     if not (NATIVE if native is None else native):
         read = decoder.read
         return decoder, [read(dec) for dec, count in _registered(iter(joined.payloads)) for _ in range(count)]

@@ -1147,19 +1147,14 @@ typedef struct {
 
 /* Where each clause's field's value is in the raw map (at[i] NULL when absent; the last one
  * wins, as in the dict int_bytes_map gives). */
-static int find_bounds(PyObject *raw, const Clause *clauses, Py_ssize_t n, const unsigned char **at,
-                       Py_ssize_t *len)
+static int find_bounds_in(const unsigned char *buf, Py_ssize_t size, const Clause *clauses, Py_ssize_t n,
+                          const unsigned char **at, Py_ssize_t *len)
 {
     for (Py_ssize_t i = 0; i < n; i++)
         at[i] = NULL;
-    if (raw == Py_None)
+    if (!buf) /* no map */
         return 0;
-    if (!PyBytes_CheckExact(raw)) {
-        PyErr_SetString(PyExc_TypeError, "reject_bounds: a raw bounds map must be bytes or None");
-        return -1;
-    }
-    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(raw);
-    Cursor c = {buf, buf + PyBytes_GET_SIZE(raw)};
+    Cursor c = {buf, buf + size};
     int64_t count, key;
     for (;;) {
         if (read_count(&c, 2, &count) < 0)
@@ -1182,6 +1177,19 @@ static int find_bounds(PyObject *raw, const Clause *clauses, Py_ssize_t n, const
     if (c.p != c.end)
         return failed("malformed raw map: bytes after its closing block");
     return 0;
+}
+
+static int find_bounds(PyObject *raw, const Clause *clauses, Py_ssize_t n, const unsigned char **at,
+                       Py_ssize_t *len)
+{
+    if (raw == Py_None)
+        return find_bounds_in(NULL, 0, clauses, n, at, len);
+    if (!PyBytes_CheckExact(raw)) {
+        PyErr_SetString(PyExc_TypeError, "reject_bounds: a raw bounds map must be bytes or None");
+        return -1;
+    }
+    return find_bounds_in((const unsigned char *)PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), clauses, n, at,
+                          len);
 }
 
 /* Whether s[0:n] is UTF-8 as Python's strict decoder takes it (no overlong forms, surrogates
@@ -1267,6 +1275,19 @@ static int clause_rejects(const Clause *clause, int low, int high)
     }
 }
 
+/* Whether one of the n clauses is proven false by the bounds found for it (find_bounds_in). */
+static int bounds_reject(const Clause *clauses, Py_ssize_t n, const unsigned char **low_at, const Py_ssize_t *low_len,
+                         const unsigned char **high_at, const Py_ssize_t *high_len)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int low = compare_bound(&clauses[i], low_at[i], low_len[i]);
+        int high = compare_bound(&clauses[i], high_at[i], high_len[i]);
+        if (low != 3 && high != 3 && clause_rejects(&clauses[i], low, high))
+            return 1;
+    }
+    return 0;
+}
+
 static int load_clauses(PyObject *spec, Clause *clauses, Py_ssize_t *n)
 {
     if (!PyTuple_CheckExact(spec) || PyTuple_GET_SIZE(spec) > MAX_CLAUSES)
@@ -1317,13 +1338,319 @@ static PyObject *reject_bounds(PyObject *module, PyObject *const *args, Py_ssize
     if (load_clauses(args[2], clauses, &n) < 0 || find_bounds(args[0], clauses, n, low_at, low_len) < 0 ||
         find_bounds(args[1], clauses, n, high_at, high_len) < 0)
         return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int low = compare_bound(&clauses[i], low_at[i], low_len[i]);
-        int high = compare_bound(&clauses[i], high_at[i], high_len[i]);
-        if (low != 3 && high != 3 && clause_rejects(&clauses[i], low, high))
-            Py_RETURN_TRUE;
+    return PyBool_FromLong(bounds_reject(clauses, n, low_at, low_len, high_at, high_len));
+}
+
+/* ---- filtered decoding ---------------------------------------------------------------------
+ *
+ * decode_filtered(payload, count, program, filter) -> list: the records decode() gives, less the
+ * ones `filter` proves a listing drops, which are read through (checked as decode checks them:
+ * the same errors for a malformed record) without building anything. A listing with a filter
+ * keeps a few of a manifest's entries; building every entry's dicts only to drop them was most
+ * of such a listing (see _manifests.EntryFilter, which builds `filter` and whose rules these are).
+ *
+ * filter = (probes, verdicts, partition_rejects, clauses):
+ * - probes: the program's node index of each entry's status, data_file content, partition,
+ *   lower_bounds and upper_bounds (the value node, under a nullable field's union), -1 when the
+ *   schema lacks it; status must be a long node, partition a record, the bounds raw int->bytes maps;
+ * - an entry whose status is 2 (deleted) is dropped;
+ * - partition_rejects(partition) -> bool, or None: called with the entry's partition as decode
+ *   gives it; its verdict is kept in the dict `verdicts` by the partition's encoded bytes (the
+ *   caller keeps one dict per writer schema and filter; cleared past 4096 keys);
+ * - clauses: reject_bounds's clauses, or None: a data entry (content 0 or absent) whose bounds
+ *   reject them is dropped; bounds that cannot be read drop nothing (the entry is decoded, and
+ *   the listing's own check reports them). */
+enum { PROBE_STATUS, PROBE_CONTENT, PROBE_PARTITION, PROBE_LOWER, PROBE_UPPER, PROBES };
+
+typedef struct {
+    const unsigned char *at; /* NULL: not in this entry (a null, or a field the schema lacks) */
+    Py_ssize_t len;
+} Span;
+
+typedef struct {
+    const Program *prog;
+    signed char *slot_of; /* per node: its probe, or -1 */
+    Span spans[PROBES];
+} Skim;
+
+/* The items of an Iceberg int-keyed block array (or int array), read through. */
+static int skim_block(int op, Cursor *c)
+{
+    int is_list = op == OP_INT_ARRAY;
+    int64_t count, number;
+    const unsigned char *s;
+    Py_ssize_t n;
+    for (;;) {
+        if (read_count(c, is_list ? 1 : 2, &count) < 0)
+            return -1;
+        if (count == 0)
+            return 0;
+        for (int64_t i = 0; i < count; i++) {
+            if (read_long(c, &number) < 0)
+                return -1;
+            if ((op == OP_INT_BYTES_MAP || op == OP_RAW_INT_BYTES_MAP) && read_span(c, &s, &n) < 0)
+                return -1;
+            if ((op == OP_INT_LONG_MAP || op == OP_RAW_INT_LONG_MAP) && read_long(c, &number) < 0)
+                return -1;
+        }
     }
-    Py_RETURN_FALSE;
+}
+
+/* One value of node read through as run() reads it (what run() would reject fails here too:
+ * kept strings and map keys must be UTF-8), recording the span of each probed node. */
+static int skim(Skim *k, const Node *node, Cursor *c)
+{
+    const Program *prog = k->prog;
+    const unsigned char *start = c->p, *s;
+    Py_ssize_t n;
+    int64_t number;
+    switch (node->op) {
+    case OP_NULL:
+        break;
+    case OP_BOOLEAN:
+        if (take(c, 1, &s) < 0)
+            return -1;
+        break;
+    case OP_LONG:
+        if (read_long(c, &number) < 0)
+            return -1;
+        break;
+    case OP_FLOAT:
+        if (take(c, 4, &s) < 0)
+            return -1;
+        break;
+    case OP_DOUBLE:
+        if (take(c, 8, &s) < 0)
+            return -1;
+        break;
+    case OP_BYTES:
+        if (read_span(c, &s, &n) < 0)
+            return -1;
+        break;
+    case OP_STRING:
+        if (read_span(c, &s, &n) < 0)
+            return -1;
+        if (node->keep && !valid_utf8(s, n))
+            return failed("malformed Avro data: a string that is not UTF-8");
+        break;
+    case OP_FIXED:
+        if (take(c, node->size, &s) < 0)
+            return -1;
+        break;
+    case OP_RECORD:
+        for (Py_ssize_t i = 0; i < node->nkids; i++)
+            if (skim(k, &prog->nodes[prog->kids[node->first + i]], c) < 0)
+                return -1;
+        break;
+    case OP_NULL_FIRST:
+    case OP_NULL_SECOND:
+    case OP_UNION: {
+        Py_ssize_t kid = -1;
+        if (read_long(c, &number) < 0)
+            return -1;
+        if (node->op == OP_UNION) {
+            if (number < 0 || number >= node->nkids)
+                return failed("malformed Avro data: a union branch index out of range");
+            kid = (Py_ssize_t)number;
+        }
+        else if (number != 0 && number != 1)
+            return failed("malformed Avro data: a union branch index out of range");
+        else if ((node->op == OP_NULL_FIRST) == (number == 1))
+            kid = 0;
+        if (kid >= 0 && skim(k, &prog->nodes[prog->kids[node->first + kid]], c) < 0)
+            return -1;
+        break;
+    }
+    case OP_ARRAY:
+    case OP_MAP: {
+        const Node *item = &prog->nodes[prog->kids[node->first]];
+        int is_map = node->op == OP_MAP;
+        int64_t count;
+        for (;;) {
+            if (read_count(c, is_map + item->minsize, &count) < 0)
+                return -1;
+            if (count == 0)
+                break;
+            for (int64_t i = 0; i < count; i++) {
+                if (is_map) { /* keys are decoded even when the map is skipped (see run_map) */
+                    if (read_span(c, &s, &n) < 0)
+                        return -1;
+                    if (!valid_utf8(s, n))
+                        return failed("malformed Avro data: a map key that is not UTF-8");
+                }
+                if (skim(k, item, c) < 0)
+                    return -1;
+            }
+        }
+        break;
+    }
+    default: /* the Iceberg block ops and the raw maps (checked by Program) */
+        if (skim_block(node->op, c) < 0)
+            return -1;
+    }
+    signed char slot = k->slot_of[node - prog->nodes];
+    if (slot >= 0) {
+        k->spans[slot].at = start;
+        k->spans[slot].len = c->p - start;
+    }
+    return 0;
+}
+
+/* The long at a probed span (the default when the entry has none). */
+static int64_t span_long(const Span *span, int64_t otherwise)
+{
+    int64_t value;
+    Cursor c = {span->at, span->at + span->len};
+    if (!span->at || varint(&c, &value))
+        return otherwise;
+    return value;
+}
+
+typedef struct {
+    PyObject *verdicts, *partition_rejects;
+    Py_ssize_t partition_node;
+    Clause clauses[MAX_CLAUSES];
+    Py_ssize_t nclauses; /* -1: no clauses */
+} EntryFilter;
+
+/* 1 when the skimmed entry is dropped, 0 when it is decoded, -1 on error. */
+static int drops(const Program *prog, const EntryFilter *f, const Span *spans, int *collecting)
+{
+    if (span_long(&spans[PROBE_STATUS], 0) == 2)
+        return 1;
+    const Span *part = &spans[PROBE_PARTITION];
+    if (f->partition_rejects != Py_None && part->at) {
+        PyObject *key = PyBytes_FromStringAndSize((const char *)part->at, part->len);
+        if (!key)
+            return -1;
+        PyObject *verdict = PyDict_GetItemWithError(f->verdicts, key); /* borrowed */
+        if (!verdict) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(key);
+                return -1;
+            }
+            Cursor pc = {part->at, part->at + part->len};
+            PyObject *values = run(prog, &prog->nodes[f->partition_node], &pc);
+            if (values && *collecting) /* Python code runs: let the collector run too */
+                PyGC_Enable();
+            verdict = values ? PyObject_CallOneArg(f->partition_rejects, values) : NULL;
+            if (*collecting)
+                PyGC_Disable();
+            Py_XDECREF(values);
+            int truth = verdict ? PyObject_IsTrue(verdict) : -1;
+            Py_XDECREF(verdict);
+            if (truth < 0) {
+                Py_DECREF(key);
+                return -1;
+            }
+            if (PyDict_GET_SIZE(f->verdicts) > 4096)
+                PyDict_Clear(f->verdicts);
+            verdict = truth ? Py_True : Py_False;
+            if (PyDict_SetItem(f->verdicts, key, verdict) < 0) {
+                Py_DECREF(key);
+                return -1;
+            }
+        }
+        Py_DECREF(key);
+        if (verdict == Py_True)
+            return 1;
+    }
+    if (f->nclauses > 0 && span_long(&spans[PROBE_CONTENT], 0) == 0) {
+        const unsigned char *low_at[MAX_CLAUSES], *high_at[MAX_CLAUSES];
+        Py_ssize_t low_len[MAX_CLAUSES], high_len[MAX_CLAUSES];
+        const Span *low = &spans[PROBE_LOWER], *high = &spans[PROBE_UPPER];
+        if (find_bounds_in(low->at, low->len, f->clauses, f->nclauses, low_at, low_len) < 0 ||
+            find_bounds_in(high->at, high->len, f->clauses, f->nclauses, high_at, high_len) < 0) {
+            PyErr_Clear(); /* decoded: the listing's own check reports the malformed map */
+            return 0;
+        }
+        return bounds_reject(f->clauses, f->nclauses, low_at, low_len, high_at, high_len);
+    }
+    return 0;
+}
+
+static const int PROBE_OPS[PROBES] = {OP_LONG, OP_LONG, OP_RECORD, OP_RAW_INT_BYTES_MAP, OP_RAW_INT_BYTES_MAP};
+
+static int load_filter(PyObject *spec, const Program *prog, EntryFilter *f, signed char *slot_of)
+{
+    PyObject *probes;
+    if (!PyTuple_CheckExact(spec) || PyTuple_GET_SIZE(spec) != 4)
+        return failed("decode_filtered: filter is (probes, verdicts, partition_rejects, clauses)");
+    probes = PyTuple_GET_ITEM(spec, 0);
+    f->verdicts = PyTuple_GET_ITEM(spec, 1);
+    f->partition_rejects = PyTuple_GET_ITEM(spec, 2);
+    if (!PyTuple_CheckExact(probes) || PyTuple_GET_SIZE(probes) != PROBES || !PyDict_CheckExact(f->verdicts) ||
+        (f->partition_rejects != Py_None && !PyCallable_Check(f->partition_rejects)))
+        return failed("decode_filtered: probes must be 5 node indices, verdicts a dict");
+    memset(slot_of, -1, (size_t)prog->nnodes);
+    f->partition_node = -1;
+    for (int i = 0; i < PROBES; i++) {
+        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(probes, i));
+        if (at == -1 && PyErr_Occurred())
+            return -1;
+        if (at < 0)
+            continue;
+        if (at >= prog->nnodes || prog->nodes[at].op != PROBE_OPS[i] || slot_of[at] >= 0)
+            return failed("decode_filtered: a probe is not a node of the expected kind");
+        slot_of[at] = (signed char)i;
+        if (i == PROBE_PARTITION)
+            f->partition_node = at;
+    }
+    if (f->partition_rejects != Py_None && f->partition_node < 0)
+        return failed("decode_filtered: a partition check without a partition probe");
+    f->nclauses = -1;
+    PyObject *clauses = PyTuple_GET_ITEM(spec, 3);
+    if (clauses != Py_None && load_clauses(clauses, f->clauses, &f->nclauses) < 0)
+        return -1;
+    return 0;
+}
+
+static PyObject *decode_filtered(PyObject *module, PyObject *args)
+{
+    Py_buffer payload;
+    long long count;
+    PyObject *prog_, *spec, *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*LO!O:decode_filtered", &payload, &count, &ProgramType, &prog_, &spec))
+        return NULL;
+    const Program *prog = (const Program *)prog_;
+    const Node *root = &prog->nodes[0];
+    EntryFilter f;
+    Skim k = {prog, NULL, {{NULL, 0}}};
+    if (!(k.slot_of = PyMem_Malloc((size_t)prog->nnodes))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (load_filter(spec, prog, &f, k.slot_of) < 0)
+        goto done;
+    if (count < 0 || (root->minsize > 0 ? count > payload.len / root->minsize : count > MAX_ZERO_SIZE_ITEMS)) {
+        fail("malformed Avro data: more records than the data can hold");
+        goto done;
+    }
+    if (!(out = PyList_New(0)))
+        goto done;
+    Cursor c = {payload.buf, (const unsigned char *)payload.buf + payload.len};
+    int collecting = PyGC_Disable(); /* as in run_records */
+    for (long long i = 0; i < count; i++) {
+        const unsigned char *start = c.p;
+        memset(k.spans, 0, sizeof k.spans);
+        int dropped = skim(&k, root, &c) < 0 ? -1 : drops(prog, &f, k.spans, &collecting);
+        if (dropped == 1)
+            continue;
+        Cursor entry = {start, c.p};
+        PyObject *record = dropped < 0 ? NULL : run(prog, root, &entry);
+        if (!record || PyList_Append(out, record) < 0) {
+            Py_XDECREF(record);
+            Py_CLEAR(out);
+            break;
+        }
+        Py_DECREF(record);
+    }
+    if (collecting)
+        PyGC_Enable();
+done:
+    PyMem_Free(k.slot_of);
+    PyBuffer_Release(&payload);
+    return out;
 }
 
 static PyMethodDef methods[] = {
@@ -1337,6 +1664,9 @@ static PyMethodDef methods[] = {
     {"plain_data_file", (PyCFunction)(void (*)(void))plain_data_file, METH_FASTCALL,
      "plain_data_file(context, data, values, sequence, snapshot_id) -> DataFile | None: a plain entry's\n"
      "model (see _manifests.make_data_file), None when the entry is not plain."},
+    {"decode_filtered", decode_filtered, METH_VARARGS,
+     "decode_filtered(payload, count, program, filter) -> list: the records decode() gives, less\n"
+     "those `filter` proves a listing drops (see _manifests.EntryFilter)."},
     {"decode", decode, METH_VARARGS,
      "decode(payload, count, program) -> list: `count` records decoded from the bytes `payload`."},
     {"join_container", join_container, METH_VARARGS,

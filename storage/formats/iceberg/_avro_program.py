@@ -163,6 +163,32 @@ class _ProgramCompiler:
         return node
 
 
+def value_node(nodes: list[Node], path: tuple[str, ...]) -> int:
+    """The index in ``nodes`` (a ``compile_program`` program) of the node that reads the value of
+    the field at ``path`` (field names from the root record; under a nullable field's union, its
+    value's node), or -1 when the program does not return that field or reaches it through a
+    union of other types."""
+    at = 0
+    for name in path:
+        op, _, _, kids, keys = nodes[at]
+        if OPS[op] != "record" or name not in keys:
+            return -1
+        at = kids[keys.index(name)]
+        if OPS[nodes[at][0]] in ("null_first", "null_second"):
+            at = nodes[at][3][0]
+    return at
+
+
+def value_nodes(nodes: list[Node], fields: tuple[tuple[tuple[str, ...], str], ...]) -> tuple[int, ...]:
+    """For each (path, op) of ``fields``, ``value_node(nodes, path)``, or -1 when that node reads
+    its value with another op than ``op``."""
+    found = []
+    for path, op in fields:
+        at = value_node(nodes, path)
+        found.append(at if at >= 0 and OPS[nodes[at][0]] == op else -1)
+    return tuple(found)
+
+
 def int_keyed_pair(items: Any, named: dict[str, Any]) -> str | None:
     """ "bytes"/"long" when ``items`` is Iceberg's ``{key: int, value: bytes|long}`` map record."""
     if isinstance(items, str):

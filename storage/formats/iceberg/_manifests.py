@@ -180,10 +180,18 @@ def _first(row: dict[str, Any], *names: str) -> Any:
     return None
 
 
+#: What a listing's ``drop`` (see ``iter_manifests``) is given: the manifest and its decoder
+DropFor = Callable[[ManifestInfo, Any], Any]
+
+
 def iter_manifests(
-    file_io: Any, manifests: Iterable[ManifestInfo]
+    file_io: Any, manifests: Iterable[ManifestInfo], drop: DropFor | None = None
 ) -> Iterator[tuple[ManifestInfo, list[dict[str, Any]], dict[int, str]]]:
     """(manifest, its entries, partition field id -> Avro name) for each manifest, in order.
+
+    ``drop(manifest, decoder)`` may return the filter of the compiled ``decode_filtered`` for a
+    manifest (``_avro.decode_joined``): its entries that the caller would drop anyway are then
+    left out while decoding, before any of their dicts is built.
 
     The manifests are fetched and joined (framed and inflated: ``_avro.join``, which the
     compiled decoder does without the GIL) ahead on worker threads (``read_ahead``: a few at a
@@ -199,12 +207,12 @@ def iter_manifests(
             raise CorruptTable(f"manifest {manifest.path} is not a valid Iceberg manifest: {exc!r}") from exc
 
     for manifest, joined in read_ahead(manifests, fetch):
-        records, names = manifest_entries(manifest, joined)
+        records, names = manifest_entries(manifest, joined, drop)
         yield manifest, records, names
 
 
 def manifest_entries(
-    manifest: ManifestInfo, data: bytes | Joined
+    manifest: ManifestInfo, data: bytes | Joined, drop: DropFor | None = None
 ) -> tuple[list[dict[str, Any]], dict[int, str]]:
     """Every entry of one manifest (its bytes, or them joined by ``_avro.join``), decoded with
     the ``KEEP`` fields and checked as ``checked_entry`` checks, and the manifest's partition
@@ -213,7 +221,9 @@ def manifest_entries(
     already guarantees it (``ManifestDecoder.well_typed``: the common shape)."""
     try:
         joined = data if isinstance(data, Joined) else join(data)
-        decoder, records = decode_joined(joined, _keep_for(joined.schema))
+        # the entry checks (checked_entry) must see every record: nothing dropped unchecked
+        dropper = (lambda decoder: drop(manifest, decoder) if decoder.well_typed else None) if drop else None
+        decoder, records = decode_joined(joined, _keep_for(joined.schema), drop=dropper)
         if not decoder.well_typed:
             for record in records:
                 checked_entry(record)

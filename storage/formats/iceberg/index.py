@@ -9,7 +9,7 @@ entries, so it does not grow with the number of files listed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from storage.formats.iceberg._avro import plain_data_file, reject_bounds
@@ -72,6 +72,16 @@ class RowIds:
         return assigned
 
 
+# the probes of decode_filtered, in its order: (path in manifest_entry, the op reading it)
+_PROBES = (
+    (("status",), "long"),
+    (("data_file", "content"), "long"),
+    (("data_file", "partition"), "record"),
+    (("data_file", "lower_bounds"), "raw_int_bytes_map"),
+    (("data_file", "upper_bounds"), "raw_int_bytes_map"),
+)
+
+
 class _Checks:
     """The filter of one listing and its cheap pre-checks (``_prune``), compiled once per spec."""
 
@@ -86,6 +96,9 @@ class _Checks:
             if clauses:
                 self._native = (clauses, None if rest is None else stats_check(rest, decoder), reject_bounds)
         self._rejecters: dict[int, Callable[[Any, dict[str, Any], dict[str, Any]], bool]] = {}
+        self._partition_checks: dict[int, Callable[[Mapping[str, Any]], bool] | None] = {}
+        # (spec id, id of the decoder) -> (the decoder, kept so its id is not reused; the filter)
+        self._drops: dict[tuple[int, int], tuple[Any, tuple[Any, ...] | None]] = {}
         if expr is not None:
             from storage.spec.expressions import might_match_file
 
@@ -101,11 +114,7 @@ class _Checks:
         found = self._rejecters.get(context.spec_id)
         if found is not None:
             return found
-        check_partition = None
-        if context.names:
-            from storage.spec.expressions import partition_projection
-
-            check_partition = partition_check(partition_projection(self.expr, context.model), context.names)
+        check_partition = self._partition_check(context)
         check_stats = self._check_stats
         clauses, check_rest, reject = self._native if self._native is not None else ((), None, None)
         verdicts: dict[Any, bool] = {}
@@ -140,6 +149,47 @@ class _Checks:
             )
 
         found = self._rejecters[context.spec_id] = rejects
+        return found
+
+    def _partition_check(self, context: SpecContext) -> Callable[[Mapping[str, Any]], bool] | None:
+        if context.spec_id not in self._partition_checks:
+            check = None
+            if context.names:
+                from storage.spec.expressions import partition_projection
+
+                check = partition_check(partition_projection(self.expr, context.model), context.names)
+            self._partition_checks[context.spec_id] = check
+        return self._partition_checks[context.spec_id]
+
+    def drop(self, manifest: ManifestInfo, decoder: Any, context: SpecContext) -> tuple[Any, ...] | None:
+        """The filter of the compiled ``decode_filtered`` for the entries of ``manifest`` (read by
+        ``decoder``), or None: it drops what ``_manifest_slices`` would drop (deleted entries,
+        those ``rejecter`` rejects by partition or by the compiled bounds clauses) before their
+        dicts are built. None without a filter, and when the manifest's entries inherit row ids
+        (dropped ones are counted)."""
+        if self.expr is None or not RowIds(manifest).inactive:
+            return None
+        key = (context.spec_id, id(decoder))
+        if key in self._drops:
+            return self._drops[key][1]
+        probes = decoder.probes(_PROBES)
+        check_partition = self._partition_check(context) if probes[2] >= 0 else None
+        partition_rejects: Callable[[dict[str, Any]], bool] | None = None
+        if check_partition is not None:
+            partition_of = context.partitions(decoder.partition_names)
+            check = check_partition
+
+            def partition_rejects(raw: dict[str, Any]) -> bool:
+                try:
+                    return not check(partition_of(raw)[1])
+                except Exception:  # kept: the listing loop raises what it raises for this entry
+                    return False
+
+        clauses = self._native[0] if self._native is not None and self._check_stats is not None else None
+        found: tuple[Any, ...] | None = None
+        if partition_rejects is not None or clauses is not None:
+            found = (probes, {}, partition_rejects, clauses)
+        self._drops[key] = (decoder, found)
         return found
 
 
@@ -270,7 +320,13 @@ class IcebergFileIndex(FileIndex):
             if m.content == CONTENT_DATA and m.may_have_live_files and self._manifest_might_match(m, expr)
         )
         checks = _Checks(expr, self._decoder)
-        for manifest, records, avro_names in iter_manifests(self._io, selected):
+
+        def drop(manifest: ManifestInfo, decoder: Any) -> tuple[Any, ...] | None:
+            return checks.drop(manifest, decoder, self.spec_context(manifest.spec_id))
+
+        for manifest, records, avro_names in iter_manifests(
+            self._io, selected, drop if expr is not None else None
+        ):
             context = self.spec_context(manifest.spec_id)
             yield from self._manifest_slices(
                 manifest, records, avro_names, context, checks, deletes, added_by
