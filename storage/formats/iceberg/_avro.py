@@ -554,11 +554,8 @@ def join(data: bytes, *, native: bool | None = None) -> Joined:
 def decode_joined(
     joined: Joined, keep: dict[str, Any], *, native: bool | None = None, drop: Any = None
 ) -> tuple[ManifestDecoder, list[dict[str, Any]]]:
-    """The second half of ``decode_records``: the decoder and every record of ``joined``.
-
-    ``drop(decoder)``, when given and the compiled decoder decodes, may return the filter of the
-    compiled ``decode_filtered`` for this schema (None: none): the records it proves the caller
-    would drop are then read through and left out (``_avro_native.c``, "filtered decoding")."""
+    """The second half of ``decode_records``: the decoder and every record of ``joined``; less
+    those the filter ``drop(decoder)`` may give the compiled ``decode_filtered`` for (None: none)."""
     decoder = decoder_for(joined.schema, keep)
     if drop is not None and (NATIVE if native is None else native) and _native is not None:
         spec = drop(decoder)
@@ -598,3 +595,5 @@ SlotsMaker: Any = _native.SlotsMaker if NATIVE else None
 # plain_data_file(context, data, values, sequence, snapshot_id): the compiled builder of a plain
 # entry's DataFile (``_manifests.plain_context``), None without the compiled decoder.
 plain_data_file: Any = _native.plain_data_file if NATIVE else None
+# plain_slices(scan, records, one): the compiled listing loop (``index._manifest_slices``), or None.
+plain_slices: Any = _native.plain_slices if NATIVE else None

@@ -730,7 +730,7 @@ static PyTypeObject SlotsMakerType = {
 static PyObject *str_content, *str_equality_ids, *str_referenced, *str_content_offset, *str_first_row_id,
     *str_file_format, *str_file_path, *str_size, *str_count, *str_lower, *str_upper, *str_nulls, *str_offsets,
     *str_parquet, *str_PARQUET, *str_lower_method, *str_sequence_number, *str_snapshot_id, *str_spec_id,
-    *str_identity_columns;
+    *str_identity_columns, *str_status, *str_data_file, *str_partition;
 
 static int intern_names(void)
 {
@@ -745,7 +745,8 @@ static int intern_names(void)
         {&str_upper, "upper_bounds"}, {&str_nulls, "null_value_counts"}, {&str_offsets, "split_offsets"},
         {&str_parquet, "parquet"}, {&str_PARQUET, "PARQUET"}, {&str_lower_method, "lower"},
         {&str_sequence_number, "sequence_number"}, {&str_snapshot_id, "snapshot_id"}, {&str_spec_id, "spec_id"},
-        {&str_identity_columns, "identity_columns"},
+        {&str_identity_columns, "identity_columns"}, {&str_status, "status"}, {&str_data_file, "data_file"},
+        {&str_partition, "partition"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text)))
@@ -768,13 +769,10 @@ static PyObject *lazy_stats(PyObject *maker, PyObject *raw, PyObject *decoder, P
     return PyObject_Vectorcall(maker, args, 4, NULL);
 }
 
-static PyObject *plain_data_file(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* plain_data_file's work: a new reference (None when not plain), NULL on error. */
+static PyObject *build_plain(PyObject *context, PyObject *data, PyObject *values, PyObject *sequence,
+                             PyObject *snapshot)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "plain_data_file(context, data, values, sequence, snapshot_id)");
-        return NULL;
-    }
-    PyObject *context = args[0], *data = args[1];
     if (!PyTuple_CheckExact(context) || PyTuple_GET_SIZE(context) != 6)
         return fail("plain_data_file: context must be PlainContext.fields");
     if (!PyDict_CheckExact(data))
@@ -819,14 +817,14 @@ static PyObject *plain_data_file(PyObject *module, PyObject *const *args, Py_ssi
         !(upper = lazy_stats(make_stats, present(data, str_upper), decoder, Py_True)) ||
         !(nulls = lazy_stats(make_stats, present(data, str_nulls), decoder, Py_False)))
         goto done;
-    if (!(extra = new_dict(4)) || PyDict_SetItem(extra, str_sequence_number, args[3]) < 0 ||
-        PyDict_SetItem(extra, str_snapshot_id, args[4]) < 0 || PyDict_SetItem(extra, str_spec_id, spec_id) < 0 ||
+    if (!(extra = new_dict(4)) || PyDict_SetItem(extra, str_sequence_number, sequence) < 0 ||
+        PyDict_SetItem(extra, str_snapshot_id, snapshot) < 0 || PyDict_SetItem(extra, str_spec_id, spec_id) < 0 ||
         (identity != Py_None && PyDict_SetItem(extra, str_identity_columns, identity) < 0))
         goto done;
     PyObject *empty = PyTuple_New(0);
     if (!empty)
         goto done;
-    PyObject *fields[12] = {path, size, count, content, file_format, args[2], lower, upper, nulls, offsets, empty, extra};
+    PyObject *fields[12] = {path, size, count, content, file_format, values, lower, upper, nulls, offsets, empty, extra};
     out = PyObject_Vectorcall(make_file, fields, 12, NULL);
     Py_DECREF(empty);
 done:
@@ -836,6 +834,146 @@ done:
     Py_XDECREF(upper);
     Py_XDECREF(nulls);
     Py_XDECREF(extra);
+    return out;
+}
+
+static PyObject *plain_data_file(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "plain_data_file(context, data, values, sequence, snapshot_id)");
+        return NULL;
+    }
+    return build_plain(args[0], args[1], args[2], args[3], args[4]);
+}
+
+/* ---- a manifest's plain slices -------------------------------------------------------------------
+ *
+ * plain_slices(scan, records, one) -> list: the FileSlices a listing without filter, deletes, row
+ * lineage or snapshot range gives for a manifest's decoded entries (index._manifest_slices, whose
+ * loop this is for that case), in order: deleted entries skipped, the data sequence number and
+ * snapshot id inherited as _manifests.inherited_sequence inherits them, the partition looked up in
+ * the spec's cache (SpecContext.partitions) and the model built by build_plain. An entry any of that
+ * does not cover (a field of an unexpected type, a partition not in the cache, an entry that is not
+ * plain) is given to the Python `one(record)`, which returns its slice or None.
+ * scan = (plain context, FileSlice maker, partition cache or None, partition keys, partition_of,
+ *         manifest sequence number, manifest snapshot id or None). */
+static PyObject *plain_slice(PyObject *scan, PyObject *record)
+{
+    PyObject *context = PyTuple_GET_ITEM(scan, 0), *make_slice = PyTuple_GET_ITEM(scan, 1),
+             *cache = PyTuple_GET_ITEM(scan, 2), *keys = PyTuple_GET_ITEM(scan, 3),
+             *manifest_sequence = PyTuple_GET_ITEM(scan, 5), *manifest_snapshot = PyTuple_GET_ITEM(scan, 6);
+    if (!PyDict_CheckExact(record) || cache == Py_None)
+        Py_RETURN_NONE;
+    PyObject *status = PyDict_GetItemWithError(record, str_status);
+    PyObject *data = PyDict_GetItemWithError(record, str_data_file);
+    if (!status || !PyLong_CheckExact(status) || !data || !PyDict_CheckExact(data))
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    long state = PyLong_AsLong(status);
+    if (state == -1 && PyErr_Occurred())
+        return NULL;
+    if (state == 2) /* deleted: no slice */
+        return Py_NewRef(Py_False);
+    PyObject *sequence = present(record, str_sequence_number), *snapshot = present(record, str_snapshot_id);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!sequence) {
+        int zero = PyObject_Not(manifest_sequence);
+        if (zero < 0)
+            return NULL;
+        if (zero || state == 1)
+            sequence = manifest_sequence;
+    }
+    if (sequence) {
+        int falsy = PyObject_Not(sequence); /* `sequence or 0` */
+        if (falsy < 0)
+            return NULL;
+        if (falsy)
+            sequence = NULL;
+    }
+    if (!snapshot)
+        snapshot = manifest_snapshot;
+    PyObject *partition = PyDict_GetItemWithError(data, str_partition);
+    if (!partition || !PyDict_CheckExact(partition))
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    Py_ssize_t n = PyTuple_GET_SIZE(keys);
+    PyObject *key = PyTuple_New(n);
+    if (!key)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyDict_GetItemWithError(partition, PyTuple_GET_ITEM(keys, i));
+        if (!value && PyErr_Occurred()) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(key, i, Py_NewRef(value ? value : Py_None));
+    }
+    PyObject *entry = PyDict_GetItemWithError(cache, key);
+    Py_DECREF(key);
+    if (!entry) {
+        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError)) /* unhashable: to Python */
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3)
+        Py_RETURN_NONE;
+    PyObject *zero = sequence ? NULL : PyLong_FromLong(0);
+    if (!sequence && !zero)
+        return NULL;
+    PyObject *file = build_plain(context, data, PyTuple_GET_ITEM(entry, 1), sequence ? sequence : zero, snapshot);
+    Py_XDECREF(zero);
+    if (!file || file == Py_None)
+        return file;
+    PyObject *empty = PyTuple_New(0);
+    if (!empty) {
+        Py_DECREF(file);
+        return NULL;
+    }
+    PyObject *fields[5] = {PyTuple_GET_ITEM(entry, 2), file, empty, Py_None, snapshot};
+    PyObject *out = PyObject_Vectorcall(make_slice, fields, 5, NULL);
+    Py_DECREF(empty);
+    Py_DECREF(file);
+    return out;
+}
+
+static PyObject *plain_slices(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 7 ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(args[0], 0)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(args[0], 0)) != 6 ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(args[0], 3)) ||
+        (PyTuple_GET_ITEM(args[0], 2) != Py_None && !PyDict_CheckExact(PyTuple_GET_ITEM(args[0], 2))) ||
+        !PyList_CheckExact(args[1]))
+        return fail("plain_slices(scan, records, one): scan is (context, slice maker, cache, keys, partition_of,"
+                    " sequence, snapshot), records a list");
+    PyObject *scan = args[0], *records = args[1], *one = args[2];
+    PyObject *out = PyList_New(0);
+    if (!out)
+        return NULL;
+    /* No cyclic GC while building (the slices hold no cycles; a collection every 700 objects,
+     * over the slices built so far, took most of the time), except while `one` runs */
+    int collecting = PyGC_Disable();
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(records); i++) {
+        PyObject *record = PyList_GET_ITEM(records, i);
+        Py_INCREF(record); /* `one` runs Python code */
+        PyObject *slice = plain_slice(scan, record);
+        if (slice == Py_None) {
+            Py_DECREF(slice);
+            if (collecting)
+                PyGC_Enable();
+            slice = PyObject_CallOneArg(one, record);
+            if (collecting)
+                PyGC_Disable();
+        }
+        Py_DECREF(record);
+        int appended = !slice ? -1 : (slice == Py_None || slice == Py_False) ? 0 : PyList_Append(out, slice);
+        Py_XDECREF(slice);
+        if (appended < 0) {
+            Py_CLEAR(out);
+            break;
+        }
+    }
+    if (collecting)
+        PyGC_Enable();
     return out;
 }
 
@@ -1664,6 +1802,9 @@ static PyMethodDef methods[] = {
     {"plain_data_file", (PyCFunction)(void (*)(void))plain_data_file, METH_FASTCALL,
      "plain_data_file(context, data, values, sequence, snapshot_id) -> DataFile | None: a plain entry's\n"
      "model (see _manifests.make_data_file), None when the entry is not plain."},
+    {"plain_slices", (PyCFunction)(void (*)(void))plain_slices, METH_FASTCALL,
+     "plain_slices(scan, records, one) -> list: a manifest's slices in a listing without filter,\n"
+     "deletes or row lineage (see index._manifest_slices)."},
     {"decode_filtered", decode_filtered, METH_VARARGS,
      "decode_filtered(payload, count, program, filter) -> list: the records decode() gives, less\n"
      "those `filter` proves a listing drops (see _manifests.EntryFilter)."},

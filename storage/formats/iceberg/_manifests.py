@@ -40,6 +40,7 @@ from storage.formats.iceberg._avro_program import RAW
 from storage.formats.iceberg._entry_checks import checked_entry, checked_manifest_list
 from storage.formats.iceberg._metadata import INLINE_PREFIX, is_inline
 from storage.formats.iceberg._readahead import read_ahead
+from storage.formats.iceberg._slots import slots_builder, slots_maker
 from storage.formats.iceberg._values import (
     ColumnDecoder,
     LazyStats,
@@ -180,8 +181,7 @@ def _first(row: dict[str, Any], *names: str) -> Any:
     return None
 
 
-#: What a listing's ``drop`` (see ``iter_manifests``) is given: the manifest and its decoder
-DropFor = Callable[[ManifestInfo, Any], Any]
+DropFor = Callable[[ManifestInfo, Any], Any]  # a listing's ``drop`` (iter_manifests)
 
 
 def iter_manifests(
@@ -189,9 +189,8 @@ def iter_manifests(
 ) -> Iterator[tuple[ManifestInfo, list[dict[str, Any]], dict[int, str]]]:
     """(manifest, its entries, partition field id -> Avro name) for each manifest, in order.
 
-    ``drop(manifest, decoder)`` may return the filter of the compiled ``decode_filtered`` for a
-    manifest (``_avro.decode_joined``): its entries that the caller would drop anyway are then
-    left out while decoding, before any of their dicts is built.
+    ``drop(manifest, decoder)`` may return the filter of the compiled ``decode_filtered``
+    (``_avro.decode_joined``): the entries the caller would drop are left out while decoding.
 
     The manifests are fetched and joined (framed and inflated: ``_avro.join``, which the
     compiled decoder does without the GIL) ahead on worker threads (``read_ahead``: a few at a
@@ -335,10 +334,7 @@ class SpecContext:
         shared by the entries of a partition (nothing mutates it). The key is the raw values in
         field order, None when the spec's types do not allow caching (``exact_equality``: -0.0
         equals 0.0); the cache is cleared rather than grown past a bound."""
-        keys = tuple(
-            avro_names.get(field_id, name)
-            for name, (field_id, _) in zip(self.names, self.converters, strict=True)
-        )
+        keys = self._keys(avro_names)
         pairs = tuple(zip(self.names, keys, (convert for _, convert in self.converters), strict=True))
         descriptor = self.descriptor
 
@@ -374,6 +370,19 @@ class SpecContext:
             return found
 
         return cached
+
+    def _keys(self, avro_names: dict[int, str]) -> tuple[str, ...]:
+        return tuple(
+            avro_names.get(field_id, name)
+            for name, (field_id, _) in zip(self.names, self.converters, strict=True)
+        )
+
+    def partition_cache(
+        self, avro_names: dict[int, str]
+    ) -> tuple[dict[Any, PartitionEntry] | None, tuple[str, ...]]:
+        """The cache of ``partitions`` (None: not cached) and its keys' raw fields for a manifest
+        with ``avro_names``: ``plain_slices`` looks partitions up in it, ``partitions`` fills it."""
+        return (self._partitions if self._cacheable else None), self._keys(avro_names)
 
     def descriptor(self, values: dict[str, Any]) -> PartitionDescriptor:
         # consecutive entries of a manifest share few partitions: a small cache saves the
@@ -414,42 +423,6 @@ class SpecContext:
                 lower.pop(name, None)
                 upper.pop(name, None)
         return lower, upper, nulls
-
-
-def slots_builder(cls: type[T]) -> Callable[..., T]:
-    """A constructor of the frozen slots dataclass ``cls`` taking every field positionally, in
-    field order (none optional), which fills the slots directly (``slots_maker``): several times
-    as fast as the generated ``__init__``, whose assignments each go through
-    ``object.__setattr__`` and whose callers pass keywords. Listing builds two such objects per
-    file.
-
-    Only for a class whose ``__init__`` does nothing else (no ``__post_init__``, no init-only
-    fields): the instance is then the one ``cls(*fields)`` gives. A field added to ``cls`` later is
-    a required parameter here, so a caller that does not pass it fails at once."""
-    if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__") or "__slots__" not in vars(cls):
-        raise TypeError(f"{cls.__name__} is not a frozen slots dataclass without __post_init__")
-    return slots_maker(cls, tuple(f.name for f in dataclasses.fields(cls)))
-
-
-def slots_maker(cls: type[T], names: tuple[str, ...], *, native: bool = True) -> Callable[..., T]:
-    """A function of one positional argument per name in ``names`` returning a new ``cls`` with
-    those slots set and nothing else run (neither ``__new__`` nor ``__init__`` of ``cls``): the
-    compiled ``SlotsMaker`` (``_avro_native.c``, which stores each value at its slot's offset),
-    else a generated function calling each slot's own descriptor. Every name must be a slot."""
-    if native and SlotsMaker is not None:
-        return cast(Callable[..., T], SlotsMaker(cls, names))
-    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    body = ["    self = _new(_cls)"]
-    for name in names:
-        descriptor = next((vars(k)[name] for k in cls.__mro__ if name in vars(k)), None)
-        if descriptor is None or type(descriptor).__name__ != "member_descriptor":
-            raise ValueError(f"{name!r} is not a slot of {cls.__name__}")
-        namespace[f"_set_{name}"] = descriptor.__set__  # the slot's own descriptor
-        body.append(f"    _set_{name}(self, {name})")
-    source = f"def build({', '.join(names)}):\n" + "\n".join(body) + "\n    return self\n"
-    exec(compile(source, f"<slots builder {cls.__name__}>", "exec"), namespace)  # noqa: S102
-    build: Callable[..., T] = namespace["build"]
-    return build
 
 
 _data_file = slots_builder(DataFile)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from storage.formats.iceberg._avro import plain_data_file, reject_bounds
+from storage.formats.iceberg._avro import plain_data_file, plain_slices, reject_bounds
 from storage.formats.iceberg._deletes import DeleteIndex
 from storage.formats.iceberg._manifests import (
     CONTENT_DATA,
@@ -47,6 +47,10 @@ if TYPE_CHECKING:
 
 
 _file_slice = slots_builder(FileSlice)
+# Entries plain_slices builds at a time: the slices of a whole manifest (hundreds) built before the
+# consumer drops the first survive young collections and are traversed again by older ones; at 200k
+# entries a manifest at a time took 1.2-1.3 s, 32 at a time 0.9-1.1 s, 4 or 8 at a time 0.8 s
+_CHUNK = 8
 
 
 class RowIds:
@@ -342,25 +346,27 @@ class IcebergFileIndex(FileIndex):
         deletes: DeleteIndex | None,
         added_by: set[int] | None,
     ) -> Iterator[FileSlice]:
-        """The live data files of one manifest that may match, as slices (the hot loop of listing:
-        what is constant per manifest is looked up once)."""
+        """The live data files of one manifest that may match, as slices: ``one`` gives an entry's,
+        or None; without filter, deletes, row lineage or snapshot range the compiled
+        ``plain_slices`` loops, giving ``one`` only the entries it does not cover."""
         decoder, spec_id, spec_model = self._decoder, context.spec_id, context.model
         partition_of = context.partitions(avro_names)
         rejects = checks.rejecter(context)
         row_ids = RowIds(manifest)
         assign = None if row_ids.inactive else row_ids.assign
         plain = plain_context(decoder, context)  # None: make_data_file builds every model
-        for record in records:
+
+        def one(record: dict[str, Any]) -> FileSlice | None:
             if record["status"] == STATUS_DELETED:
-                continue
+                return None
             first_row_id = assign(record) if assign is not None else None
             sequence, snapshot_id = inherited_sequence(record, manifest)
             if added_by is not None and snapshot_id not in added_by:
-                continue
+                return None
             raw = record["data_file"]
             key, values, descriptor = partition_of(raw["partition"])
             if rejects is not None and rejects(key, values, raw):
-                continue
+                return None
             data_file = (
                 plain_data_file(plain, raw, values, sequence, snapshot_id)
                 if plain is not None and first_row_id is None
@@ -369,10 +375,26 @@ class IcebergFileIndex(FileIndex):
                 record, values, decoder, sequence, snapshot_id, context, avro_names, first_row_id
             )
             if checks.expr is not None and not checks.might_match_file(checks.expr, data_file, spec_model):
-                continue
+                return None
             delete_files = deletes.for_data_file(data_file.path, sequence, spec_id, values) if deletes else ()
             # partition, base_file, delete_files, file_group_id, base_instant (slots_builder)
-            yield _file_slice(descriptor, data_file, delete_files, None, snapshot_id)
+            return _file_slice(descriptor, data_file, delete_files, None, snapshot_id)
+
+        if plain is not None and plain_slices is not None and not (rejects or assign or deletes or added_by):
+            cache, keys = context.partition_cache(avro_names)
+            scan = (
+                plain,
+                _file_slice,
+                cache,
+                keys,
+                partition_of,
+                manifest.sequence_number,
+                manifest.added_snapshot_id,
+            )
+            for start in range(0, len(records), _CHUNK):  # few slices alive at once (see _CHUNK)
+                yield from plain_slices(scan, records[start : start + _CHUNK], one)
+        else:
+            yield from filter(None, map(one, records))
 
     def _changes(self, snapshots: list[Any], expr: Any) -> Iterator[FileChange]:
         for snapshot in snapshots:
