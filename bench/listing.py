@@ -491,10 +491,11 @@ def main() -> None:
         "how: manifests are read and inflated 8 ahead on worker threads (the compiled decoder,"
         " storage/formats/iceberg/_avro_native.c, frames and inflates without the GIL) while the listing's"
         " thread decodes the current one with a projecting program compiled per Avro schema, skipping the"
-        " size/count maps and keeping the bounds and null counts encoded until a filter reads them; cheap"
-        " conservative pre-checks reject entries before a DataFile is built, a filter's comparisons checked"
-        " in C on the encoded bounds; plain entries become DataFiles in C; blocks are inflated with"
-        " libdeflate when the module was built with it (storage/formats/iceberg)",
+        " size/count maps and keeping the bounds and null counts encoded until a filter reads them; with a"
+        " filter, the decoder reads through the entries whose partition or encoded bounds the filter rejects"
+        " without building them (decode_filtered); without one, a manifest's plain entries become"
+        " FileSlices in a C loop (plain_slices), a few at a time; blocks are inflated with libdeflate when"
+        " the module was built with it (storage/formats/iceberg)",
     ]
     notes += cpu_notes(results)
     if len(results) > 1:
