@@ -48,6 +48,7 @@ from storage.formats.iceberg._values import (
     bytes_to_python,
     exact_equality,
 )
+from storage.io.objects import OneGetReads
 from storage.spec.errors import CorruptTable
 from storage.spec.models import DataFile, FileContent, PartitionDescriptor, PartitionField, PartitionSpec
 
@@ -128,9 +129,28 @@ def read_bytes(file_io: Any, path: str, what: str) -> bytes:
     return bytes(_read(file_io, path, what))
 
 
+class ListingIO:
+    """A pyiceberg FileIO whose whole-file reads here (manifest lists and manifests) take one GET
+    each on S3 where ``OneGetReads`` can (``storage.io.objects``: no HEAD first, no AWS SDK);
+    every other use, and every read it cannot take, is the FileIO's own."""
+
+    def __init__(self, file_io: Any) -> None:
+        self.file_io = file_io
+        self.one_get = OneGetReads.for_properties(getattr(file_io, "properties", None) or {})
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.file_io, name)
+
+
 def _read(file_io: Any, path: str, what: str) -> Any:
     """The whole file as the stream gives it: a pyarrow ``Buffer`` (Arrow's memory pool) when the
-    FileIO is pyarrow's, else bytes; ``CorruptTable`` naming it when it cannot be read."""
+    FileIO is pyarrow's, else bytes, or an object_store buffer when ``ListingIO`` fetched it in one
+    GET; ``CorruptTable`` naming it when it cannot be read."""
+    one_get = getattr(file_io, "one_get", None)
+    if one_get is not None:
+        data = one_get.read(path)
+        if data is not None:
+            return data
     try:
         with file_io.new_input(path).open(seekable=False) as stream:
             read_buffer = getattr(stream, "read_buffer", None)

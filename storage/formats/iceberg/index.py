@@ -19,6 +19,7 @@ from storage.formats.iceberg._manifests import (
     CONTENT_DELETES,
     STATUS_ADDED,
     STATUS_DELETED,
+    ListingIO,
     ManifestInfo,
     SpecContext,
     inherited_sequence,
@@ -201,7 +202,7 @@ class IcebergFileIndex(FileIndex):
     def __init__(self, table: IcebergSpecTable) -> None:
         self._table = table
         self._metadata = table.pyiceberg_table.metadata
-        self._io = table.pyiceberg_table.io
+        self._io = ListingIO(table.pyiceberg_table.io)
         self._decoder = ColumnDecoder(self._metadata.schema())
         self._specs: dict[int, SpecContext] = {}
 
