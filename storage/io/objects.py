@@ -146,8 +146,9 @@ class OneGetReads:
             "timeout": timedelta(seconds=options.request_timeout),
             "allow_http": str(config.get("endpoint", "")).startswith("http://"),
         }
-        # three attempts in all, as the pyarrow file system's retry strategy (stores.py)
-        retry: RetryConfig = {"max_retries": 2, "retry_timeout": timedelta(seconds=options.request_timeout)}
+        # one attempt: a failed read is made again through pyarrow, whose own retries (three
+        # attempts, stores.py) then apply, so a dead store costs one timeout more than before
+        retry: RetryConfig = {"max_retries": 0, "retry_timeout": timedelta(seconds=options.request_timeout)}
         return S3Store(bucket, config=config, client_options=client, retry_config=retry)
 
 

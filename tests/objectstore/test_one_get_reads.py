@@ -172,3 +172,19 @@ def test_pyarrow_filesystems_are_untouched(s3_options, s3_prefix):
     assert io.one_get is None
     assert io.new_input("s3://lake/x") == ("input", "s3://lake/x")
     assert isinstance(filesystem(s3_prefix, s3_options)[0], pafs.S3FileSystem)
+
+
+def test_an_unreachable_store_is_left_to_pyarrow_after_one_attempt():
+    reads = OneGetReads.for_properties(
+        {
+            "s3.endpoint": "http://127.0.0.1:9",
+            "s3.access-key-id": "k",
+            "s3.secret-access-key": "s",
+            "s3.connect-timeout": "1",
+            "s3.request-timeout": "2",
+        }
+    )
+    started = time.monotonic()
+    assert reads.read("s3://lake/x.avro") is None
+    # one attempt of a 1 s connect timeout (pyarrow's read then makes its own), slack for load
+    assert time.monotonic() - started < 20
