@@ -7,18 +7,25 @@ spends about 0.3 ms of CPU per request in the calling process: a listing of 500 
 1,002 requests and lost about a third of its time to them (bench/RESULTS.md, "listing on the
 object store"). Reading the same bytes with one GET each halves the store's work and most of ours.
 
-The fast path is taken only where it is known to read the same object pyarrow would:
+The fast path is taken only where it is known to read the object pyiceberg's pyarrow FileIO
+would read, with the same credentials, at the same place:
 
-- an ``s3://`` (``s3a``, ``s3n``) location, with the access key and secret given explicitly and
-  an endpoint or a region (no credential chain, instance profile or region lookup to mimic);
-- no FileIO property it does not understand (``OneGetReads.for_properties``): remote signing, a
-  proxy, an assumed role... leave the read to pyarrow;
+- a FileIO whose properties give the key pair and the region explicitly (no credential chain,
+  instance profile or region lookup to mimic) and hold no ``s3.``/``client.`` property it does not
+  map (remote signing, a proxy, an assumed role...); addressing is path-style unless
+  ``s3.force-virtual-addressing``, as pyiceberg has it (it ignores ``s3.path-style-access``);
+- no environment variable object_store would read and pyarrow would not, or that could send the
+  request elsewhere: ``AWS_*`` beyond the credentials and region the properties override (and
+  the endpoint, when they give one) and the TLS trust, and the ``*_PROXY`` variables;
+- an ``s3://`` (``s3a``, ``s3n``) location whose bucket and key are plain (letters, digits,
+  ``. - _ = + /`` and spaces; no empty segment, no ``%``, ``?`` or ``#``): the key object_store
+  requests is then the key pyarrow requests;
 - not in a process forked after this one made a request: object_store's runtime does not survive
   ``fork`` (a child's first request would hang), so a forked child keeps to pyarrow for its life.
 
-Any failure of the fast path (missing object, refused, odd key) is not reported from here: the
-caller reads the object the usual way, whose error (or bytes) stand. So this can only make a read
-cheaper, never answer differently.
+Any failure of the fast path (missing object, refused, unreachable) is not reported from here:
+the caller reads the object the usual way, whose bytes or error stand. So this can only make a
+read cheaper, never answer differently.
 """
 
 from __future__ import annotations
@@ -26,12 +33,13 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from storage.io.stores import S3_SCHEMES, StoreOptions
 
@@ -40,8 +48,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: pyiceberg FileIO properties this reader understands; any other ``s3.``/``client.`` property
-#: (remote signing, proxies, roles, anonymous access...) leaves the read to pyarrow.
+#: pyiceberg FileIO properties this reader maps; any other ``s3.``/``client.`` property leaves the
+#: read to pyarrow.
 KNOWN_PROPERTIES = frozenset(
     {
         "s3.endpoint",
@@ -49,14 +57,25 @@ KNOWN_PROPERTIES = frozenset(
         "s3.secret-access-key",
         "s3.session-token",
         "s3.region",
-        "s3.path-style-access",
+        "s3.path-style-access",  # read by Lakewarden's own stores; pyiceberg ignores it, so do we
         "s3.force-virtual-addressing",
         "s3.connect-timeout",
         "s3.request-timeout",
     }
 )
 _STORE_PREFIXES = ("s3.", "client.", "adls.", "gcs.", "hf.", "oss.")
-_TRUE = frozenset({"1", "true", "yes", "on"})
+#: pyiceberg's ``property_as_bool`` (``strtobool``) spellings
+_TRUE = frozenset({"y", "yes", "t", "true", "on", "1"})
+_FALSE = frozenset({"n", "no", "f", "false", "off", "0"})
+#: environment variables both libraries may see that only decide whether TLS verifies or that the
+#: explicit properties override (the endpoint ones only when the properties give an endpoint)
+_HARMLESS_ENV = frozenset(
+    {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_DEFAULT_REGION"}
+    | {"AWS_CA_BUNDLE", "AWS_EC2_METADATA_DISABLED"}
+)
+_ENDPOINT_ENV = frozenset({"AWS_ENDPOINT", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"})
+_PLAIN_KEY = re.compile(r"[\w.\-=+ ]+(?:/[\w.\-=+ ]+)*")
+_PLAIN_BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]*[a-z0-9]")
 
 # object_store's runtime starts with a process's first request and is lost in a forked child
 _state = {"requested": False, "forked_after_request": False}
@@ -78,6 +97,17 @@ def _obstore() -> Any:
     return obstore
 
 
+def _environment_allows(explicit_endpoint: bool, environ: Mapping[str, str]) -> bool:
+    for name in environ:
+        upper = name.upper()
+        if upper.endswith("_PROXY"):
+            return False
+        if upper.startswith("AWS_") and name not in _HARMLESS_ENV:
+            if not (explicit_endpoint and name in _ENDPOINT_ENV):
+                return False
+    return True
+
+
 class OneGetReads:
     """Reads whole S3 objects with one GET each; ``read`` answers None where it cannot (the
     caller then reads the object its usual way). Thread-safe: a listing reads ahead on threads."""
@@ -88,34 +118,54 @@ class OneGetReads:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_properties(cls, properties: Mapping[str, Any]) -> OneGetReads | None:
-        """The reader for a pyiceberg FileIO's properties, or None where the fast path is not
-        known to read what pyarrow reads (see the module's docstring)."""
+    def for_properties(
+        cls, properties: Mapping[str, Any], environ: Mapping[str, str] | None = None
+    ) -> OneGetReads | None:
+        """The reader for a pyiceberg pyarrow FileIO's properties, or None where the fast path is
+        not known to read what pyarrow reads (see the module's docstring)."""
         if _obstore() is None or _state["forked_after_request"]:
             return None
         if any(key.startswith(_STORE_PREFIXES) and key not in KNOWN_PROPERTIES for key in properties):
             return None
-        options = StoreOptions.from_properties(properties, environ={})
-        if str(properties.get("s3.force-virtual-addressing", "")).strip().lower() in _TRUE:
-            options = replace(options, path_style=False)
-        if not (options.access_key and options.secret_key) or not (options.endpoint or options.region):
+        virtual = str(properties.get("s3.force-virtual-addressing", "false")).strip().lower()
+        if virtual not in _TRUE | _FALSE:
+            return None
+        try:
+            options = StoreOptions.from_properties(properties, environ={})
+        except ValueError:  # a timeout that is not a number: pyarrow's read says so
+            return None
+        options = replace(options, path_style=virtual in _FALSE)
+        if not (options.access_key and options.secret_key and options.region):
+            return None
+        if not _environment_allows(bool(options.endpoint), os.environ if environ is None else environ):
             return None
         return _reads_for(options)
 
     def read(self, location: str) -> Any:
-        """The whole object (a buffer) or None: not an S3 location, a forked process, or the
+        """The whole object (a buffer) or None: not a plain S3 location, a forked process, or the
         request failed (the caller's own read then says why)."""
         parsed = urlparse(location)
-        if parsed.scheme.lower() not in S3_SCHEMES or not parsed.netloc or _state["forked_after_request"]:
+        if (
+            parsed.scheme.lower() not in S3_SCHEMES
+            or parsed.params
+            or parsed.query
+            or parsed.fragment
+            or not _PLAIN_BUCKET.fullmatch(parsed.netloc)
+            or not parsed.path.startswith("/")
+            or not _PLAIN_KEY.fullmatch(parsed.path[1:])
+            or _state["forked_after_request"]
+        ):
             return None
         obstore = _obstore()
-        key = unquote(parsed.path).lstrip("/")
         try:
             store = self._store(parsed.netloc)
             _state["requested"] = True
-            return obstore.get(store, key).bytes()
+            return obstore.get(store, parsed.path[1:]).bytes()
         except Exception as error:  # any refusal: the caller reads it through pyarrow
-            log.debug("one-GET read of %s failed, reading it through pyarrow: %s", location, error)
+            # the type only: a store's error body may quote the signed request (a session token)
+            log.debug(
+                "one-GET read of %s failed (%s), reading it through pyarrow", location, type(error).__name__
+            )
             return None
 
     def _store(self, bucket: str) -> Any:
@@ -132,7 +182,7 @@ class OneGetReads:
         config: S3Config = {
             "access_key_id": options.access_key,
             "secret_access_key": options.secret_key,
-            "region": options.region or "us-east-1",
+            "region": options.region,
             "virtual_hosted_style_request": not options.path_style,
         }
         if options.session_token:

@@ -10,21 +10,28 @@ import select
 import time
 import uuid
 
-import pyarrow.fs as pafs
 import pytest
 
 from storage.io import filesystem
 from storage.io.objects import OneGetReads
 
-KEYS = (
+PLAIN_KEYS = (
     "plain.avro",
     "with space.avro",
     "day=2024-01-01/x.avro",
-    "a+b.avro",
-    "per%41cent.avro",
+    "a+b_c-d.avro",
     "été/ünïcode.avro",
     "empty.avro",
     "big.avro",
+)
+# keys whose request object_store might spell otherwise than pyarrow: left to pyarrow
+ODD_LOCATIONS = (
+    "per%41cent.avro",
+    "a//b.avro",
+    "trailing/",
+    "tilde~.avro",
+    "q.avro?versionId=1",
+    "f.avro#x",
 )
 
 
@@ -48,39 +55,78 @@ def _pyarrow_read(s3_options, location: str) -> bytes:
         return stream.read()
 
 
-def test_whole_objects_are_read_in_one_request_with_the_bytes_pyarrow_reads(seaweedfs, s3_options, s3_prefix):
+def _file_io(seaweedfs):
+    """pyiceberg's own pyarrow FileIO: the reads the fast path must match."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    return PyArrowFileIO(seaweedfs.s3_properties())
+
+
+def test_whole_objects_are_read_in_one_request_with_the_bytes_pyicebergs_fileio_reads(seaweedfs, s3_prefix):
     reads = OneGetReads.for_properties(seaweedfs.s3_properties())
     assert reads is not None
-    for name in KEYS:
+    io = _file_io(seaweedfs)
+    for name in PLAIN_KEYS:
         location = f"{s3_prefix}/{name}"
         data = _payload(name)
-        _put(s3_options, location, data)
+        with io.new_output(location).create(overwrite=True) as out:
+            out.write(data)
         before = seaweedfs.request_count("lake")
         got = reads.read(location)
         assert got is not None, name
         assert seaweedfs.request_count("lake") - before == 1, name
-        assert bytes(got) == data == _pyarrow_read(s3_options, location), name
+        with io.new_input(location).open() as stream:
+            assert bytes(got) == data == stream.read(), name
+    before = seaweedfs.request_count("lake")
+    for name in ODD_LOCATIONS:
+        assert reads.read(f"{s3_prefix}/{name}") is None, name
+    assert reads.read("s3://Not_A_Bucket/x.avro") is None
+    assert seaweedfs.request_count("lake") == before  # not even asked
 
 
 def test_the_fast_path_is_taken_only_where_it_reads_what_pyarrow_reads(seaweedfs):
     props = seaweedfs.s3_properties()
-    assert OneGetReads.for_properties(props) is not None
+    environ = {"AWS_CA_BUNDLE": "/etc/ssl/certs/ca-certificates.crt", "PATH": "/usr/bin"}
+    assert OneGetReads.for_properties(props, environ) is not None
     # with the same options, the same reader (its connections are kept between listings)
-    assert OneGetReads.for_properties(dict(props)) is OneGetReads.for_properties(props)
+    assert OneGetReads.for_properties(dict(props), environ) is OneGetReads.for_properties(props, environ)
     keys_and_region = {k: props[k] for k in ("s3.access-key-id", "s3.secret-access-key", "s3.region")}
-    assert OneGetReads.for_properties(keys_and_region) is not None
-    virtual = OneGetReads.for_properties({**props, "s3.force-virtual-addressing": "true"})
-    assert virtual is not None and virtual.options.path_style is False
+    assert OneGetReads.for_properties(keys_and_region, {}) is not None
+    assert OneGetReads.for_properties(props, {"AWS_ENDPOINT_URL": "http://elsewhere:1"}) is not None
+    assert OneGetReads.for_properties(props, {}).options.path_style is True
+    # pyiceberg ignores s3.path-style-access (pyarrow stays path-style): so does the fast path
+    assert (
+        OneGetReads.for_properties({**props, "s3.path-style-access": "false"}, {}).options.path_style is True
+    )
+    for spelling in ("true", "t", "Yes", "1"):
+        virtual = OneGetReads.for_properties({**props, "s3.force-virtual-addressing": spelling}, {})
+        assert virtual is not None and virtual.options.path_style is False, spelling
     refused = {
-        "no properties (a credential chain)": {},
-        "no secret": {k: v for k, v in props.items() if k != "s3.secret-access-key"},
-        "neither endpoint nor region": {k: v for k, v in keys_and_region.items() if k != "s3.region"},
-        "remote signing": {**props, "s3.remote-signing-enabled": "true"},
-        "a proxy": {**props, "s3.proxy-uri": "http://proxy:3128"},
-        "an assumed role": {**props, "client.role-arn": "arn:aws:iam::1:role/x"},
+        "no properties (a credential chain)": ({}, {}),
+        "no secret": ({k: v for k, v in props.items() if k != "s3.secret-access-key"}, {}),
+        "no region (pyiceberg would look it up)": ({k: v for k, v in props.items() if k != "s3.region"}, {}),
+        "remote signing": ({**props, "s3.remote-signing-enabled": "true"}, {}),
+        "a proxy": ({**props, "s3.proxy-uri": "http://proxy:3128"}, {}),
+        "an assumed role": ({**props, "client.role-arn": "arn:aws:iam::1:role/x"}, {}),
+        "an unreadable switch": ({**props, "s3.force-virtual-addressing": "maybe"}, {}),
+        "a session token only object_store would add": (props, {"AWS_SESSION_TOKEN": "tok"}),
+        "an endpoint only object_store would read": (keys_and_region, {"AWS_ENDPOINT": "http://elsewhere:1"}),
+        "a proxy in the environment": (props, {"https_proxy": "http://proxy:3128"}),
+        "requests signed otherwise": (props, {"AWS_SKIP_SIGNATURE": "true"}),
     }
-    for why, properties in refused.items():
-        assert OneGetReads.for_properties(properties) is None, why
+    for why, (properties, env) in refused.items():
+        assert OneGetReads.for_properties(properties, env) is None, why
+
+
+def test_only_pyicebergs_pyarrow_fileio_takes_the_fast_path(seaweedfs):
+    from pyiceberg.io.fsspec import FsspecFileIO
+
+    from storage.formats.iceberg._manifests import ListingIO
+
+    assert ListingIO(_file_io(seaweedfs)).one_get is not None
+    fsspec_io = ListingIO(FsspecFileIO(seaweedfs.s3_properties()))
+    assert fsspec_io.one_get is None
+    assert fsspec_io.properties == seaweedfs.s3_properties()  # everything else is the FileIO's
 
 
 def test_a_missing_or_refused_object_is_left_to_the_callers_own_read(
@@ -158,28 +204,13 @@ def test_a_process_forked_after_a_request_reads_through_pyarrow(seaweedfs, s3_op
     assert answer == (True, True, b"forked" * 100)
 
 
-def test_pyarrow_filesystems_are_untouched(s3_options, s3_prefix):
-    """The FileIO's other uses are its own: ListingIO only adds the whole-file reads."""
-    from storage.formats.iceberg._manifests import ListingIO
-
-    class FileIO:
-        properties = {"s3.endpoint": "http://x"}  # no keys: no fast path
-
-        def new_input(self, path):
-            return ("input", path)
-
-    io = ListingIO(FileIO())
-    assert io.one_get is None
-    assert io.new_input("s3://lake/x") == ("input", "s3://lake/x")
-    assert isinstance(filesystem(s3_prefix, s3_options)[0], pafs.S3FileSystem)
-
-
 def test_an_unreachable_store_is_left_to_pyarrow_after_one_attempt():
     reads = OneGetReads.for_properties(
         {
             "s3.endpoint": "http://127.0.0.1:9",
             "s3.access-key-id": "k",
             "s3.secret-access-key": "s",
+            "s3.region": "us-east-1",
             "s3.connect-timeout": "1",
             "s3.request-timeout": "2",
         }
@@ -188,3 +219,53 @@ def test_an_unreachable_store_is_left_to_pyarrow_after_one_attempt():
     assert reads.read("s3://lake/x.avro") is None
     # one attempt of a 1 s connect timeout (pyarrow's read then makes its own), slack for load
     assert time.monotonic() - started < 20
+
+
+def test_a_listing_gives_the_same_slices_with_and_without_the_fast_path(
+    seaweedfs, s3_options, s3_prefix, sql_catalog, monkeypatch
+):
+    import pyarrow as pa
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from storage.formats.iceberg import _manifests
+    from storage.spec import load_table
+
+    catalog = sql_catalog(f"onegets_{uuid.uuid4().hex[:6]}", s3_prefix, **seaweedfs.s3_properties())
+    catalog.create_namespace("ns")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "region", StringType(), required=False),
+    )
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "region"))
+    table = catalog.create_table("ns.t", schema, partition_spec=spec)
+    for k in range(3):
+        table.append(
+            pa.table(
+                {"id": pa.array([k, k + 10, k + 20], pa.int64()), "region": pa.array(["eu", "us", f"r{k}"])}
+            )
+        )
+    table = catalog.load_table("ns.t")
+    manifests = len(table.current_snapshot().manifests(table.io))
+
+    def listing() -> tuple[list, int]:
+        spec_table = load_table(table.metadata_location, storage=s3_options)
+        spec_table.timeline()
+        loaded = seaweedfs.request_count("lake")
+        slices = list(spec_table.file_index().list_files_at(None, "id >= 10"))
+        return slices, seaweedfs.request_count("lake") - loaded
+
+    fast, fast_requests = listing()
+    monkeypatch.setattr(_manifests.OneGetReads, "for_properties", classmethod(lambda cls, *a, **k: None))
+    slow, slow_requests = listing()
+    assert fast_requests == manifests + 1 and slow_requests == 2 * (manifests + 1)
+    # the eu files (ids 0-2) are pruned by their bounds; the others hold ids >= 10
+    assert sorted(s.base_file.record_count for s in fast) == [1] * 6
+    assert sorted(s.base_file.partition["region"] for s in fast) == ["r0", "r1", "r2", "us", "us", "us"]
+    assert fast == slow
+    for a, b in zip(fast, slow, strict=True):
+        assert a.partition == b.partition and dict(a.base_file.partition) == dict(b.base_file.partition)
+        assert dict(a.base_file.lower_bounds) == dict(b.base_file.lower_bounds)
+        assert dict(a.base_file.upper_bounds) == dict(b.base_file.upper_bounds)

@@ -136,7 +136,11 @@ class ListingIO:
 
     def __init__(self, file_io: Any) -> None:
         self.file_io = file_io
-        self.one_get = OneGetReads.for_properties(getattr(file_io, "properties", None) or {})
+        # only where pyiceberg reads through pyarrow itself (not fsspec, not a custom FileIO)
+        pyarrow_io = (
+            type(file_io).__module__ == "pyiceberg.io.pyarrow" and type(file_io).__name__ == "PyArrowFileIO"
+        )
+        self.one_get = OneGetReads.for_properties(file_io.properties) if pyarrow_io else None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.file_io, name)
