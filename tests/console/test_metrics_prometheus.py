@@ -101,11 +101,22 @@ def prometheus(tmp_path, live_server, settings):
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    base = f"http://127.0.0.1:{port}"
     try:
-        yield f"http://127.0.0.1:{port}"
+        # Prometheus listens before it is ready: until then its API answers 503 with a plain-text
+        # body (a clean-clone run failed decoding one as JSON); wait for its readiness endpoint
+        _wait_until(lambda: _ready(base), seconds=60, what="Prometheus was not ready")
+        yield base
     finally:
         _stop(process)
         log.close()
+
+
+def _ready(base: str) -> bool:
+    try:
+        return _get(f"{base}/-/ready")[0] == 200
+    except OSError:  # not listening yet
+        return False
 
 
 def _query(base: str, expression: str) -> dict:
