@@ -30,8 +30,8 @@ import pyarrow as pa
 import pytest
 
 from storage.formats.iceberg import _avro
-from storage.formats.iceberg._manifests import KEEP as LISTING_KEEP
-from storage.formats.iceberg._manifests import KEEP_DECODED as KEEP
+from storage.formats.iceberg._entries import KEEP as LISTING_KEEP
+from storage.formats.iceberg._entries import KEEP_DECODED as KEEP
 from tests.spec.iceberg_v3_tables import write_v3_table
 
 # A narrower projection than KEEP (what a filter looks at first, as listing once probed with)
@@ -633,6 +633,20 @@ def test_a_malformed_program_is_refused():
 
 
 @needs_native
+def memory_growth(rounds: Any, warm: int, times: int) -> int:
+    """Bytes still allocated after ``rounds(times)`` that were not before it (after ``rounds(warm)``)."""
+    rounds(warm)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        rounds(times)
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
 def test_decoding_many_times_keeps_memory_flat(small_manifest, stats_manifest):
     corrupt = bytearray(small_manifest)
     corrupt[len(corrupt) // 2] ^= 0xFF
@@ -656,16 +670,7 @@ def test_decoding_many_times_keeps_memory_flat(small_manifest, stats_manifest):
                 except ValueError:
                     pass
 
-    rounds(100)  # warm caches (the program, interned keys)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        rounds(1000)
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    grown = memory_growth(rounds, 100, 1000)  # 100 first: warm caches (the program, interned keys)
     print(f"grown {grown}")
     assert grown < 16 * 1024, f"{grown} bytes more after 1000 decodes (a leak of one object a call: ~50 kB)"
 

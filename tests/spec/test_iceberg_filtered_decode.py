@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from storage.formats.iceberg import _avro
-from storage.formats.iceberg._manifests import KEEP as LISTING_KEEP
+from storage.formats.iceberg._entries import KEEP as LISTING_KEEP
 from storage.spec.expressions import And, Comparison, Or
 from tests.spec.test_avro_native import (
     EVERYTHING,

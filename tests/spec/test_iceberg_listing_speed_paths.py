@@ -363,7 +363,7 @@ def test_statistics_kept_raw_read_as_the_decoded_maps(iceberg_fixture, name):
     """Listing keeps the statistics maps encoded (``KEEP``) until read: every listed file's
     bounds and null counts equal those of the same manifests decoded in full."""
     from storage.formats.iceberg import _avro
-    from storage.formats.iceberg._manifests import KEEP, KEEP_DECODED
+    from storage.formats.iceberg._entries import KEEP, KEEP_DECODED
     from storage.formats.iceberg._values import LazyStats
 
     table = IcebergAdapter.open(str(iceberg_fixture(name)))
@@ -398,7 +398,7 @@ def test_statistics_kept_raw_read_as_the_decoded_maps(iceberg_fixture, name):
 
 
 def test_a_schema_whose_statistics_cannot_be_kept_raw_is_decoded_in_full():
-    from storage.formats.iceberg._manifests import KEEP, KEEP_DECODED, _keep_for
+    from storage.formats.iceberg._entries import KEEP, KEEP_DECODED, _keep_for
 
     def schema(bounds_type):
         data_file = {

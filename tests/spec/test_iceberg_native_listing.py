@@ -496,10 +496,12 @@ def test_plain_entries_are_built_in_c_as_make_data_file_builds_them(
 ):
     """Every Iceberg fixture table (Spark and Trino: v1 and v2, partitioned, with position and
     equality deletes), the table above, and a v3 table (row lineage: never plain) list the same
-    slices, field for field and type for type, with the compiled loop (plain_slices) and builder,
-    with the builder alone, and with neither; with the compiled ones, make_data_file builds no
-    data file of the tables without row lineage (the delete files of the delete index are its)."""
-    from storage.formats.iceberg import IcebergAdapter, _manifests, index
+    slices, field for field and type for type, with the compiled loop reading the encoded entries
+    (plain_decode), with it over decoded entries (plain_slices) and the builder, with the builder
+    alone, and with neither; with the compiled ones, make_data_file builds no data file of the
+    tables without row lineage (the delete files of the delete index are its), and the entries of
+    the tables without deletes or row lineage are read encoded."""
+    from storage.formats.iceberg import IcebergAdapter, _entries, _manifests, index
     from tests.spec.iceberg_v3_tables import write_v3_table
 
     v3 = write_v3_table(tmp_path / "v3", stale_position_delete=(1, 2))
@@ -513,18 +515,31 @@ def test_plain_entries_are_built_in_c_as_make_data_file_builds_them(
             by_python.append(record)
         return python_builder(record, *args)
 
+    read_encoded: list[int] = []
+    compiled_decode = _entries.plain_decode
+
+    def counted_decode(layout, payload, offset, count, scan, one):
+        read_encoded.append(count)
+        return compiled_decode(layout, payload, offset, count, scan, one)
+
     for name, spec_table in tables.items():
         monkeypatch.setattr(index, "make_data_file", counted)
+        monkeypatch.setattr(_entries, "plain_decode", counted_decode)
         by_python.clear()
+        read_encoded.clear()
         with_c = _listing(spec_table)
-        built_by_python = len(by_python)
+        built_by_python, encoded = len(by_python), sum(read_encoded)
+        monkeypatch.setattr(_entries, "plain_layout", None)
+        decoded_first = _listing(spec_table)
         monkeypatch.setattr(index, "plain_slices", None)
         builder_only = _listing(spec_table)
         monkeypatch.setattr(_manifests, "plain_data_file", None)
         without = _listing(spec_table)
         monkeypatch.undo()
-        assert with_c == builder_only == without, name
+        assert with_c == decoded_first == builder_only == without, name
         assert with_c, name
+        has_deletes = any(s[4] for s in with_c)
+        assert (encoded >= len(with_c)) == (name != "v3" and not has_deletes), (name, encoded)
         if name == "v3":
             assert built_by_python == len(with_c)  # every entry has a row id: make_data_file's
         else:

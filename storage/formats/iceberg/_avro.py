@@ -586,14 +586,15 @@ def decode_joined(
 # directly (no Python frame between): listing calls one per entry for each column a filter reads.
 int_bytes_map: Callable[[bytes], dict[int, bytes]] = _native.int_bytes_map if NATIVE else _py_int_bytes_map
 int_long_map: Callable[[bytes], dict[int, int]] = _native.int_long_map if NATIVE else _py_int_long_map
-# reject_bounds(lower, upper, clauses): the compiled stats pre-check (``_prune.native_clauses``),
-# None without the compiled decoder (the Python ``stats_check`` then decides alone).
+# reject_bounds(lower, upper, clauses): the compiled stats pre-check (``_prune.native_clauses``), or None
 reject_bounds: Callable[[Any, Any, tuple[Any, ...]], bool] | None = _native.reject_bounds if NATIVE else None
-# SlotsMaker(cls, names): a compiled maker of instances of a slots class (``_manifests.slots_maker``),
-# None without the compiled decoder.
+# None without the compiled decoder: SlotsMaker(cls, names), a compiled maker of instances of a
+# slots class (``_manifests.slots_maker``); plain_data_file(context, data, values, sequence,
+# snapshot_id), the builder of a plain entry's DataFile (``_manifests.plain_context``);
+# plain_slices(scan, records, one), the listing loop (``index._manifest_slices``); plain_layout and
+# plain_decode, that loop over entries still encoded (``_entries.EncodedEntries``).
 SlotsMaker: Any = _native.SlotsMaker if NATIVE else None
-# plain_data_file(context, data, values, sequence, snapshot_id): the compiled builder of a plain
-# entry's DataFile (``_manifests.plain_context``), None without the compiled decoder.
 plain_data_file: Any = _native.plain_data_file if NATIVE else None
-# plain_slices(scan, records, one): the compiled listing loop (``index._manifest_slices``), or None.
 plain_slices: Any = _native.plain_slices if NATIVE else None
+plain_layout: Any = _native.plain_layout if NATIVE else None
+plain_decode: Any = _native.plain_decode if NATIVE else None

@@ -754,13 +754,6 @@ static int intern_names(void)
     return 0;
 }
 
-/* Borrowed value of key, NULL when absent or None (no error is set by a str key lookup). */
-static PyObject *present(PyObject *dict, PyObject *key)
-{
-    PyObject *value = PyDict_GetItemWithError(dict, key);
-    return value == Py_None ? NULL : value;
-}
-
 static PyObject *lazy_stats(PyObject *maker, PyObject *raw, PyObject *decoder, PyObject *bounds)
 {
     if (!raw)
@@ -769,38 +762,52 @@ static PyObject *lazy_stats(PyObject *maker, PyObject *raw, PyObject *decoder, P
     return PyObject_Vectorcall(maker, args, 4, NULL);
 }
 
-/* plain_data_file's work: a new reference (None when not plain), NULL on error. */
-static PyObject *build_plain(PyObject *context, PyObject *data, PyObject *values, PyObject *sequence,
-                             PyObject *snapshot)
+/* The fields of a data_file build_plain and plain_slice read, in this order (F_*): borrowed
+ * references, NULL when the field is absent (a value of None is kept: build_plain tells the
+ * two apart where make_data_file does). */
+enum {
+    F_CONTENT, F_OFFSETS, F_EQUALITY, F_REFERENCED, F_CONTENT_OFFSET, F_FIRST_ROW_ID,
+    F_PATH, F_SIZE, F_COUNT, F_FORMAT, F_LOWER, F_UPPER, F_NULLS, F_COUNT_OF_FIELDS
+};
+static PyObject **const FIELD_NAMES[F_COUNT_OF_FIELDS] = {
+    &str_content, &str_offsets, &str_equality_ids, &str_referenced, &str_content_offset, &str_first_row_id,
+    &str_file_path, &str_size, &str_count, &str_file_format, &str_lower, &str_upper, &str_nulls,
+};
+/* ... and of the entry record (R_*) */
+enum { R_STATUS, R_SEQUENCE, R_SNAPSHOT, R_COUNT_OF_FIELDS };
+static PyObject **const RECORD_NAMES[R_COUNT_OF_FIELDS] = {&str_status, &str_sequence_number, &str_snapshot_id};
+
+/* `value`, or NULL when it is None: what present() gives for a field read from a dict. */
+static PyObject *not_none(PyObject *value)
 {
-    if (!PyTuple_CheckExact(context) || PyTuple_GET_SIZE(context) != 6)
-        return fail("plain_data_file: context must be PlainContext.fields");
-    if (!PyDict_CheckExact(data))
-        Py_RETURN_NONE;
+    return value == Py_None ? NULL : value;
+}
+
+/* plain_data_file's work over a data_file's fields `f` (F_*): a new reference (None when not
+ * plain), NULL on error. */
+static PyObject *build_plain_fields(PyObject *context, PyObject *const *f, PyObject *values, PyObject *sequence,
+                                    PyObject *snapshot)
+{
     PyObject *make_file = PyTuple_GET_ITEM(context, 0), *make_stats = PyTuple_GET_ITEM(context, 1),
              *decoder = PyTuple_GET_ITEM(context, 2), *content = PyTuple_GET_ITEM(context, 3),
              *spec_id = PyTuple_GET_ITEM(context, 4), *identity = PyTuple_GET_ITEM(context, 5);
-    PyObject *kind = present(data, str_content);
+    PyObject *kind = not_none(f[F_CONTENT]);
     int overflow = 0;
     if (kind && !(PyLong_CheckExact(kind) && PyLong_AsLongAndOverflow(kind, &overflow) == 0 && !overflow))
         Py_RETURN_NONE;
-    PyObject *split = present(data, str_offsets);
+    PyObject *split = not_none(f[F_OFFSETS]);
     if (split && !PyList_CheckExact(split))
         Py_RETURN_NONE;
-    PyObject *equality = present(data, str_equality_ids);
+    PyObject *equality = not_none(f[F_EQUALITY]);
     if (equality && !(PyList_CheckExact(equality) && PyList_GET_SIZE(equality) == 0))
         Py_RETURN_NONE;
-    PyObject *referenced = present(data, str_referenced);
+    PyObject *referenced = not_none(f[F_REFERENCED]);
     if ((referenced && !(PyUnicode_CheckExact(referenced) && PyUnicode_GET_LENGTH(referenced) == 0)) ||
-        present(data, str_content_offset) || present(data, str_first_row_id))
+        not_none(f[F_CONTENT_OFFSET]) || not_none(f[F_FIRST_ROW_ID]))
         Py_RETURN_NONE;
-    PyObject *path = PyDict_GetItemWithError(data, str_file_path), *size = PyDict_GetItemWithError(data, str_size),
-             *count = PyDict_GetItemWithError(data, str_count), *format = PyDict_GetItemWithError(data, str_file_format);
-    if (!path || !size || !count || !format || !PyUnicode_CheckExact(format) || PyErr_Occurred()) {
-        if (PyErr_Occurred())
-            return NULL;
+    PyObject *path = f[F_PATH], *size = f[F_SIZE], *count = f[F_COUNT], *format = f[F_FORMAT];
+    if (!path || !size || !count || !format || !PyUnicode_CheckExact(format))
         Py_RETURN_NONE;
-    }
     PyObject *file_format, *offsets = NULL, *lower = NULL, *upper = NULL, *nulls = NULL, *extra = NULL,
              *out = NULL;
     if (PyUnicode_Compare(format, str_PARQUET) == 0 || PyUnicode_Compare(format, str_parquet) == 0)
@@ -813,9 +820,9 @@ static PyObject *build_plain(PyObject *context, PyObject *data, PyObject *values
         offsets = Py_NewRef(Py_None);
     if (!offsets)
         goto done;
-    if (!(lower = lazy_stats(make_stats, present(data, str_lower), decoder, Py_True)) ||
-        !(upper = lazy_stats(make_stats, present(data, str_upper), decoder, Py_True)) ||
-        !(nulls = lazy_stats(make_stats, present(data, str_nulls), decoder, Py_False)))
+    if (!(lower = lazy_stats(make_stats, not_none(f[F_LOWER]), decoder, Py_True)) ||
+        !(upper = lazy_stats(make_stats, not_none(f[F_UPPER]), decoder, Py_True)) ||
+        !(nulls = lazy_stats(make_stats, not_none(f[F_NULLS]), decoder, Py_False)))
         goto done;
     if (!(extra = new_dict(4)) || PyDict_SetItem(extra, str_sequence_number, sequence) < 0 ||
         PyDict_SetItem(extra, str_snapshot_id, snapshot) < 0 || PyDict_SetItem(extra, str_spec_id, spec_id) < 0 ||
@@ -837,6 +844,28 @@ done:
     return out;
 }
 
+/* The fields `f` of the dict `data`; -1 with an error set when a lookup fails. */
+static int dict_fields(PyObject *data, PyObject **f)
+{
+    for (int i = 0; i < F_COUNT_OF_FIELDS; i++)
+        f[i] = PyDict_GetItemWithError(data, *FIELD_NAMES[i]);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* plain_data_file's work: a new reference (None when not plain), NULL on error. */
+static PyObject *build_plain(PyObject *context, PyObject *data, PyObject *values, PyObject *sequence,
+                             PyObject *snapshot)
+{
+    if (!PyTuple_CheckExact(context) || PyTuple_GET_SIZE(context) != 6)
+        return fail("plain_data_file: context must be PlainContext.fields");
+    if (!PyDict_CheckExact(data))
+        Py_RETURN_NONE;
+    PyObject *f[F_COUNT_OF_FIELDS];
+    if (dict_fields(data, f) < 0)
+        return NULL;
+    return build_plain_fields(context, f, values, sequence, snapshot);
+}
+
 static PyObject *plain_data_file(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 5) {
@@ -856,93 +885,146 @@ static PyObject *plain_data_file(PyObject *module, PyObject *const *args, Py_ssi
  * does not cover (a field of an unexpected type, a partition not in the cache, an entry that is not
  * plain) is given to the Python `one(record)`, which returns its slice or None.
  * scan = (plain context, FileSlice maker, partition cache or None, partition keys, partition_of,
- *         manifest sequence number, manifest snapshot id or None). */
-static PyObject *plain_slice(PyObject *scan, PyObject *record)
+ *         manifest sequence number, manifest snapshot id or None).
+ *
+ * plain_decode does the same straight from the encoded entries (see there). */
+
+/* The slice of one entry from its record fields `r` (R_*), data_file fields `f` and partition
+ * key (a new reference, stolen; NULL when the partition is not a dict): a new reference, None
+ * when the entry is not covered, False when it is deleted, NULL on error. */
+static PyObject *entry_slice(PyObject *scan, PyObject *const *r, PyObject *const *f, PyObject *key)
 {
     PyObject *context = PyTuple_GET_ITEM(scan, 0), *make_slice = PyTuple_GET_ITEM(scan, 1),
-             *cache = PyTuple_GET_ITEM(scan, 2), *keys = PyTuple_GET_ITEM(scan, 3),
-             *manifest_sequence = PyTuple_GET_ITEM(scan, 5), *manifest_snapshot = PyTuple_GET_ITEM(scan, 6);
-    if (!PyDict_CheckExact(record) || cache == Py_None)
-        Py_RETURN_NONE;
-    PyObject *status = PyDict_GetItemWithError(record, str_status);
-    PyObject *data = PyDict_GetItemWithError(record, str_data_file);
-    if (!status || !PyLong_CheckExact(status) || !data || !PyDict_CheckExact(data))
-        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+             *cache = PyTuple_GET_ITEM(scan, 2), *manifest_sequence = PyTuple_GET_ITEM(scan, 5),
+             *manifest_snapshot = PyTuple_GET_ITEM(scan, 6), *status = r[R_STATUS];
+    PyObject *entry = NULL, *zero = NULL, *file = NULL, *out = NULL;
+    if (!status || !PyLong_CheckExact(status)) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
     long state = PyLong_AsLong(status);
     if (state == -1 && PyErr_Occurred())
-        return NULL;
-    if (state == 2) /* deleted: no slice */
-        return Py_NewRef(Py_False);
-    PyObject *sequence = present(record, str_sequence_number), *snapshot = present(record, str_snapshot_id);
-    if (PyErr_Occurred())
-        return NULL;
+        goto done;
+    if (state == 2) { /* deleted: no slice */
+        out = Py_NewRef(Py_False);
+        goto done;
+    }
+    PyObject *sequence = not_none(r[R_SEQUENCE]), *snapshot = not_none(r[R_SNAPSHOT]);
     if (!sequence) {
-        int zero = PyObject_Not(manifest_sequence);
-        if (zero < 0)
-            return NULL;
-        if (zero || state == 1)
+        int zero_sequence = PyObject_Not(manifest_sequence);
+        if (zero_sequence < 0)
+            goto done;
+        if (zero_sequence || state == 1)
             sequence = manifest_sequence;
     }
     if (sequence) {
         int falsy = PyObject_Not(sequence); /* `sequence or 0` */
         if (falsy < 0)
-            return NULL;
+            goto done;
         if (falsy)
             sequence = NULL;
     }
     if (!snapshot)
         snapshot = manifest_snapshot;
-    PyObject *partition = PyDict_GetItemWithError(data, str_partition);
-    if (!partition || !PyDict_CheckExact(partition))
-        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-    Py_ssize_t n = PyTuple_GET_SIZE(keys);
-    PyObject *key = PyTuple_New(n);
-    if (!key)
-        return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *value = PyDict_GetItemWithError(partition, PyTuple_GET_ITEM(keys, i));
-        if (!value && PyErr_Occurred()) {
-            Py_DECREF(key);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(key, i, Py_NewRef(value ? value : Py_None));
-    }
-    PyObject *entry = PyDict_GetItemWithError(cache, key);
-    Py_DECREF(key);
-    if (!entry) {
+    PyObject *found = key ? PyDict_GetItemWithError(cache, key) : NULL;
+    if (!found) {
         if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError)) /* unhashable: to Python */
-            return NULL;
+            goto done;
         PyErr_Clear();
-        Py_RETURN_NONE;
+        out = Py_NewRef(Py_None);
+        goto done;
     }
-    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3)
-        Py_RETURN_NONE;
-    PyObject *zero = sequence ? NULL : PyLong_FromLong(0);
-    if (!sequence && !zero)
-        return NULL;
-    PyObject *file = build_plain(context, data, PyTuple_GET_ITEM(entry, 1), sequence ? sequence : zero, snapshot);
-    Py_XDECREF(zero);
-    if (!file || file == Py_None)
-        return file;
+    if (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 3) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    entry = Py_NewRef(found);
+    if (!sequence && !(zero = PyLong_FromLong(0)))
+        goto done;
+    file = build_plain_fields(context, f, PyTuple_GET_ITEM(entry, 1), sequence ? sequence : zero, snapshot);
+    if (!file || file == Py_None) {
+        out = file;
+        file = NULL;
+        goto done;
+    }
     PyObject *empty = PyTuple_New(0);
-    if (!empty) {
-        Py_DECREF(file);
-        return NULL;
-    }
+    if (!empty)
+        goto done;
     PyObject *fields[5] = {PyTuple_GET_ITEM(entry, 2), file, empty, Py_None, snapshot};
-    PyObject *out = PyObject_Vectorcall(make_slice, fields, 5, NULL);
+    out = PyObject_Vectorcall(make_slice, fields, 5, NULL);
     Py_DECREF(empty);
-    Py_DECREF(file);
+done:
+    Py_XDECREF(entry);
+    Py_XDECREF(zero);
+    Py_XDECREF(file);
+    Py_XDECREF(key);
     return out;
+}
+
+/* A decoded record's slice (see entry_slice). */
+static PyObject *plain_slice(PyObject *scan, PyObject *record)
+{
+    if (!PyDict_CheckExact(record) || PyTuple_GET_ITEM(scan, 2) == Py_None)
+        Py_RETURN_NONE;
+    PyObject *r[R_COUNT_OF_FIELDS], *f[F_COUNT_OF_FIELDS];
+    for (int i = 0; i < R_COUNT_OF_FIELDS; i++)
+        r[i] = PyDict_GetItemWithError(record, *RECORD_NAMES[i]);
+    PyObject *data = PyDict_GetItemWithError(record, str_data_file);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!r[R_STATUS] || !PyLong_CheckExact(r[R_STATUS]) || !data || !PyDict_CheckExact(data))
+        Py_RETURN_NONE;
+    if (dict_fields(data, f) < 0)
+        return NULL;
+    PyObject *partition = PyDict_GetItemWithError(data, str_partition), *key = NULL;
+    if (PyErr_Occurred())
+        return NULL;
+    if (partition && PyDict_CheckExact(partition)) {
+        PyObject *keys = PyTuple_GET_ITEM(scan, 3);
+        Py_ssize_t n = PyTuple_GET_SIZE(keys);
+        if (!(key = PyTuple_New(n)))
+            return NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *value = PyDict_GetItemWithError(partition, PyTuple_GET_ITEM(keys, i));
+            if (!value && PyErr_Occurred()) {
+                Py_DECREF(key);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(key, i, Py_NewRef(value ? value : Py_None));
+        }
+    }
+    return entry_slice(scan, r, f, key);
+}
+
+static int scan_is_valid(PyObject *scan)
+{
+    return PyTuple_CheckExact(scan) && PyTuple_GET_SIZE(scan) == 7 && PyTuple_CheckExact(PyTuple_GET_ITEM(scan, 0)) &&
+           PyTuple_GET_SIZE(PyTuple_GET_ITEM(scan, 0)) == 6 && PyTuple_CheckExact(PyTuple_GET_ITEM(scan, 3)) &&
+           (PyTuple_GET_ITEM(scan, 2) == Py_None || PyDict_CheckExact(PyTuple_GET_ITEM(scan, 2)));
+}
+
+/* Appends `slice` (stolen; None and False are not slices) to `out`: -1 on error. */
+static int add_slice(PyObject *out, PyObject *slice)
+{
+    int appended = !slice ? -1 : (slice == Py_None || slice == Py_False) ? 0 : PyList_Append(out, slice);
+    Py_XDECREF(slice);
+    return appended;
+}
+
+/* `one(record)` with the cyclic GC enabled while it runs (it runs Python code). */
+static PyObject *call_one(PyObject *one, PyObject *record, int collecting)
+{
+    if (collecting)
+        PyGC_Enable();
+    PyObject *slice = PyObject_CallOneArg(one, record);
+    if (collecting)
+        PyGC_Disable();
+    return slice;
 }
 
 static PyObject *plain_slices(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 7 ||
-        !PyTuple_CheckExact(PyTuple_GET_ITEM(args[0], 0)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(args[0], 0)) != 6 ||
-        !PyTuple_CheckExact(PyTuple_GET_ITEM(args[0], 3)) ||
-        (PyTuple_GET_ITEM(args[0], 2) != Py_None && !PyDict_CheckExact(PyTuple_GET_ITEM(args[0], 2))) ||
-        !PyList_CheckExact(args[1]))
+    if (nargs != 3 || !scan_is_valid(args[0]) || !PyList_CheckExact(args[1]))
         return fail("plain_slices(scan, records, one): scan is (context, slice maker, cache, keys, partition_of,"
                     " sequence, snapshot), records a list");
     PyObject *scan = args[0], *records = args[1], *one = args[2];
@@ -958,22 +1040,281 @@ static PyObject *plain_slices(PyObject *module, PyObject *const *args, Py_ssize_
         PyObject *slice = plain_slice(scan, record);
         if (slice == Py_None) {
             Py_DECREF(slice);
-            if (collecting)
-                PyGC_Enable();
-            slice = PyObject_CallOneArg(one, record);
-            if (collecting)
-                PyGC_Disable();
+            slice = call_one(one, record, collecting);
         }
         Py_DECREF(record);
-        int appended = !slice ? -1 : (slice == Py_None || slice == Py_False) ? 0 : PyList_Append(out, slice);
-        Py_XDECREF(slice);
-        if (appended < 0) {
+        if (add_slice(out, slice) < 0) {
             Py_CLEAR(out);
             break;
         }
     }
     if (collecting)
         PyGC_Enable();
+    return out;
+}
+
+/* ---- decoding a manifest's plain slices ------------------------------------------------------
+ *
+ * plain_layout(program, keys) -> layout | None and plain_decode(layout, payload, offset, count, scan,
+ * one) -> (slices, offset): plain_slices' loop over the encoded entries themselves, without the
+ * record, data_file and partition dicts decode() would build for them. Each field is read by run()
+ * as decode() reads it (the same checks, the same errors) into a slot; the slots are what
+ * plain_slice reads from the dicts (the last of two fields of one name, as in a dict). An entry
+ * entry_slice does not cover is decoded again from its start with run() and its dict given to
+ * `one`, as plain_slices gives it. The layout says which field goes to which slot, once per
+ * program and partition keys: None when the program's entries are not records whose data_file
+ * and partition are records (decode() then and plain_slices). */
+
+typedef struct {
+    PyObject *program, *keys;
+    Py_ssize_t data_kid, partition_kid, npartition; /* data_file among the entry's fields, partition among data_file's */
+    signed char *record_slot, *data_slot;           /* R_* / F_* of each field, -1: read and dropped */
+    Py_ssize_t *key_kid;                            /* each key's partition field, -1: none (None) */
+} Layout;
+
+static const char LAYOUT_NAME[] = "lakewarden._avro_native.Layout";
+
+static void layout_release(Layout *layout);
+
+static void layout_free(PyObject *capsule)
+{
+    Layout *layout = PyCapsule_GetPointer(capsule, LAYOUT_NAME);
+    if (!layout)
+        return;
+    Py_XDECREF(layout->program);
+    Py_XDECREF(layout->keys);
+    layout_release(layout);
+}
+
+/* The index of `name` among NAMES (n of them) that `key` (a field key or NULL) equals, -1 none. */
+static int name_index(PyObject *key, PyObject **const *names, int n)
+{
+    if (!key)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (PyUnicode_Compare(key, *names[i]) == 0)
+            return i;
+    return -1;
+}
+
+static int key_is(PyObject *key, PyObject *name)
+{
+    return key && PyUnicode_Compare(key, name) == 0;
+}
+
+/* Each field of the record `node`: its slot among `names` (n of them; -1: none) into a new
+ * *slots, and the index of the last field named `nested` into *nested_kid (-1: none); -1 with
+ * MemoryError when *slots cannot be allocated. */
+static int map_fields(const Program *prog, const Node *node, PyObject **const *names, int n, PyObject *nested,
+                      signed char **slots, Py_ssize_t *nested_kid)
+{
+    *nested_kid = -1;
+    if (!(*slots = PyMem_Calloc(node->nkids + 1, 1))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < node->nkids; i++) {
+        PyObject *key = prog->keys[node->first + i];
+        (*slots)[i] = (signed char)name_index(key, names, n);
+        if (key_is(key, nested))
+            *nested_kid = i;
+    }
+    return 0;
+}
+
+/* The node of field `kid` of the record `node` when it is a record whose fields are returned,
+ * else NULL. */
+static const Node *kept_record(const Program *prog, const Node *node, Py_ssize_t kid)
+{
+    const Node *field = kid >= 0 ? &prog->nodes[prog->kids[node->first + kid]] : NULL;
+    return field && field->op == OP_RECORD && field->keep ? field : NULL;
+}
+
+static void layout_release(Layout *layout)
+{
+    PyMem_Free(layout->record_slot);
+    PyMem_Free(layout->data_slot);
+    PyMem_Free(layout->key_kid);
+    PyMem_Free(layout);
+}
+
+static PyObject *plain_layout(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyObject_TypeCheck(args[0], &ProgramType) || !PyTuple_CheckExact(args[1]))
+        return fail("plain_layout(program, keys): a Program and a tuple of partition keys");
+    Program *prog = (Program *)args[0];
+    PyObject *keys = args[1];
+    const Node *root = &prog->nodes[0], *data, *partition;
+    if (root->op != OP_RECORD || !root->keep)
+        Py_RETURN_NONE;
+    Layout *layout = PyMem_Calloc(1, sizeof(Layout));
+    if (!layout)
+        return PyErr_NoMemory();
+    if (map_fields(prog, root, RECORD_NAMES, R_COUNT_OF_FIELDS, str_data_file, &layout->record_slot,
+                   &layout->data_kid) < 0)
+        goto error;
+    if (!(data = kept_record(prog, root, layout->data_kid)))
+        goto not_plain;
+    if (map_fields(prog, data, FIELD_NAMES, F_COUNT_OF_FIELDS, str_partition, &layout->data_slot,
+                   &layout->partition_kid) < 0)
+        goto error;
+    if (!(partition = kept_record(prog, data, layout->partition_kid)))
+        goto not_plain;
+    layout->npartition = partition->nkids;
+    Py_ssize_t nkeys = PyTuple_GET_SIZE(keys);
+    if (!(layout->key_kid = PyMem_Calloc(nkeys + 1, sizeof(Py_ssize_t)))) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (Py_ssize_t k = 0; k < nkeys; k++) {
+        PyObject *name = PyTuple_GET_ITEM(keys, k);
+        layout->key_kid[k] = -1;
+        if (!PyUnicode_Check(name)) /* looked up in a dict of str keys: never found */
+            continue;
+        for (Py_ssize_t i = 0; i < partition->nkids; i++)
+            if (key_is(prog->keys[partition->first + i], name))
+                layout->key_kid[k] = i; /* the last field of that name, as in a dict */
+    }
+    PyObject *capsule = PyCapsule_New(layout, LAYOUT_NAME, layout_free);
+    if (!capsule)
+        goto error;
+    layout->program = Py_NewRef((PyObject *)prog);
+    layout->keys = Py_NewRef(keys);
+    return capsule;
+error:
+    layout_release(layout);
+    return NULL;
+not_plain:
+    layout_release(layout);
+    Py_RETURN_NONE;
+}
+
+/* One field read at `c` into slots[slot] (a new reference), or read and dropped (slot -1). */
+static int read_field(const Program *prog, const Node *node, Cursor *c, PyObject **slots, Py_ssize_t slot)
+{
+    PyObject *value = run(prog, node, c);
+    if (!value)
+        return -1;
+    if (slot >= 0)
+        Py_XSETREF(slots[slot], value);
+    else
+        Py_DECREF(value);
+    return 0;
+}
+
+/* The fields of one entry read at `c` into r (R_*), f (F_*) and the partition's into p (new
+ * references, NULL where absent; the caller clears them): -1 on error. */
+static int read_entry(const Layout *layout, Cursor *c, PyObject **r, PyObject **f, PyObject **p)
+{
+    const Program *prog = (const Program *)layout->program;
+    const Node *root = &prog->nodes[0];
+    for (Py_ssize_t i = 0; i < root->nkids; i++) {
+        const Node *kid = &prog->nodes[prog->kids[root->first + i]];
+        if (i != layout->data_kid) {
+            if (read_field(prog, kid, c, r, layout->record_slot[i]) < 0)
+                return -1;
+            continue;
+        }
+        for (Py_ssize_t j = 0; j < kid->nkids; j++) {
+            const Node *field = &prog->nodes[prog->kids[kid->first + j]];
+            if (j != layout->partition_kid) {
+                if (read_field(prog, field, c, f, layout->data_slot[j]) < 0)
+                    return -1;
+                continue;
+            }
+            for (Py_ssize_t k = 0; k < field->nkids; k++)
+                if (read_field(prog, &prog->nodes[prog->kids[field->first + k]], c, p, k) < 0)
+                    return -1;
+        }
+    }
+    return 0;
+}
+
+static void clear_slots(PyObject **slots, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_CLEAR(slots[i]);
+}
+
+static PyObject *plain_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Layout *layout = nargs == 6 ? PyCapsule_GetPointer(args[0], LAYOUT_NAME) : NULL;
+    if (!layout) {
+        PyErr_Clear();
+        return fail("plain_decode(layout, payload, offset, count, scan, one): a layout of plain_layout");
+    }
+    Py_ssize_t offset = PyLong_AsSsize_t(args[2]), count = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *scan = args[4], *one = args[5];
+    if (!scan_is_valid(scan) || PyTuple_GET_ITEM(scan, 3) != layout->keys || PyTuple_GET_ITEM(scan, 2) == Py_None)
+        return fail("plain_decode: scan is plain_slices' scan, with a cache and the layout's keys");
+    Py_buffer payload;
+    if (PyObject_GetBuffer(args[1], &payload, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *out = NULL, **p = NULL, *r[R_COUNT_OF_FIELDS] = {0}, *f[F_COUNT_OF_FIELDS] = {0};
+    if (offset < 0 || offset > payload.len || count < 0) {
+        fail("plain_decode: offset or count out of range");
+        goto release;
+    }
+    if (!(p = PyMem_Calloc(layout->npartition + 1, sizeof(PyObject *)))) {
+        PyErr_NoMemory();
+        goto release;
+    }
+    if (!(out = PyList_New(0)))
+        goto release;
+    const Program *prog = (const Program *)layout->program;
+    Py_ssize_t nkeys = PyTuple_GET_SIZE(layout->keys);
+    Cursor c = {(const unsigned char *)payload.buf + offset, (const unsigned char *)payload.buf + payload.len};
+    int collecting = PyGC_Disable(); /* as in plain_slices and run_records */
+    for (Py_ssize_t n = 0; n < count; n++) {
+        const unsigned char *start = c.p;
+        PyObject *slice = NULL, *key = NULL;
+        if (read_entry(layout, &c, r, f, p) < 0 || !(key = PyTuple_New(nkeys)))
+            goto error;
+        for (Py_ssize_t k = 0; k < nkeys; k++) {
+            Py_ssize_t kid = layout->key_kid[k];
+            PyObject *value = kid >= 0 && p[kid] ? p[kid] : Py_None;
+            PyTuple_SET_ITEM(key, k, Py_NewRef(value));
+        }
+        slice = entry_slice(scan, r, f, key);
+        clear_slots(r, R_COUNT_OF_FIELDS);
+        clear_slots(f, F_COUNT_OF_FIELDS);
+        clear_slots(p, layout->npartition);
+        if (slice == Py_None) { /* not covered: its record, as decode() gives it, to `one` */
+            Py_DECREF(slice);
+            Cursor again = {start, c.end};
+            PyObject *record = run(prog, &prog->nodes[0], &again);
+            if (!record)
+                goto error;
+            if (again.p != c.p) {
+                Py_DECREF(record);
+                fail("plain_decode: an entry read to two different ends");
+                goto error;
+            }
+            slice = call_one(one, record, collecting);
+            Py_DECREF(record);
+        }
+        if (add_slice(out, slice) < 0)
+            goto error;
+    }
+    if (collecting)
+        PyGC_Enable();
+    PyObject *result = Py_BuildValue("(Nn)", out, (Py_ssize_t)(c.p - (const unsigned char *)payload.buf));
+    out = NULL;
+    PyMem_Free(p);
+    PyBuffer_Release(&payload);
+    return result;
+error:
+    if (collecting)
+        PyGC_Enable();
+    clear_slots(r, R_COUNT_OF_FIELDS);
+    clear_slots(f, F_COUNT_OF_FIELDS);
+    clear_slots(p, layout->npartition);
+    Py_CLEAR(out);
+release:
+    PyMem_Free(p);
+    PyBuffer_Release(&payload);
     return out;
 }
 
@@ -1805,6 +2146,12 @@ static PyMethodDef methods[] = {
     {"plain_slices", (PyCFunction)(void (*)(void))plain_slices, METH_FASTCALL,
      "plain_slices(scan, records, one) -> list: a manifest's slices in a listing without filter,\n"
      "deletes or row lineage (see index._manifest_slices)."},
+    {"plain_layout", (PyCFunction)(void (*)(void))plain_layout, METH_FASTCALL,
+     "plain_layout(program, keys) -> layout | None: where plain_decode reads an entry's fields from,\n"
+     "None when the program's entries are not shaped as plain_slices reads them."},
+    {"plain_decode", (PyCFunction)(void (*)(void))plain_decode, METH_FASTCALL,
+     "plain_decode(layout, payload, offset, count, scan, one) -> (slices, offset): plain_slices over\n"
+     "`count` entries encoded in `payload` from `offset`, without decoding them to dicts."},
     {"decode_filtered", decode_filtered, METH_VARARGS,
      "decode_filtered(payload, count, program, filter) -> list: the records decode() gives, less\n"
      "those `filter` proves a listing drops (see _manifests.EntryFilter)."},

@@ -3,12 +3,13 @@
 pyiceberg's planner (``ManifestFile.fetch_manifest_entry``) materialises every entry of every
 manifest as full ``DataFile`` records, with all column statistics decoded, before the first file
 is returned; planning a large table therefore holds the whole file list in memory. Here manifests
-are fetched a few ahead of the one being decoded (``_readahead``), each manifest's entries are
-decoded at once by ``_avro.decode_records`` keeping only the fields listing needs (the per-column
-sizes, value counts and NaN counts are skipped), entries are turned into spec ``DataFile``
-objects one at a time as the consumer asks, and column bounds are decoded lazily (``LazyStats``)
-only for the columns a filter looks at. Memory is bounded by the read-ahead window and one
-manifest's entries, whatever the number of files listed.
+are fetched a few ahead of the one being decoded and each manifest's entries are decoded at once
+keeping only the fields listing needs (``_entries``); entries are turned into spec ``DataFile``
+objects (``make_data_file``, or the compiled ``plain_data_file``) one at a time as the consumer
+asks, and column bounds are decoded lazily (``LazyStats``) only for the columns a filter looks
+at. Memory is bounded by the read-ahead window and one manifest's entries, whatever the number
+of files listed. This module reads the files (``read_file``), the manifest list, and turns
+entries into models (``SpecContext`` for partitions).
 
 Delete files are the exception: the delete manifests of a snapshot (few, small) are read into a
 ``DeleteIndex`` (``_deletes``) first, so that each streamed data file can be given the deletes
@@ -21,7 +22,7 @@ import dataclasses
 import datetime as dt
 import io
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 from urllib.parse import quote_plus
@@ -29,17 +30,11 @@ from urllib.parse import quote_plus
 import fastavro
 
 from storage.formats.iceberg._avro import (
-    Joined,
     SlotsMaker,
-    decode_joined,
-    decoder_for,
-    join,
     plain_data_file,
 )
-from storage.formats.iceberg._avro_program import RAW
-from storage.formats.iceberg._entry_checks import checked_entry, checked_manifest_list
+from storage.formats.iceberg._entry_checks import checked_manifest_list
 from storage.formats.iceberg._metadata import INLINE_PREFIX, is_inline
-from storage.formats.iceberg._readahead import read_ahead
 from storage.formats.iceberg._slots import slots_builder, slots_maker
 from storage.formats.iceberg._values import (
     ColumnDecoder,
@@ -64,40 +59,6 @@ CONTENT_DELETES = 1
 PartitionEntry = tuple[tuple[Any, ...] | None, dict[str, Any], PartitionDescriptor]
 
 _CONTENT = {0: FileContent.DATA, 1: FileContent.POSITION_DELETES, 2: FileContent.EQUALITY_DELETES}
-
-# Fields of manifest_entry / data_file that listing uses; everything else is skipped while decoding.
-# The statistics maps are kept "raw" (their encoded blocks, one bytes object each: ``LazyStats``
-# and the pre-checks parse one when they read it); ``KEEP_DECODED`` decodes them, for a writer
-# schema whose maps are not Iceberg's int-keyed arrays (the raw mode refuses those).
-_STATS = ("null_value_counts", "lower_bounds", "upper_bounds")
-KEEP_DECODED: dict[str, Any] = {
-    "status": True,
-    "snapshot_id": True,
-    "sequence_number": True,
-    "file_sequence_number": True,
-    "data_file": {
-        name: True
-        for name in (
-            "content",
-            "file_path",
-            "file_format",
-            "partition",
-            "record_count",
-            "file_size_in_bytes",
-            *_STATS,
-            "split_offsets",
-            "equality_ids",
-            "referenced_data_file",
-            "content_offset",
-            "content_size_in_bytes",
-            "first_row_id",
-        )
-    },
-}
-KEEP: dict[str, Any] = {
-    **KEEP_DECODED,
-    "data_file": {**KEEP_DECODED["data_file"], **dict.fromkeys(_STATS, RAW)},
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +87,7 @@ class ManifestInfo:
 
 def read_bytes(file_io: Any, path: str, what: str) -> bytes:
     """The whole file, or ``CorruptTable`` naming it when it vanished or cannot be read."""
-    return bytes(_read(file_io, path, what))
+    return bytes(read_file(file_io, path, what))
 
 
 class ListingIO:
@@ -146,7 +107,7 @@ class ListingIO:
         return getattr(self.file_io, name)
 
 
-def _read(file_io: Any, path: str, what: str) -> Any:
+def read_file(file_io: Any, path: str, what: str) -> Any:
     """The whole file as the stream gives it: a pyarrow ``Buffer`` (Arrow's memory pool) when the
     FileIO is pyarrow's, else bytes, or an object_store buffer when ``ListingIO`` fetched it in one
     GET; ``CorruptTable`` naming it when it cannot be read."""
@@ -203,68 +164,6 @@ def _first(row: dict[str, Any], *names: str) -> Any:
         if row.get(name) is not None:
             return row[name]
     return None
-
-
-DropFor = Callable[[ManifestInfo, Any], Any]  # a listing's ``drop`` (iter_manifests)
-
-
-def iter_manifests(
-    file_io: Any, manifests: Iterable[ManifestInfo], drop: DropFor | None = None
-) -> Iterator[tuple[ManifestInfo, list[dict[str, Any]], dict[int, str]]]:
-    """(manifest, its entries, partition field id -> Avro name) for each manifest, in order.
-
-    ``drop(manifest, decoder)`` may return the filter of the compiled ``decode_filtered``
-    (``_avro.decode_joined``): the entries the caller would drop are left out while decoding.
-
-    The manifests are fetched and joined (framed and inflated: ``_avro.join``, which the
-    compiled decoder does without the GIL) ahead on worker threads (``read_ahead``: a few at a
-    time) while the current one is decoded, in this thread, so on two cores inflating overlaps
-    decoding; ``manifests`` is pulled lazily, so a consumer that stops early reads only the
-    manifests of the read-ahead window more."""
-
-    def fetch(manifest: ManifestInfo) -> Joined:
-        data = _read(file_io, manifest.path, "manifest")
-        try:
-            return join(bytes(data))
-        except Exception as exc:  # any framing or inflating failure (see _avro.join)
-            raise CorruptTable(f"manifest {manifest.path} is not a valid Iceberg manifest: {exc!r}") from exc
-
-    for manifest, joined in read_ahead(manifests, fetch):
-        records, names = manifest_entries(manifest, joined, drop)
-        yield manifest, records, names
-
-
-def manifest_entries(
-    manifest: ManifestInfo, data: bytes | Joined, drop: DropFor | None = None
-) -> tuple[list[dict[str, Any]], dict[int, str]]:
-    """Every entry of one manifest (its bytes, or them joined by ``_avro.join``), decoded with
-    the ``KEEP`` fields and checked as ``checked_entry`` checks, and the manifest's partition
-    field id -> Avro name; ``CorruptTable`` naming the manifest when it cannot be decoded or an
-    entry lacks what listing relies on. The per-entry check is skipped when the writer schema
-    already guarantees it (``ManifestDecoder.well_typed``: the common shape)."""
-    try:
-        joined = data if isinstance(data, Joined) else join(data)
-        # the entry checks (checked_entry) must see every record: nothing dropped unchecked
-        dropper = (lambda decoder: drop(manifest, decoder) if decoder.well_typed else None) if drop else None
-        decoder, records = decode_joined(joined, _keep_for(joined.schema), drop=dropper)
-        if not decoder.well_typed:
-            for record in records:
-                checked_entry(record)
-    except CorruptTable:
-        raise
-    except Exception as exc:  # any decoding failure (see _entry_checks.checked_entry)
-        raise CorruptTable(f"manifest {manifest.path} is not a valid Iceberg manifest: {exc!r}") from exc
-    return records, decoder.partition_names
-
-
-def _keep_for(schema: str) -> dict[str, Any]:
-    """``KEEP``, or ``KEEP_DECODED`` for a writer schema whose statistics maps cannot be kept raw
-    (a schema neither can read fails later, decoding, as a corrupt manifest)."""
-    try:
-        decoder_for(schema, KEEP)
-    except ValueError:
-        return KEEP_DECODED
-    return KEEP
 
 
 def inherited_sequence(record: dict[str, Any], manifest: ManifestInfo) -> tuple[int, int | None]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from storage.formats.iceberg._avro import plain_data_file, plain_slices, reject_bounds
 from storage.formats.iceberg._deletes import DeleteIndex
+from storage.formats.iceberg._entries import EncodedEntries, iter_joined, iter_manifests
 from storage.formats.iceberg._manifests import (
     CONTENT_DATA,
     CONTENT_DELETES,
@@ -23,7 +24,6 @@ from storage.formats.iceberg._manifests import (
     ManifestInfo,
     SpecContext,
     inherited_sequence,
-    iter_manifests,
     make_data_file,
     plain_context,
     read_manifest_list,
@@ -198,6 +198,21 @@ class _Checks:
         return found
 
 
+def _compiled_loop(
+    entries: list[dict[str, Any]] | EncodedEntries, scan: tuple[Any, ...], one: Callable[[Any], Any]
+) -> Iterator[FileSlice]:
+    """The slices of ``plain_slices`` (``scan`` is its) over decoded entries, a few at a time, or
+    of ``plain_decode`` straight over entries still encoded where it reads them."""
+    if isinstance(entries, EncodedEntries):
+        layout = entries.layout(scan[3]) if scan[2] is not None else None  # (keys, cache)
+        if layout is not None:
+            yield from entries.slices(layout, scan, one, _CHUNK)
+            return
+        entries = entries.records()
+    for start in range(0, len(entries), _CHUNK):  # few slices alive at once (see _CHUNK)
+        yield from plain_slices(scan, entries[start : start + _CHUNK], one)
+
+
 class IcebergFileIndex(FileIndex):
     def __init__(self, table: IcebergSpecTable) -> None:
         self._table = table
@@ -329,9 +344,15 @@ class IcebergFileIndex(FileIndex):
         def drop(manifest: ManifestInfo, decoder: Any) -> tuple[Any, ...] | None:
             return checks.drop(manifest, decoder, self.spec_context(manifest.spec_id))
 
-        for manifest, records, avro_names in iter_manifests(
-            self._io, selected, drop if expr is not None else None
-        ):
+        if expr is None:  # nothing to drop while decoding: entries may be read straight into slices
+            for manifest, joined in iter_joined(self._io, selected):
+                entries = EncodedEntries(manifest, joined)
+                context = self.spec_context(manifest.spec_id)
+                yield from self._manifest_slices(
+                    manifest, entries, entries.partition_names, context, checks, deletes, added_by
+                )
+            return
+        for manifest, records, avro_names in iter_manifests(self._io, selected, drop):
             context = self.spec_context(manifest.spec_id)
             yield from self._manifest_slices(
                 manifest, records, avro_names, context, checks, deletes, added_by
@@ -340,7 +361,7 @@ class IcebergFileIndex(FileIndex):
     def _manifest_slices(
         self,
         manifest: ManifestInfo,
-        records: list[dict[str, Any]],
+        entries: list[dict[str, Any]] | EncodedEntries,
         avro_names: dict[int, str],
         context: SpecContext,
         checks: _Checks,
@@ -349,7 +370,8 @@ class IcebergFileIndex(FileIndex):
     ) -> Iterator[FileSlice]:
         """The live data files of one manifest that may match, as slices: ``one`` gives an entry's,
         or None; without filter, deletes, row lineage or snapshot range the compiled
-        ``plain_slices`` loops, giving ``one`` only the entries it does not cover."""
+        ``plain_slices`` loops, giving ``one`` only the entries it does not cover, and reads
+        ``entries`` still encoded straight into slices (``plain_decode``) where it can."""
         decoder, spec_id, spec_model = self._decoder, context.spec_id, context.model
         partition_of = context.partitions(avro_names)
         rejects = checks.rejecter(context)
@@ -392,9 +414,9 @@ class IcebergFileIndex(FileIndex):
                 manifest.sequence_number,
                 manifest.added_snapshot_id,
             )
-            for start in range(0, len(records), _CHUNK):  # few slices alive at once (see _CHUNK)
-                yield from plain_slices(scan, records[start : start + _CHUNK], one)
+            yield from _compiled_loop(entries, scan, one)
         else:
+            records = entries.records() if isinstance(entries, EncodedEntries) else entries
             yield from filter(None, map(one, records))
 
     def _changes(self, snapshots: list[Any], expr: Any) -> Iterator[FileChange]:
