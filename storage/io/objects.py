@@ -38,7 +38,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
 
 from storage.io.stores import S3_SCHEMES, StoreOptions
@@ -178,27 +178,17 @@ class OneGetReads:
     def _make_store(self, bucket: str) -> Any:
         from obstore.store import S3Store
 
-        options = self.options
-        config: S3Config = {
-            "access_key_id": options.access_key,
-            "secret_access_key": options.secret_key,
-            "region": options.region,
-            "virtual_hosted_style_request": not options.path_style,
-        }
-        if options.session_token:
-            config["session_token"] = options.session_token
-        if options.endpoint:
-            config["endpoint"] = (
-                options.endpoint if "://" in options.endpoint else f"https://{options.endpoint}"
-            )
-        client: ClientConfig = {
-            "connect_timeout": timedelta(seconds=options.connect_timeout),
-            "timeout": timedelta(seconds=options.request_timeout),
-            "allow_http": str(config.get("endpoint", "")).startswith("http://"),
-        }
+        settings = self.options.object_store_config()
+        client: ClientConfig = {"allow_http": settings.pop("allow_http", "") == "true"}
+        for name in ("timeout", "connect_timeout"):
+            client[name] = settings.pop(name)
+        config = cast("S3Config", settings)
         # one attempt: a failed read is made again through pyarrow, whose own retries (three
         # attempts, stores.py) then apply, so a dead store costs one timeout more than before
-        retry: RetryConfig = {"max_retries": 0, "retry_timeout": timedelta(seconds=options.request_timeout)}
+        retry: RetryConfig = {
+            "max_retries": 0,
+            "retry_timeout": timedelta(seconds=self.options.request_timeout),
+        }
         return S3Store(bucket, config=config, client_options=client, retry_config=retry)
 
 

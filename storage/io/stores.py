@@ -61,6 +61,18 @@ class StoreError(OSError):
     store's own error, never a secret."""
 
 
+#: object_store_config's names as deltalake's storage options spell them (the rest as they are)
+_DELTA_NAMES = {
+    "endpoint": "AWS_ENDPOINT_URL",
+    "access_key_id": "AWS_ACCESS_KEY_ID",
+    "secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "session_token": "AWS_SESSION_TOKEN",
+    "region": "AWS_REGION",
+    "virtual_hosted_style_request": "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
+    "allow_http": "AWS_ALLOW_HTTP",
+}
+
+
 @dataclass(frozen=True)
 class StoreOptions:
     """How to reach an object store. Empty fields mean "the library's default"."""
@@ -132,27 +144,45 @@ class StoreOptions:
             props["s3.force-virtual-addressing"] = "true"
         return {key: value for key, value in props.items() if value}
 
-    def delta_options(self) -> dict[str, str]:
-        """deltalake (object_store) storage options. ``conditional_put`` is set explicitly (it is
-        deltalake 1.x's default too): each commit creates ``_delta_log/NNN.json`` with
-        ``If-None-Match: *``, so a store refuses (412) a second writer's commit of the same version
-        instead of letting it overwrite the first; the store must honour it (AWS S3, MinIO,
-        SeaweedFS, R2 do) for two writers to be safe."""
-        options = {
-            "conditional_put": "etag",
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_SESSION_TOKEN": self.session_token,
-            "AWS_REGION": self.region or "us-east-1",
-            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false" if self.path_style else "true",
-            "AWS_EC2_METADATA_DISABLED": "true" if self.access_key else "",
+    def endpoint_url(self) -> str:
+        """The endpoint as a URL, https when it is written without a scheme (as ``s3_filesystem``
+        reads it); "" for the library's default."""
+        if not self.endpoint or "://" in self.endpoint:
+            return self.endpoint
+        return f"https://{self.endpoint}"
+
+    def object_store_config(self) -> dict[str, str]:
+        """object_store's settings (the Rust client of deltalake, hudi-rs and obstore), in its own
+        lower-case names: the store's (credentials, region, endpoint, addressing) and the client's
+        (``allow_http`` for an http endpoint, the timeouts); unset ones left out. The secret is in
+        them: do not log."""
+        endpoint = self.endpoint_url()
+        config = {
+            "endpoint": endpoint,
+            "access_key_id": self.access_key,
+            "secret_access_key": self.secret_key,
+            "session_token": self.session_token,
+            "region": self.region,
+            "virtual_hosted_style_request": "false" if self.path_style else "true",
+            "allow_http": "true" if endpoint.startswith("http://") else "",
             "timeout": f"{int(self.request_timeout)}s",
             "connect_timeout": f"{int(self.connect_timeout)}s",
         }
-        if self.endpoint.startswith("http://"):
-            options["AWS_ALLOW_HTTP"] = "true"
-        return {key: value for key, value in options.items() if value}
+        return {key: value for key, value in config.items() if value}
+
+    def delta_options(self) -> dict[str, str]:
+        """deltalake storage options: ``object_store_config`` in deltalake's AWS_* spelling, the
+        region defaulting to us-east-1, the instance metadata service off when keys are given.
+        ``conditional_put`` is set explicitly (it is deltalake 1.x's default too): each commit
+        creates ``_delta_log/NNN.json`` with ``If-None-Match: *``, so a store refuses (412) a
+        second writer's commit of the same version instead of letting it overwrite the first; the
+        store must honour it (AWS S3, MinIO, SeaweedFS, R2 do) for two writers to be safe."""
+        options = {"conditional_put": "etag", "AWS_REGION": "us-east-1"}
+        for key, value in self.object_store_config().items():
+            options[_DELTA_NAMES.get(key, key)] = value
+        if self.access_key:
+            options["AWS_EC2_METADATA_DISABLED"] = "true"
+        return options
 
     def hudi_options(self) -> dict[str, str]:
         """hudi-rs (object_store) storage options: the same keys, lower-case."""

@@ -32,6 +32,29 @@ def test_properties_override_environment_and_secrets_are_masked():
     assert options.delta_options()["AWS_ALLOW_HTTP"] == "true"
 
 
+@pytest.mark.parametrize(
+    "endpoint, url",
+    [("store.example:9000", "https://store.example:9000"), ("http://store:9000", "http://store:9000")],
+)
+def test_every_client_reads_the_endpoint_as_pyarrow_does(endpoint, url):
+    """An endpoint written without a scheme is https for pyarrow, and so for deltalake, hudi-rs
+    and object_store (one set of settings, ``object_store_config``, spelled for each)."""
+    options = StoreOptions(endpoint=endpoint, access_key="k", secret_key="s", region="eu-west-1")
+    pyarrow_kwargs = options.s3_filesystem().__reduce__()[1][0]  # how the file system was made
+    assert f"{pyarrow_kwargs['scheme']}://{pyarrow_kwargs['endpoint_override']}" == url
+    plain_http = url.startswith("http://")
+    config = options.object_store_config()
+    assert config["endpoint"] == options.delta_options()["AWS_ENDPOINT_URL"] == url
+    assert options.hudi_options()["aws_endpoint_url"] == url
+    assert ("allow_http" in config) == ("AWS_ALLOW_HTTP" in options.delta_options()) == plain_http
+    assert (
+        config["virtual_hosted_style_request"] == options.delta_options()["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"]
+    )
+    assert {config["access_key_id"], config["secret_access_key"], config["region"]} == {"k", "s", "eu-west-1"}
+    assert options.delta_options()["AWS_EC2_METADATA_DISABLED"] == "true"
+    assert StoreOptions().delta_options()["AWS_REGION"] == "us-east-1"  # deltalake's default region
+
+
 def test_bad_timeout_is_named():
     with pytest.raises(ValueError, match="request-timeout"):
         StoreOptions.from_properties({"s3.request-timeout": "soon"}, environ={})
