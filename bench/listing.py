@@ -16,7 +16,7 @@ extension (``iceberg_metadata``; ``iceberg_column_stats`` filtered in SQL for th
 Polars 1.44 (.venv) and Polars 2.1 with its Rust planner (polars-iceberg), the latter two timed
 resolving ``scan_iceberg(...).explain()``. DuckDB and Polars 2.1 run in a virtualenv of their own
 (var/bench/anchors-venv, made from bench/requirements-anchors.txt on first use; see there why).
-Wall time of the listing, CPU time, and peak RSS (``ru_maxrss``) above the baseline taken after
+Wall time of the listing, CPU time, and peak RSS (VmHWM, reset first) above the baseline taken after
 imports and loading the table metadata. Results replace the "listing" section of bench/RESULTS.md.
 """
 
@@ -234,8 +234,36 @@ def _predicates(case: str, entries: int):
     return ours, And(GreaterThanOrEqual(column, low), LessThan(column, high))
 
 
+def _status_mb(field: str) -> float | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def _rss_before_listing() -> float:
+    """The resident set now, with the peak reset to it (Linux: ``clear_refs`` 5), so that the
+    peak read after the listing is the listing's own: a peak reached while importing (freed since)
+    would otherwise hide the listing's growth below it. Elsewhere: ``ru_maxrss`` as it stands."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        rss = _status_mb("VmRSS")
+        if rss is not None:
+            return rss
+    except OSError:
+        pass
+    return _peak_mb()
+
+
 def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """The peak resident set (VmHWM, reset by ``_rss_before_listing``), or ``ru_maxrss``."""
+    peak = _status_mb("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _cpu_seconds() -> float:
@@ -280,10 +308,10 @@ def child(impl: str, case: str, entries: int, metadata: str, properties: str, ha
     """Load the table as ``impl`` does before planning, then time its listing consumed. With
     ``handshake``, print ``ready`` and wait for a line on stdin first (the parent counts requests)."""
     listing = SETUPS[impl](case, entries, metadata, json.loads(properties))
-    baseline = _peak_mb()
     if handshake:
         print("ready", flush=True)
         sys.stdin.readline()
+    baseline = _rss_before_listing()
     cpu = _cpu_seconds()
     started = time.perf_counter()
     count = listing()
@@ -401,8 +429,9 @@ def report(results: dict[int, dict[str, dict[str, dict]]], notes: list[str]) -> 
         "- ours: `IcebergSpecTable.file_index().list_files_at(None, filter)` consumed as a stream;"
         " pyiceberg: `StaticTable.scan(row_filter).plan_files()` consumed; the native planners"
         f" ({native}): see below",
-        "- wall time of the listing alone; RSS: peak `ru_maxrss` above the baseline after imports and"
-        " loading the metadata, fresh process per case, all implementations of a case one after the other",
+        "- wall time of the listing alone; RSS: the peak resident set during the listing (VmHWM, reset"
+        " just before it) above the resident set before it, after imports and loading the metadata, fresh"
+        " process per case, all implementations of a case one after the other",
         "",
         "| entries | case | files | ours s | pyiceberg s | DuckDB s | Polars 1.44 s | Polars 2.1 s"
         " | ours ÷ pyiceberg | ours ÷ DuckDB | ours ÷ Polars 2.1 | ours RSS MB | pyiceberg RSS MB"

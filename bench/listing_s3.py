@@ -11,7 +11,7 @@ fixtures' relocate tool (../shared/tools/relocate_iceberg.py) and uploaded to a 
 for the run on free ports (signed requests), stopped at the end.
 
 Each case runs in a fresh subprocess: the listing consumed as a stream, wall time, peak RSS
-(``ru_maxrss``) above the baseline taken after imports and loading the table metadata, and the S3
+(VmHWM, reset first) above the baseline taken after imports and loading the table metadata, and the S3
 requests of the listing alone, counted by SeaweedFS (``SeaweedFS_s3_request_total`` scraped from
 its metrics port before and after, once nothing is in flight). For scale, "ours" also lists the
 local copy of the same table. Results replace the "listing on the object store" section of
@@ -112,8 +112,8 @@ def report(
         " `StaticTable.from_metadata(metadata, properties=s3.*).scan(row_filter).plan_files()`;"
         " DuckDB (httpfs, an S3 secret for the store), Polars 1.44 and Polars 2.1"
         " (`storage_options` for the store) as in the listing section above (same calls, same † for"
-        " DuckDB's filtered cases). RSS: peak `ru_maxrss` above the baseline after imports and loading"
-        " the metadata, fresh process per case. Requests: `SeaweedFS_s3_request_total` of the listing"
+        " DuckDB's filtered cases). RSS: the peak resident set during the listing (VmHWM, reset just"
+        " before it) above the resident set before it, fresh process per case. Requests: `SeaweedFS_s3_request_total` of the listing"
         " alone (the counter read after the child loaded the table and again after it listed).",
         "",
         "| entries | manifests | case | files | ours s | pyiceberg s | DuckDB s | Polars 1.44 s | Polars 2.1 s"
