@@ -6,10 +6,12 @@ import functools
 import hashlib
 import os
 import time
+from pathlib import Path
 
 from django.contrib import messages
+from django.contrib.staticfiles import finders
 from django.core.paginator import Paginator
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -32,6 +34,19 @@ from storage.services.tables import table_open_error
 def healthz(request):
     healthy, report = health_report()
     return JsonResponse(report, status=200 if healthy else 503)
+
+
+@require_GET
+def favicon(request):
+    """The console's icon for pages that do not link it (Swagger UI, the raw API schema): without
+    it a browser's /favicon.ico request is a 404 on each of them."""
+    return HttpResponse(_favicon(), content_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
+
+
+@functools.lru_cache(maxsize=1)
+def _favicon() -> bytes:
+    found = finders.find("console/favicon.svg")
+    return Path(str(found)).read_bytes()
 
 
 @require_GET

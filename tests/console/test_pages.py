@@ -109,6 +109,18 @@ def test_an_unknown_page_gets_the_console_styled_404(client_as, viewer):
     assert response.status_code == 404
 
 
+def test_the_icon_is_served_at_favicon_ico_without_login(client):
+    """Pages that do not link the icon (Swagger UI, the raw API schema) make browsers ask for
+    /favicon.ico: it is the console's SVG icon, not a 404."""
+    response = client.get("/favicon.ico")
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "image/svg+xml"
+    body = response.content.decode()
+    assert body.lstrip().startswith("<svg") and body.rstrip().endswith("</svg>")
+    assert client.post("/favicon.ico").status_code == 405
+
+
 def test_healthz_reports_each_part_without_login(client, settings):
     # A Redis database no worker listens on: the report must say none answered.
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/13"

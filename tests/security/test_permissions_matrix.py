@@ -126,6 +126,7 @@ RULES: dict[str, Rule] = {
     "console:alert-channel-test": Rule(CONSOLE, {"POST": ADMIN}, obj="alert_channel", body=lambda lake: {}),
     # --- public ----------------------------------------------------------------------------------
     "healthz": Rule(PUBLIC, {"GET": ANYONE}),
+    "favicon": Rule(PUBLIC, {"GET": ANYONE}),
     "login": Rule(
         # Django's form views answer PUT as they answer POST.
         PUBLIC,
