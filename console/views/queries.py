@@ -76,15 +76,23 @@ def query_run(request):
         return render(
             request, "storage/partials/query_error.html", {"message": error.message}, status=error.status_code
         )
-    return render(request, "storage/partials/query.html", _query_context(request, query))
+    return _changed(render(request, "storage/partials/query.html", _query_context(request, query)))
 
 
 @require_GET
 def query_detail(request, pk: int):
     query = get_object_or_404(Query.objects.select_related("backend", "cached_result"), pk=pk)
-    return render_page(
+    response = render_page(
         request, "storage/query_detail.html", "storage/partials/query.html", _query_context(request, query)
     )
+    # the workbench polls an active query's fragment: its last answer refreshes the history
+    return _changed(response) if is_fragment(request) and not query.is_active else response
+
+
+def _changed(response):
+    """``response``, telling the workbench page to refresh its list of recent queries."""
+    response["HX-Trigger"] = "queries-changed"
+    return response
 
 
 @role_required(OPERATOR)
@@ -97,7 +105,7 @@ def query_cancel(request, pk: int):
         return render(
             request, "storage/partials/query_error.html", {"message": error.message}, status=error.status_code
         )
-    return render(request, "storage/partials/query.html", _query_context(request, query))
+    return _changed(render(request, "storage/partials/query.html", _query_context(request, query)))
 
 
 def _query_context(request, query: Query) -> dict:

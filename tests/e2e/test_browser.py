@@ -167,6 +167,12 @@ def test_an_operator_registers_a_storage_runs_a_query_twice_and_sees_it_served_f
         page.wait_for_selector(f"#query-result .badge:has-text('{expected}')", timeout=120_000)
         rows = page.locator("#query-result table.result tbody tr").all_inner_texts()
         assert [r.split("\t")[0] for r in rows] == ["apac", "eu", "latam", "us"]
+    # the list of recent queries follows without a reload: both runs, finished, the last first
+    history = page.locator("#query-history tbody tr")
+    expect(history).to_have_count(2, timeout=30_000)
+    expect(history.first).to_contain_text("SUCCESS", timeout=30_000)
+    expect(history.first.locator("td").nth(4)).to_have_text("yes")  # from cache
+    expect(history.nth(1).locator("td").nth(4)).to_have_text("no")
     page.screenshot(path=str(tmp_path / "workbench.png"), full_page=True)
 
     page.goto(f"{live_server.url}/cached-results/")
