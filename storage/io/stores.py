@@ -203,7 +203,7 @@ class StoreOptions:
         if self.region:
             kwargs["region"] = self.region
         if self.endpoint:
-            parsed = urlparse(self.endpoint if "://" in self.endpoint else f"https://{self.endpoint}")
+            parsed = urlparse(self.endpoint_url())
             kwargs["endpoint_override"] = parsed.netloc + parsed.path.rstrip("/")
             kwargs["scheme"] = parsed.scheme or "https"
         return pafs.S3FileSystem(**kwargs)

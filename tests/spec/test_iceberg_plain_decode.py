@@ -215,6 +215,19 @@ def test_entries_cut_or_corrupted_anywhere_fail_as_the_decoded_path_fails(monkey
     assert {list, CorruptTable} <= set(outcomes)  # some corruptions decode, some do not
 
 
+def test_a_schema_the_compiler_cannot_read_fails_as_a_corrupt_manifest_either_way(monkeypatch):
+    """Compiling the decoder's program fails: the encoded path leaves the entries to the decoded
+    one, which says the manifest is corrupt, rather than letting the compiler's error out."""
+    joined = _avro.join(_container([_entry(0, 1, None, None)]))
+
+    def refuse(self):
+        raise ValueError("an Avro schema this decoder cannot read")
+
+    for how in ("encoded", "decoded"):
+        monkeypatch.setattr(_avro.ManifestDecoder, "program", refuse)  # _listing undoes it
+        assert _outcome(_manifest(1, 1), joined, how, monkeypatch) is CorruptTable, how
+
+
 def test_an_error_of_the_python_loop_is_raised_as_it_is(monkeypatch):
     """A ValueError raised by the Python loop's body (for an entry it is given) is not taken for
     a corrupt manifest."""

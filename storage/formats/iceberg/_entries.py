@@ -72,7 +72,7 @@ def iter_joined(file_io: Any, manifests: Iterable[ManifestInfo]) -> Iterator[tup
         try:
             return join(bytes(data))
         except Exception as exc:  # any framing or inflating failure (see _avro.join)
-            raise CorruptTable(f"manifest {manifest.path} is not a valid Iceberg manifest: {exc!r}") from exc
+            raise _corrupt(manifest, exc) from exc
 
     return read_ahead(manifests, fetch)
 
@@ -140,7 +140,11 @@ class EncodedEntries:
         ``plain_slices`` reads them."""
         if plain_layout is None or not self.decoder.well_typed:
             return None
-        return plain_layout(self.decoder.program(), keys)
+        try:
+            program = self.decoder.program()
+        except ValueError:  # a schema the compiler cannot read: records() says so, as decoding does
+            return None
+        return plain_layout(program, keys)
 
     def slices(
         self, layout: Any, scan: tuple[Any, ...], one: Callable[[Any], Any], chunk: int
