@@ -351,6 +351,41 @@ class SpecWriter:
             )
         return self.named(path)
 
+    def one_snapshot_table(
+        self, fields: list[dict[str, Any]], files: list[dict[str, Any]], format_version: int = 2
+    ) -> str:
+        """An unpartitioned table of ``fields`` (Iceberg schema fields) whose one snapshot
+        appends ``files`` (``parquet`` records); returns the metadata file's local path."""
+        manifest = self.manifest(files, 1)
+        document: dict[str, Any] = {
+            "format-version": format_version,
+            "table-uuid": "0d9a1f0e-5b7c-4f0e-9a55-2b9e3f7c1a01",
+            "last-sequence-number": 1,
+            "last-column-id": max(f["id"] for f in fields),
+            "current-schema-id": 0,
+            "schemas": [{"type": "struct", "schema-id": 0, "fields": fields}],
+            "default-spec-id": 0,
+            "partition-specs": [{"spec-id": 0, "fields": []}],
+            "last-partition-id": 999,
+            "default-sort-order-id": 0,
+            "sort-orders": [{"order-id": 0, "fields": []}],
+            "properties": {},
+            "current-snapshot-id": 1,
+            "snapshots": [
+                {
+                    "snapshot-id": 1,
+                    "sequence-number": 1,
+                    "timestamp-ms": 1_700_000_000_000,
+                    "schema-id": 0,
+                    "summary": {"operation": "append"},
+                    "manifest-list": self.manifest_list([(manifest, 0, 1)], 1),
+                }
+            ],
+        }
+        if format_version >= 3:
+            document["next-row-id"] = 0
+        return self.metadata(document)
+
     def metadata(self, document: dict[str, Any], version: int = 1, hint: bool = False) -> str:
         """Writes ``vN.metadata.json`` (and ``version-hint.text`` when ``hint``); returns its
         local path."""

@@ -28,7 +28,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from storage.spec.errors import CorruptTable, UnsupportedFeature
+from storage.spec.errors import UnsupportedFeature
+from storage.spec.parquet import cast_column
 
 TYPE_CHANGES = "delta.typeChanges"
 VARIANT_FIELDS = ("value", "metadata")
@@ -152,36 +153,15 @@ def _storage(type_: pa.DataType) -> pa.DataType:
     return type_.storage_type if isinstance(type_, pa.BaseExtensionType) else type_
 
 
-def _has_nanos(type_: pa.DataType) -> bool:
-    if pa.types.is_timestamp(type_):
-        return type_.unit == "ns"
-    if pa.types.is_struct(type_):
-        return any(_has_nanos(f.type) for f in type_)
-    if pa.types.is_map(type_):
-        return _has_nanos(type_.key_type) or _has_nanos(type_.item_type)
-    if hasattr(type_, "value_type") and not pa.types.is_dictionary(type_):
-        return _has_nanos(type_.value_type)
-    return False
-
-
 def widen(array: pa.Array, target: pa.DataType, column: str, where: str) -> pa.Array:
     """``array`` (a file's column) as the table's ``target`` type, exactly: integers, floats,
     decimals (rescaled) and dates (midnight) widen without loss; a value that would not fit is
-    ``CorruptTable``, never a silently changed value. The one lossy cast accepted is INT96
-    nanosecond timestamps to microseconds (writers' precision is microseconds anyway)."""
+    ``CorruptTable``, never a silently changed value. The one loss accepted is nanosecond
+    timestamps cut to microseconds (``storage.spec.parquet.cast_column``; INT96 timestamps are
+    read at microseconds to begin with, so 9999-12-31 stays 9999-12-31)."""
     if isinstance(array.type, pa.BaseExtensionType):
         array = array.storage
-    if array.type.equals(target):
-        return array
-    try:
-        return array.cast(target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        if _has_nanos(array.type):
-            return array.cast(target, safe=False)
-        raise CorruptTable(
-            f"column {column!r} of {where} holds {array.type} values that do not convert exactly "
-            f"to the table's type {target}: {exc}"
-        ) from exc
+    return cast_column(array, target, what=f"column {column!r} of {where}")
 
 
 __all__ = [

@@ -5,7 +5,7 @@ A file is read row group by row group so a split part touches only its own byte 
 groups whose statistics prove that no row matches the filter are skipped (``storage.spec.rowgroups``),
 and the deletion vector (a sorted numpy array) is applied by absolute row index (rows before the
 row group, read or skipped, are counted from the footer). Columns are found by physical name (or field id), cast to the table's type (schema
-evolution, type widening done exactly, and old INT96 timestamps), renamed to logical names, and
+evolution, type widening done exactly, and INT96 timestamps, read at microseconds so 9999-12-31 stays exact), renamed to logical names, and
 columns a file lacks are nulls. A variant column reads as ``struct<value: binary, metadata:
 binary>`` (its stored bytes); a shredded one is refused when read, naming it (``_evolve``). Partition columns are filled from the log's partition values, never from the file. The
 change data feed is read through deltalake's ``load_cdf``.
@@ -30,6 +30,7 @@ from storage.formats.delta._types import FIELD_ID_KEY, DeltaSchema
 from storage.spec.errors import CorruptTable, NotSupported, SpecError, UnsupportedFeature
 from storage.spec.expressions import Expression, to_arrow
 from storage.spec.models import FileSlice
+from storage.spec.parquet import open_parquet
 from storage.spec.rowgroups import (
     RowGroupFilter,
     Source,
@@ -196,7 +197,7 @@ def read_slice(
         raise CorruptTable(f"data file {base.path} of the Delta table cannot be opened: {exc}") from exc
     with handle:
         try:
-            parquet = pq.ParquetFile(handle)
+            parquet = open_parquet(handle)
         except (OSError, ValueError) as exc:
             raise CorruptTable(f"data file {base.path} is not a readable parquet file: {exc}") from exc
         metadata = parquet.metadata

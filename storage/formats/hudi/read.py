@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from storage.spec.errors import InvalidRange
 from storage.spec.models import FileSlice, Instant, ReadingMode, Split
+from storage.spec.parquet import cast_column, open_parquet
 from storage.spec.rowgroups import (
     RowGroupFilter,
     Source,
@@ -151,7 +152,7 @@ def _read_row_groups(
     assert file_slice.base_file is not None
     with table.errors(f"reading {file_slice.base_file.path}"):
         with table.filesystem.open_input_file(f"{table.root}/{relative}") as handle:
-            parquet = pq.ParquetFile(handle)
+            parquet = open_parquet(handle)
             groups = row_groups_in_range(parquet.metadata, byte_range[0], byte_range[1])
             if groups and expr is not None:
                 sources = _stats_sources(parquet, read_schema, file_slice.partition.values, expr)
@@ -222,7 +223,7 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema, partition_values: Mapping
         index = batch.schema.get_field_index(field.name)
         if index >= 0:
             column = batch.column(index)
-            arrays.append(column if column.type.equals(field.type) else column.cast(field.type))
+            arrays.append(cast_column(column, field.type, what=f"column {field.name!r} of a base file"))
         elif field.name in partition_values:
             arrays.append(pa.array([partition_values[field.name]] * batch.num_rows, type=field.type))
         else:

@@ -45,6 +45,7 @@ from storage.formats.iceberg._lineage import is_lineage, lineage_positions
 from storage.formats.iceberg._puffin import read_deletion_vector
 from storage.spec.errors import CorruptTable, UnsupportedFeature
 from storage.spec.models import DataFile, FileContent, FileSlice, Split, SplitPart
+from storage.spec.parquet import INT96_UNIT, cast_column, open_parquet
 from storage.spec.rowgroups import (
     RowGroupFilter,
     Source,
@@ -158,7 +159,11 @@ def _fields_by_id(fields: Iterable[pa.Field]) -> dict[int, pa.Field]:
 
 
 def _conform(
-    array: pa.Array, source: pa.Field, target: pa.Field, identity: IdentityValues | None = None
+    array: pa.Array,
+    source: pa.Field,
+    target: pa.Field,
+    identity: IdentityValues | None = None,
+    where: str = "a data file",
 ) -> pa.Array:
     """``array`` (read as ``source``) in the shape and type of ``target``, matching by field id;
     struct children the file lacks are filled from ``identity`` or with nulls."""
@@ -175,13 +180,13 @@ def _conform(
             if index is None:
                 children.append(_missing(child, len(array), identity))
             else:
-                children.append(_conform(array.field(index), source.type.field(index), child, identity))
+                children.append(
+                    _conform(array.field(index), source.type.field(index), child, identity, where)
+                )
         return pa.StructArray.from_arrays(children, fields=list(target.type), mask=array.is_null())
-    try:
-        return array.cast(target.type)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        # e.g. nanosecond timestamps written by some engines into a microsecond column
-        return pc.cast(array, target.type, safe=False)
+    # exact, or nanosecond timestamps some engines write into a microsecond column cut to it;
+    # a value out of the column's range is CorruptTable, never a wrapped value
+    return cast_column(array, target.type, what=f"column {target.name!r} of {where}")
 
 
 class _DeleteCache:
@@ -224,7 +229,13 @@ class _DeleteCache:
             with self._io.new_input(delete_file.path).open(seekable=True) as handle:
                 # a position delete file repeats its data files' paths: read them as a dictionary
                 dictionary = ["file_path"] if columns == POS_DELETE_COLUMNS else None
-                return pq.read_table(handle, columns=columns, filters=filters, read_dictionary=dictionary)
+                return pq.read_table(
+                    handle,
+                    columns=columns,
+                    filters=filters,
+                    read_dictionary=dictionary,
+                    coerce_int96_timestamp_unit=INT96_UNIT,
+                )
         except FileNotFoundError:
             raise CorruptTable(f"delete file {delete_file.path} is missing") from None
 
@@ -275,7 +286,7 @@ class SliceReader:
         except FileNotFoundError:
             raise CorruptTable(f"data file {base.path} is missing") from None
         with handle:
-            parquet = pq.ParquetFile(handle)
+            parquet = open_parquet(handle)
             yield from self._read_file(parquet, base, target_fields, positional, equality, start, length)
 
     def _read_file(
@@ -304,7 +315,7 @@ class SliceReader:
                 batch_size=BATCH_SIZE, row_groups=[group], columns=read_columns
             ):
                 count = batch.num_rows
-                table_batch = _table_batch(batch, target_fields, sources, identity)
+                table_batch = _table_batch(batch, target_fields, sources, identity, f"data file {base.path}")
                 table_batch = fill_lineage(table_batch, lineage, base, offset)
                 keep = keep_mask(deleted_positions, offset, count)
                 for columns, values in equality_sets:
@@ -399,7 +410,8 @@ class SliceReader:
                     f"equality delete file {delete_file.path} lacks the column with field id {wanted}"
                 )
             columns.append(target.name)
-            arrays.append(_conform(table.column(source.name).combine_chunks(), source, target))
+            column = table.column(source.name).combine_chunks()
+            arrays.append(_conform(column, source, target, where=f"equality delete file {delete_file.path}"))
         if len(arrays) == 1:
             return columns, arrays[0]
         return columns, TupleSet(arrays)
@@ -465,6 +477,7 @@ def _table_batch(
     target_fields: list[pa.Field],
     sources: list[pa.Field | None],
     identity: IdentityValues | None = None,
+    where: str = "a data file",
 ) -> pa.RecordBatch:
     """A file batch as the table's fields: conformed types; a column the file lacks is its
     identity partition value (``identity``) or nulls."""
@@ -475,7 +488,7 @@ def _table_batch(
         if source is None:
             arrays.append(_missing(target, batch.num_rows, identity))
         else:
-            arrays.append(_conform(batch.column(source.name), source, target, identity))
+            arrays.append(_conform(batch.column(source.name), source, target, identity, where))
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(target_fields))
 
 

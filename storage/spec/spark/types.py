@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from storage.spec.errors import UnsupportedFeature
+from storage.spec.parquet import cast_column
 
 
 def arrow_type_to_spark(type_: pa.DataType) -> T.DataType:
@@ -132,20 +132,16 @@ def has_arrow_type(type_: pa.DataType, check: Callable[[pa.DataType], bool]) -> 
     return False
 
 
-def _conform_array(array: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array:
-    if array.type == target:
-        return array
-    try:
-        return pc.cast(array, target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        # nanosecond timestamps or times that Spark holds to the microsecond: truncate as Spark would
-        return pc.cast(array, target, safe=False)
+def _conform_array(array: pa.Array | pa.ChunkedArray, target: pa.DataType, name: str) -> pa.Array:
+    # nanosecond timestamps or times that Spark holds to the microsecond: truncated as Spark
+    # would; a value out of range is CorruptTable, never a wrapped value
+    return cast_column(array, target, what=f"column {name!r}")
 
 
 def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """``batch`` with exactly ``schema``'s columns and types (Spark checks the first batch's
     schema for equality with its own Arrow form of the output schema)."""
-    arrays = [_conform_array(batch.column(field.name), field.type) for field in schema]
+    arrays = [_conform_array(batch.column(field.name), field.type, field.name) for field in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
