@@ -17,6 +17,11 @@ worker rebuilds the process from that row with ``recover(runtime, record)`` and 
 
 - call ``context.check_cancelled()`` between steps (it raises ``ProcessCancelled``);
 - call ``context.report_progress(done, total, message)`` so operators see progress;
+- delete, move or write only paths ``context.guard`` allows (``storage.io.guard.PathGuard``:
+  inside the table's own location and the allowed roots, not inside another registered table,
+  not through a symlink). A file the metadata names elsewhere is left in place and reported in
+  the summary under ``kept`` (``PathGuard.split``); ``context.guard.delete(path, storage)`` is
+  the delete that checks first;
 - on a local table, write new files only under ``context.staging_dir`` until the commit, and move
   the files it commits out of staging into the table's data folder (a rename: staging lives under
   the table location, on the same filesystem) just before committing atomically through the format
@@ -41,6 +46,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from processes.runtime import TableRuntime
+    from storage.io.guard import PathGuard
     from storage.spec import SpecTable
 
 # --- actions -------------------------------------------------------------------------------------
@@ -174,6 +180,11 @@ class ProcessContext(abc.ABC):
     def table(self) -> SpecTable:
         """The table through the spec API."""
         return self.runtime.load()
+
+    @property
+    def guard(self) -> PathGuard:
+        """The rule for what this process may delete, move or write (``storage.io.guard``)."""
+        return self.runtime.guard()
 
     @abc.abstractmethod
     def check_cancelled(self) -> None:

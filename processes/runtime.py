@@ -8,7 +8,9 @@ from typing import Any
 from processes.models import TERMINAL_STATUSES, Process, TableState
 from processes.plugin import StateKey
 from storage.io import StoreOptions, is_object_store
+from storage.io.guard import PathGuard
 from storage.models import Table
+from storage.paths import table_guard
 from storage.services import table_open, table_store_options
 from storage.spec import SpecTable
 
@@ -32,6 +34,7 @@ class TableRuntime:
         self.config: dict[str, Any] = {**factory_properties, **overrides}
         self._states = states
         self._spec_table: SpecTable | None = None
+        self._guard: PathGuard | None = None
 
     @property
     def table_id(self) -> int:
@@ -59,6 +62,14 @@ class TableRuntime:
         if not is_object_store(self.location):
             return None
         return table_store_options(self.table)
+
+    def guard(self) -> PathGuard:
+        """What a process of this table may delete, move or write (``storage.io.guard``): inside
+        the table's location and the allowed roots, not in another registered table, not through
+        a symlink. Built once per runtime."""
+        if self._guard is None:
+            self._guard = table_guard(self.table)
+        return self._guard
 
     def finished_processes(self, ids: Iterable[int]) -> set[int]:
         """Those of ``ids`` that are processes of this table which have ended (whatever the

@@ -9,8 +9,17 @@ from pathlib import Path
 from django.conf import settings
 
 from storage.io import PathNotAllowed, is_local, is_within, local_path, normalise
+from storage.io.guard import OutsideTable, PathGuard
 
-__all__ = ["PathNotAllowed", "allowed_roots", "confine", "local_path"]
+__all__ = [
+    "OutsideTable",
+    "PathGuard",
+    "PathNotAllowed",
+    "allowed_roots",
+    "confine",
+    "local_path",
+    "table_guard",
+]
 
 
 def allowed_roots() -> list[str]:
@@ -45,3 +54,12 @@ def _confine_uri(location: str) -> str:
     if not any(is_within(canonical, root) for root in roots):
         raise PathNotAllowed(f"{location} is outside the allowed roots ({', '.join(allowed_roots())})")
     return canonical
+
+
+def table_guard(table) -> PathGuard:
+    """The ``PathGuard`` of a registered table (``storage.io.guard``): its own location, the
+    allowed roots, and every other registered table's location."""
+    from storage.models import Table
+
+    others = Table.objects.exclude(pk=table.pk).values_list("location", flat=True)
+    return PathGuard.build(table.location, roots=allowed_roots(), others=list(others))

@@ -322,12 +322,15 @@ def s3_options(seaweedfs):
 
 
 @pytest.fixture
-def s3_prefix(seaweedfs, request):
-    """A fresh ``s3://lake/<test>-<n>`` prefix for one test (left behind: the store is per run)."""
+def s3_prefix(seaweedfs, request, settings):
+    """A fresh ``s3://lake/<test>-<n>`` prefix for one test (left behind: the store is per run),
+    added to the allowed roots for the test."""
     import uuid
 
     name = request.node.name.split("[")[0].replace("_", "-")[:40]
-    return f"s3://lake/{name}-{uuid.uuid4().hex[:8]}"
+    prefix = f"s3://lake/{name}-{uuid.uuid4().hex[:8]}"
+    settings.LAKEWARDEN_ALLOWED_ROOTS = [*settings.LAKEWARDEN_ALLOWED_ROOTS, prefix]
+    return prefix
 
 
 def upload_folder(seaweedfs, folder: Path, prefix: str) -> str:

@@ -23,6 +23,7 @@ import datetime as dt
 import logging
 from typing import Any
 
+from processes.factories.iceberg_orphans import iceberg_store_options, normalise
 from processes.factories.retention import (
     AGE_SCHEMA,
     TRASH_RETENTION,
@@ -45,6 +46,7 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
+from storage.io.guard import KeptFiles, OutsideTable, PathGuard, kept_summary
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +142,13 @@ def doomed_files(
     return {kind: sorted(paths - protected) for kind, paths in candidates.items()}
 
 
+def guarded(doomed: dict[str, list[str]], guard: PathGuard) -> tuple[dict[str, list[str]], KeptFiles]:
+    """The doomed files the guard lets this table delete, per kind, and the rest (kept where they
+    are: another table's files, files outside the table's location or the allowed roots)."""
+    kept = KeptFiles()
+    return {kind: guard.split(paths, kept)[0] for kind, paths in doomed.items()}, kept
+
+
 def plan_expiry(
     table: Any, *, max_age: dt.timedelta, min_snapshots: int
 ) -> tuple[list[int], dict, _ManifestCache]:
@@ -199,11 +208,12 @@ class IcebergExpireProcess(TableProcess):
             context.report_progress(1, 3, "expiring snapshots")
             with self._trash_checked(context, table, candidates, cache):
                 remaining = _expire(table, expired_ids)
-        # A file a remaining snapshot reaches in any role is never deleted.
-        doomed = doomed_files(candidates, remaining, cache)
+        # A file a remaining snapshot reaches in any role is never deleted, nor one the guard keeps.
+        doomed, kept = guarded(doomed_files(candidates, remaining, cache), context.guard)
         summary["kept_snapshots"] = len(remaining)
         summary.update(_counts(doomed))
         summary["files"] = {kind: summary_list(paths) for kind, paths in doomed.items()}
+        summary.update(kept_summary(kept))
         if self.dry_run:
             return summary
 
@@ -212,7 +222,8 @@ class IcebergExpireProcess(TableProcess):
             summary["trash"] = self._keep_in_trash(context, table, doomed, cache)
         else:
             context.report_progress(2, 3, "deleting unreachable files")
-            summary["delete_failures"] = _delete_files(table.io, doomed)
+            storage = iceberg_store_options(context.runtime, table)
+            summary["delete_failures"] = _delete_files(context.guard, storage, doomed)
         context.report_progress(3, 3, "done")
         return summary
 
@@ -221,27 +232,20 @@ class IcebergExpireProcess(TableProcess):
     ) -> contextlib.AbstractContextManager:
         """With trash on: the manifest is written before the commit (a store refusing the trash
         fails the process with nothing changed) and removed again if the commit fails."""
-        from processes.factories.iceberg_orphans import iceberg_store_options, normalise
-
         if self.trash is None:
             return contextlib.nullcontext()
+        allowed, _ = guarded({kind: sorted(candidates[kind]) for kind in KINDS}, context.guard)
         return trash_checked(
             context,
             action=EXPIRE_SNAPSHOTS,
             root=normalise(table.location()),
-            files=[
-                (normalise(p), cache.sizes.get(p, 0), kind)
-                for kind in KINDS
-                for p in sorted(candidates[kind])
-            ],
+            files=[(normalise(p), cache.sizes.get(p, 0), kind) for kind in KINDS for p in allowed[kind]],
             storage=iceberg_store_options(context.runtime, table),
         )
 
     def _keep_in_trash(
         self, context: ProcessContext, table: Any, doomed: dict, cache: _ManifestCache
     ) -> dict:
-        from processes.factories.iceberg_orphans import iceberg_store_options, normalise
-
         files = [(normalise(path), cache.size(path), kind) for kind in KINDS for path in doomed[kind]]
         assert self.trash is not None
         return keep_in_trash(
@@ -343,6 +347,7 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
         expired_ids, doomed, cache = plan_expiry(
             table, max_age=process.max_age, min_snapshots=process.min_snapshots
         )
+        doomed, kept = guarded(doomed, runtime.guard())
         files = [path for kind in KINDS for path in doomed[kind]]
         return removal_preview(
             len(files),
@@ -352,24 +357,23 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
                 "snapshots_removed": len(expired_ids),  # read by the health prediction
                 "kept_snapshots": len(table.metadata.snapshots) - len(expired_ids),
                 **_counts(doomed),
+                **kept_summary(kept),
             },
             trash=process.trash,
             idle=None if expired_ids else "no snapshot is older than max-age beyond the kept ones",
         )
 
 
-def _delete_files(io, doomed: dict[str, list[str]]) -> int:
-    """Delete the unreachable files; the number that could not be deleted. Content files first,
-    manifest lists last: an interrupted run leaves metadata that still lists what remains (deleted
-    files were unreachable anyway)."""
+def _delete_files(guard: PathGuard, storage: Any, doomed: dict[str, list[str]]) -> int:
+    """Delete the unreachable files (through the guard, which checks each path again); the
+    number that could not be deleted. Content files first, manifest lists last: an interrupted
+    run leaves metadata that still lists what remains (deleted files were unreachable anyway)."""
     failed = 0
     for kind in ("data_files", "delete_files", "manifests", "manifest_lists"):
         for path in doomed[kind]:
             try:
-                io.delete(path)
-            except FileNotFoundError:
-                pass
-            except OSError:
+                guard.delete(path, storage)
+            except (OSError, OutsideTable):
                 failed += 1
                 logger.warning("could not delete %s", path, exc_info=True)
     return failed

@@ -53,6 +53,7 @@ from processes.plugin import (
     Preview,
     ProcessContext,
     ProcessFactory,
+    ProcessInputError,
     ProcessRecord,
     TableProcess,
     TriggerStrategy,
@@ -60,6 +61,7 @@ from processes.plugin import (
 from storage.io import PathNotAllowed, StoreOptions, filesystem, is_local, is_object_store, local_path
 from storage.io import normalise as normalise_location
 from storage.io import uri as location_uri
+from storage.io.guard import KeptFiles, OutsideTable, PathGuard, kept_summary
 from storage.trash import PRIVATE_FOLDERS
 
 logger = logging.getLogger(__name__)
@@ -127,9 +129,9 @@ class StoredFile:
     mtime: float
 
 
-def walk_files(root: str) -> Iterator[os.DirEntry]:
-    """Files under the local folder ``root``, Lakewarden's own folders (staging, trash) excluded,
-    symlinks not followed."""
+def walk_files(root: str, guard: PathGuard | None = None) -> Iterator[os.DirEntry]:
+    """Files under the local folder ``root``, Lakewarden's own folders (staging, trash) and the
+    folders of tables nested in it (``guard.skips_folder``) excluded, symlinks not followed."""
     stack = [root]
     while stack:
         folder = stack.pop()
@@ -139,18 +141,21 @@ def walk_files(root: str) -> Iterator[os.DirEntry]:
             continue
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
-                if not (folder == root and entry.name in PRIVATE_FOLDERS):
+                private = folder == root and entry.name in PRIVATE_FOLDERS
+                if not private and not (guard is not None and guard.skips_folder(entry.path)):
                     stack.append(entry.path)
             elif entry.is_file(follow_symlinks=False):
                 yield entry
 
 
-def stored_files(root: str, storage: StoreOptions | None = None) -> Iterator[StoredFile]:
+def stored_files(
+    root: str, storage: StoreOptions | None = None, guard: PathGuard | None = None
+) -> Iterator[StoredFile]:
     """Files under ``root`` (a normalised location), Lakewarden's own folders (staging, trash)
-    excluded: a directory walk locally, the store's listing (``LastModified`` as the time) on an
-    object store."""
+    and nested tables' folders excluded: a directory walk locally, the store's listing
+    (``LastModified`` as the time) on an object store."""
     if is_local(root):
-        for entry in walk_files(root):
+        for entry in walk_files(root, guard):
             stat = entry.stat(follow_symlinks=False)
             yield StoredFile(posixpath.normpath(entry.path), stat.st_size, stat.st_mtime)
         return
@@ -164,33 +169,54 @@ def stored_files(root: str, storage: StoreOptions | None = None) -> Iterator[Sto
         except PathNotAllowed:  # a key that cannot be named canonically is never deleted
             logger.warning("orphan cleanup leaves %s alone: its key is not canonical", info.path)
             continue
+        if guard is not None and guard.skips_folder(location):
+            continue
         # No age known: never old enough.
         mtime = info.mtime.timestamp() if info.mtime is not None else float("inf")
         yield StoredFile(location, info.size or 0, mtime)
 
 
+@dataclass
+class OrphanScan:
+    """What a listing of the table location found: orphans old enough to delete, the number of
+    unreferenced files still too young, and the unreferenced files the guard keeps."""
+
+    orphans: list[StoredFile]
+    young: int
+    kept: KeptFiles
+
+
 def find_orphans(
     table: Any,
     *,
+    guard: PathGuard,
     min_age: dt.timedelta,
     now: dt.datetime,
     context=None,
     storage: StoreOptions | None = None,
-) -> tuple[list[StoredFile], int]:
-    """(orphans old enough to delete, the number of unreferenced files still too young)."""
+) -> OrphanScan:
+    """The orphans under the table location. The location the metadata names must be one the
+    guard allows (``OutsideTable`` otherwise: a metadata location moved out of the table's
+    registered location or the allowed roots); so must every orphan, the rest is kept."""
     root = normalise(table.location())
+    guard.check_location()
+    guard.check(root, "clean orphan files under")
     referenced = referenced_paths(table, context)
     referenced.add(normalise(f"{root}/metadata/version-hint.text"))
     cutoff = (now - min_age).timestamp()
-    orphans, young = [], 0
-    for stored in stored_files(root, storage):
+    scan = OrphanScan([], 0, KeptFiles())
+    for stored in stored_files(root, storage, guard):
         if stored.location in referenced:
             continue
         if stored.mtime > cutoff:
-            young += 1
+            scan.young += 1
             continue
-        orphans.append(stored)
-    return orphans, young
+        reason = guard.refusal(stored.location)
+        if reason:
+            scan.kept.add(stored.location, reason)
+        else:
+            scan.orphans.append(stored)
+    return scan
 
 
 def iceberg_store_options(runtime: Any, table: Any) -> StoreOptions | None:
@@ -202,16 +228,6 @@ def iceberg_store_options(runtime: Any, table: Any) -> StoreOptions | None:
             {k: v for k, v in (table.io.properties or {}).items() if isinstance(v, str)}
         )
     return found
-
-
-def delete_file(location: str, storage: StoreOptions | None) -> bool:
-    """Delete one file; False when it was gone already."""
-    fs, path = filesystem(location, storage)
-    try:
-        fs.delete_file(path)
-    except FileNotFoundError:
-        return False
-    return True
 
 
 def _refreshed(table: Any) -> Any:
@@ -234,9 +250,18 @@ class IcebergOrphanFilesProcess(TableProcess):
     def run(self, context: ProcessContext) -> dict[str, Any]:
         table = _refreshed(context.table.pyiceberg_table)
         storage = iceberg_store_options(context.runtime, table)
-        orphans, young = find_orphans(
-            table, min_age=self.min_age, now=utcnow(), context=context, storage=storage
-        )
+        try:
+            scan = find_orphans(
+                table,
+                guard=context.guard,
+                min_age=self.min_age,
+                now=utcnow(),
+                context=context,
+                storage=storage,
+            )
+        except OutsideTable as refused:
+            raise ProcessInputError(f"nothing was deleted: {refused}") from None
+        orphans, young = scan.orphans, scan.young
         context.check_cancelled()
         paths = [orphan.location for orphan in orphans]
         summary: dict[str, Any] = {
@@ -246,6 +271,7 @@ class IcebergOrphanFilesProcess(TableProcess):
             "orphan_bytes": sum(orphan.size for orphan in orphans),
             "too_young_to_delete": young,
             "files": summary_list(paths),
+            **kept_summary(scan.kept),
         }
         if self.dry_run:
             return summary
@@ -267,7 +293,7 @@ class IcebergOrphanFilesProcess(TableProcess):
                 context.check_cancelled()
                 context.report_progress(position, len(orphans), "deleting orphan files")
             try:
-                deleted += delete_file(path, storage)
+                deleted += context.guard.delete(path, storage)
             except OSError:
                 failed += 1
                 logger.warning("could not delete orphan file %s", path, exc_info=True)
@@ -332,9 +358,17 @@ class IcebergOrphanFilesFactory(ProcessFactory):
             return None
         process = IcebergOrphanFilesProcess(dict(params), runtime.config)
         table = _refreshed(table)
-        orphans, young = find_orphans(
-            table, min_age=process.min_age, now=utcnow(), storage=iceberg_store_options(runtime, table)
-        )
+        try:
+            scan = find_orphans(
+                table,
+                guard=runtime.guard(),
+                min_age=process.min_age,
+                now=utcnow(),
+                storage=iceberg_store_options(runtime, table),
+            )
+        except OutsideTable as refused:
+            return Preview(notes=[f"nothing would run: {refused}"])
+        orphans, young = scan.orphans, scan.young
         return removal_preview(
             len(orphans),
             sum(orphan.size for orphan in orphans),
@@ -342,6 +376,7 @@ class IcebergOrphanFilesFactory(ProcessFactory):
                 "files": summary_list([orphan.location for orphan in orphans]),
                 "too_young_to_delete": young,
                 "min_age_seconds": int(process.min_age.total_seconds()),
+                **kept_summary(scan.kept),
             },
             trash=process.trash,
             idle=None if orphans else "no unreferenced file is older than min-age",
