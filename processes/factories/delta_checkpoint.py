@@ -55,6 +55,7 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
+from storage.io.guard import kept_summary
 
 DEFAULT_LOG_RETENTION_HOURS = 30 * 24
 _VERSIONED = re.compile(r"^(\d{20})\.(?:json|crc|checkpoint\.parquet|checkpoint\.\d+\.\d+\.parquet)$")
@@ -193,24 +194,19 @@ class DeltaCheckpointProcess(TableProcess):
         floor, doomed = (None, [])
         if self.cleanup:
             floor, doomed = expired_log_files(log, hours, checkpoint_at=spec.version)
+        removable, kept = context.guard.split([log.store.uri(p) for p in doomed])
         if not self.dry_run:
-            context.report_progress(1, 2, f"removing {len(doomed)} expired log files")
-            for path in doomed:
-                _delete(log.store.fs, path)
+            context.report_progress(1, 2, f"removing {len(removable)} expired log files")
+            for location in removable:
+                context.guard.delete(location, storage)  # gone already: another cleaner took it
         summary.update(
             cleanup_floor=floor,
-            log_files_removed=len(doomed),
-            files=summary_list([log.store.uri(p) for p in doomed]),
+            log_files_removed=len(removable),
+            files=summary_list(removable),
+            **kept_summary(kept),
         )
         context.report_progress(2, 2, "done")
         return summary
-
-
-def _delete(fs: Any, path: str) -> None:
-    try:
-        fs.delete_file(path)
-    except FileNotFoundError:
-        pass  # another cleaner took it
 
 
 class DeltaCheckpointFactory(ProcessFactory):
