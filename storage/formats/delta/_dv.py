@@ -27,16 +27,23 @@ _MAGIC = 1681511377
 _UUID_CHARS = 20  # a 16-byte UUID is 20 Z85 characters
 
 
-def z85_decode(text: str) -> bytes:
-    """Decode Z85 (ZeroMQ base-85); the input length must be a multiple of 5."""
+def z85_decode(text: str, what: str = "Z85 text") -> bytes:
+    """Decode Z85 (ZeroMQ base-85) as Delta's ``Base85Codec`` does: five characters make a
+    number that is written as 4 big-endian bytes, keeping its low 32 bits (five characters can
+    count to 85**5 - 1, past 2**32: Delta's codec truncates, so a writer may leave such blocks).
+    ``CorruptTable`` naming ``what`` when the length is not a multiple of 5 or a character is
+    not Z85."""
     if len(text) % 5:
-        raise ValueError(f"Z85 text length {len(text)} is not a multiple of 5")
+        raise CorruptTable(f"{what} is not Z85: {len(text)} characters, not a multiple of 5")
     out = bytearray()
     for start in range(0, len(text), 5):
         number = 0
         for char in text[start : start + 5]:
-            number = number * 85 + _Z85_VALUES[char]
-        out += number.to_bytes(4, "big")
+            value = _Z85_VALUES.get(char)
+            if value is None:
+                raise CorruptTable(f"{what} is not Z85: {char!r} is not a Z85 character")
+            number = number * 85 + value
+        out += (number & 0xFFFFFFFF).to_bytes(4, "big")
     return bytes(out)
 
 
@@ -56,7 +63,10 @@ def relative_path(descriptor: Mapping[str, Any]) -> str | None:
     if kind == "u":
         encoded = descriptor["pathOrInlineDv"]
         prefix, encoded_uuid = encoded[:-_UUID_CHARS], encoded[-_UUID_CHARS:]
-        name = f"deletion_vector_{uuid.UUID(bytes=z85_decode(encoded_uuid))}.bin"
+        if len(encoded_uuid) < _UUID_CHARS:
+            raise CorruptTable(f"deletion vector path {encoded!r} is too short for its Z85 UUID")
+        id_bytes = z85_decode(encoded_uuid, f"deletion vector path {encoded!r}")
+        name = f"deletion_vector_{uuid.UUID(bytes=id_bytes)}.bin"
         return f"{prefix}/{name}" if prefix else name
     if kind == "p":
         return descriptor["pathOrInlineDv"]
@@ -83,8 +93,10 @@ def load(
     ``path`` is the vector file's location (None for inline vectors)."""
     size = int(descriptor["sizeInBytes"])
     if descriptor["storageType"] == "i":
-        encoded = descriptor["pathOrInlineDv"]
-        return decode(z85_decode(encoded)[:size], where="an inline deletion vector")
+        blob = z85_decode(descriptor["pathOrInlineDv"], "an inline deletion vector")
+        if len(blob) < size:
+            raise CorruptTable(f"inline deletion vector holds {len(blob)} bytes, its descriptor says {size}")
+        return decode(blob[:size], where="an inline deletion vector")
     assert path is not None
     offset = int(descriptor.get("offset") or 0)
     data = read_range(path, offset, size + 8)
