@@ -1,9 +1,10 @@
 """Delta schemas as Arrow schemas, column mapping, and Delta's text encodings of values.
 
-A Delta schema is JSON (``metaData.schemaString``). Under column mapping every field also has a
-physical name (and id) in its metadata; files, partition values and statistics use the physical
-names, readers show the logical ones. ``ColumnMapping`` translates between the two at every
-nesting level.
+A Delta schema is JSON (``metaData.schemaString``); a ``void`` column (Spark's NullType, which
+writers leave out of the files) is Arrow's null type and reads as all nulls, as Delta Kernel
+reads it. Under column mapping every field also has a physical name (and id) in its metadata;
+files, partition values and statistics use the physical names, readers show the logical ones.
+``ColumnMapping`` translates between the two at every nesting level.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from storage.formats.delta._evolve import (
 PHYSICAL_NAME = "delta.columnMapping.physicalName"
 COLUMN_ID = "delta.columnMapping.id"
 FIELD_ID_KEY = b"PARQUET:field_id"
+# Spark's NullType: writers leave such columns out of the files, readers give all nulls (Delta
+# Kernel does); the Arrow type is null.
+VOID = "void"
 
 _PRIMITIVES: dict[str, pa.DataType] = {
     "string": pa.string(),
@@ -63,6 +67,8 @@ def arrow_type(delta_type: Any, *, physical: bool = False) -> pa.DataType:
             return _PRIMITIVES[delta_type]
         if delta_type == "variant":
             return VARIANT_ARROW
+        if delta_type == VOID:
+            return pa.null()
         match = _DECIMAL.fullmatch(delta_type)
         if match:
             return pa.decimal128(int(match.group(1)), int(match.group(2)))
@@ -195,7 +201,7 @@ def _leaves(fields, path, prefix, *, mapped):
         type_ = field["type"]
         if isinstance(type_, dict) and type_.get("type") == "struct":
             yield from _leaves(type_["fields"], (*path, key), f"{name}.", mapped=mapped)
-        elif isinstance(type_, str) and type_ != "variant":  # variants carry no min/max
+        elif isinstance(type_, str) and type_ not in ("variant", VOID):  # these carry no min/max
             yield (*path, key), name, arrow_type(type_)
 
 

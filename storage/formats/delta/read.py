@@ -26,7 +26,7 @@ from storage.formats.delta._dv import load as load_vector
 from storage.formats.delta._dv import relative_path
 from storage.formats.delta._evolve import TYPE_WIDENING_FEATURES, check_variant_file_type, has_variant, widen
 from storage.formats.delta._log import Store
-from storage.formats.delta._types import FIELD_ID_KEY, DeltaSchema
+from storage.formats.delta._types import FIELD_ID_KEY, VOID, DeltaSchema
 from storage.spec.errors import CorruptTable, NotSupported, SpecError, UnsupportedFeature
 from storage.spec.expressions import Expression, to_arrow
 from storage.spec.models import FileSlice
@@ -294,7 +294,7 @@ class _ColumnPlan:
             field_id = schema.field_id(name)
             if physical not in file_schema.names and schema.mapping_mode == "id" and field_id is not None:
                 physical = by_id.get(field_id, physical)
-            if physical in file_schema.names:
+            if physical in file_schema.names and schema.delta_type(name) != VOID:
                 delta_type = schema.delta_type(name)
                 if has_variant(delta_type):
                     check_variant_file_type(file_schema.field(physical).type, delta_type, name, where)
@@ -302,7 +302,8 @@ class _ColumnPlan:
                 self.file_columns.append(physical)
                 self.targets.append(schema.physical_field(name) if schema.mapped else field)
             else:
-                # Added by schema evolution after this file was written.
+                # Added by schema evolution after this file was written, or void (all nulls
+                # whatever a file holds under its name, as Delta Kernel reads it).
                 self.sources.append(("missing", None))
                 self.targets.append(None)
 
