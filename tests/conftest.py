@@ -162,7 +162,11 @@ def warehouse(tmp_path, settings) -> Path:
     root = tmp_path / "warehouse"
     root.mkdir()
     settings.LAKEWARDEN_WAREHOUSE = root
-    settings.LAKEWARDEN_ALLOWED_ROOTS = [root]
+    # The test store's buckets stay allowed where the test uses the store (seaweedfs_roots).
+    settings.LAKEWARDEN_ALLOWED_ROOTS = [
+        root,
+        *(r for r in settings.LAKEWARDEN_ALLOWED_ROOTS if r in SEAWEEDFS_ROOTS),
+    ]
     return root
 
 
@@ -322,15 +326,28 @@ def s3_options(seaweedfs):
 
 
 @pytest.fixture
-def s3_prefix(seaweedfs, request, settings):
-    """A fresh ``s3://lake/<test>-<n>`` prefix for one test (left behind: the store is per run),
-    added to the allowed roots for the test."""
+def s3_prefix(seaweedfs, request):
+    """A fresh ``s3://lake/<test>-<n>`` prefix for one test (left behind: the store is per run)."""
     import uuid
 
     name = request.node.name.split("[")[0].replace("_", "-")[:40]
-    prefix = f"s3://lake/{name}-{uuid.uuid4().hex[:8]}"
-    settings.LAKEWARDEN_ALLOWED_ROOTS = [*settings.LAKEWARDEN_ALLOWED_ROOTS, prefix]
-    return prefix
+    return f"s3://lake/{name}-{uuid.uuid4().hex[:8]}"
+
+
+#: The test store's buckets, allowed roots in every test that uses the store.
+SEAWEEDFS_ROOTS = ("s3://lake", "s3://lakehouse", "s3://results")
+
+
+@pytest.fixture(autouse=True)
+def seaweedfs_roots(request):
+    """A test of the object store may maintain its buckets' tables: they join the allowed roots
+    (as ``LAKEWARDEN_DEMO_STORAGE=s3 make demo`` adds its prefixes)."""
+    if "seaweedfs" not in request.fixturenames:
+        yield
+        return
+    settings = request.getfixturevalue("settings")
+    settings.LAKEWARDEN_ALLOWED_ROOTS = [*settings.LAKEWARDEN_ALLOWED_ROOTS, *SEAWEEDFS_ROOTS]
+    yield
 
 
 def upload_folder(seaweedfs, folder: Path, prefix: str) -> str:

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from processes.plugin import Preview, ProcessInputError
-from storage.trash import TrashUnavailable, prepare_batch, purge_batch
+from storage.io.guard import OutsideTable
+from storage.trash import TrashUnavailable, batch_location, prepare_batch, purge_batch
 
 _ISO_DURATION = re.compile(
     r"^P(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
@@ -129,8 +130,10 @@ def trash_checked(
     what may be removed), so a store that refuses the trash folder fails the process before
     anything changed; if the step fails, the manifest goes again."""
     try:
+        context.guard.check(batch_location(root, context.process_id), "keep the trash in")
+        files = [file for file in files if context.guard.allows(file[0])]
         batch, _ = prepare_batch(root, context.process_id, files, storage, action=action)
-    except TrashUnavailable as error:
+    except (TrashUnavailable, OutsideTable) as error:
         raise ProcessInputError(str(error)) from None
     try:
         yield

@@ -15,6 +15,7 @@ canonical URI (``s3://bucket/key``) on an object store.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import logging
 import posixpath
@@ -131,12 +132,25 @@ def prepare_batch(
     return batch, entries
 
 
-def read_manifest(batch: str, storage: StoreOptions | None) -> list[TrashEntry]:
-    """The entries of a batch's manifest; ``FileNotFoundError`` when the batch has none."""
+def read_manifest(batch: str, storage: StoreOptions | None, *, digest: str | None = None) -> list[TrashEntry]:
+    """The entries of a batch's manifest; ``FileNotFoundError`` when the batch has none. With
+    ``digest`` (``manifest_digest`` as recorded when the manifest was written),
+    ``TrashConflict`` when the manifest was changed since: it lives in the table folder, so
+    whoever can write the table could make a restore move other files."""
     fs, path = filesystem(batch, storage)
     with fs.open_input_stream(f"{path}/{MANIFEST_NAME}") as handle:
-        body = json.loads(handle.read())
+        raw = handle.read()
+    if digest is not None and hashlib.sha256(raw).hexdigest() != digest:
+        raise TrashConflict(f"the manifest of {batch} was changed after Lakewarden wrote it")
+    body = json.loads(raw)
     return [TrashEntry(**e) for e in body["entries"]]
+
+
+def manifest_digest(batch: str, storage: StoreOptions | None) -> str:
+    """The SHA-256 of the batch's manifest as it is now (recorded by the bookkeeping)."""
+    fs, path = filesystem(batch, storage)
+    with fs.open_input_stream(f"{path}/{MANIFEST_NAME}") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
 
 
 def _size(fs: pafs.FileSystem, path: str) -> int | None:

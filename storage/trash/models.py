@@ -30,6 +30,11 @@ class TrashBatch(models.Model):
     total_bytes = models.BigIntegerField(default=0)
     kinds = models.JSONField(default=dict, blank=True, help_text="Files per kind")
     failed_count = models.IntegerField(default=0, help_text="Files that could not be moved (left in place)")
+    manifest_sha256 = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The manifest as Lakewarden wrote it: a restore refuses a manifest changed since",
+    )
 
     class Meta:
         app_label = "storage"

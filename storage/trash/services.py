@@ -17,11 +17,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from storage.errors import Conflict, NotFound
-from storage.io import StoreOptions, is_object_store
+from storage.io import StoreOptions, is_object_store, is_within, join
+from storage.io.guard import KeptFiles, OutsideTable, kept_summary
 from storage.models import Table
+from storage.paths import table_guard
 from storage.trash.folder import (
     MoveReport,
     TrashConflict,
+    TrashUnavailable,
+    batch_location,
+    manifest_digest,
     move_to_trash,
     prepare_batch,
     purge_batch,
@@ -38,10 +43,12 @@ PURGE_TASK = "purge task"
 class TrashOutcome:
     batch: TrashBatch
     report: MoveReport
+    kept: KeptFiles
 
     def summary(self) -> dict:
         """The facts a process summary shows."""
         return {
+            **kept_summary(self.kept),
             "location": self.batch.location,
             "expires_at": self.batch.expires_at.isoformat(),
             "files": self.report.files,
@@ -70,13 +77,30 @@ def trash_files(
 ) -> TrashOutcome:
     """Move ``files`` ((location, size, kind), in the order to move them) into the process's
     batch under ``root`` (the table location, spelt as the locations are): the manifest first,
-    then the bookkeeping row, then the files. Call it holding the table's lock."""
+    then the bookkeeping row, then the files. Only what the table's path guard allows moves (the
+    batch folder included); the rest stays in place and is reported kept. Call it holding the
+    table's lock."""
+    guard = table_guard(table)
+    files_allowed, kept = [], KeptFiles()
+    for path, size, kind in files:
+        reason = guard.refusal(path)
+        if reason:
+            kept.add(path, reason)
+        else:
+            files_allowed.append((path, size, kind))
+    files = files_allowed
     asked = {path for path, _, _ in files}
     batch = TrashBatch.objects.filter(process_id=process_id).first()
     named = files
     if batch is not None:  # the same process trashing twice: one manifest names both
-        named = [*((e.original, e.size, e.kind) for e in read_manifest(batch.location, storage)), *files]
+        earlier = read_manifest(batch.location, storage, digest=batch.manifest_sha256 or None)
+        named = [*((e.original, e.size, e.kind) for e in earlier), *files]
+    try:
+        guard.check(batch_location(root, process_id), "keep the trash in")
+    except OutsideTable as refused:
+        raise TrashUnavailable(str(refused)) from None
     location, entries = prepare_batch(root, process_id, named, storage, action=action)
+    digest = manifest_digest(location, storage)
     if batch is None:
         batch = TrashBatch.objects.create(
             table=table,
@@ -84,14 +108,18 @@ def trash_files(
             action=action,
             location=location,
             expires_at=timezone.now() + retention,
+            manifest_sha256=digest,
         )
+    else:
+        batch.manifest_sha256 = digest
+        batch.save(update_fields=["manifest_sha256"])
     report = move_to_trash(location, [e for e in entries if e.original in asked], storage)
     batch.file_count += report.files
     batch.total_bytes += report.bytes
     batch.failed_count += len(report.failed)
     batch.kinds = {k: batch.kinds.get(k, 0) + report.kinds.get(k, 0) for k in {*batch.kinds, *report.kinds}}
     batch.save(update_fields=["file_count", "total_bytes", "failed_count", "kinds"])
-    return TrashOutcome(batch, report)
+    return TrashOutcome(batch, report, kept)
 
 
 def trash_batch_get(*, process_id: int) -> TrashBatch:
@@ -114,9 +142,14 @@ def trash_batch_restore(*, process_id: int, user: str = "") -> TrashBatch:
             raise Conflict(f"{refusal}; nothing was changed")
         storage = _storage(batch.table)
         try:
-            entries = read_manifest(batch.location, storage)
+            entries = read_manifest(batch.location, storage, digest=batch.manifest_sha256 or None)
         except FileNotFoundError:
             raise Conflict(f"the trash of process {process_id} has no manifest at {batch.location}") from None
+        except TrashConflict as changed:
+            raise Conflict(
+                f"cannot restore the trash of process {process_id}: {changed}; nothing was moved"
+            ) from None
+        _check_restorable(batch, entries)
         try:
             report = restore_batch(batch.location, entries, storage)
         except TrashConflict as conflict:
@@ -133,6 +166,27 @@ def trash_batch_restore(*, process_id: int, user: str = "") -> TrashBatch:
         batch.save(update_fields=["state", "state_changed_at", "state_changed_by"])
     logger.info("restored %s file(s) of process %s to %s", report.files, process_id, batch.table.location)
     return batch
+
+
+def _check_restorable(batch: TrashBatch, entries: list) -> None:
+    """``Conflict`` (nothing moved) unless every file goes back inside the table, as its path
+    guard allows, from inside the batch folder: a restore never writes another table's path."""
+    guard = table_guard(batch.table)
+    refused = []
+    for entry in entries:
+        inside = join(batch.location, entry.trashed)
+        reason = (
+            guard.refusal(entry.original)
+            or guard.refusal(inside)
+            or (None if is_within(inside, batch.location) else "not inside the batch")
+        )
+        if reason:
+            refused.append(f"{entry.original} ({reason})")
+    if refused:
+        raise Conflict(
+            f"cannot restore the trash of process {batch.process_id}: {len(refused)} file(s) would go "
+            f"where this table may not write: {', '.join(refused[:5])}; nothing was moved"
+        )
 
 
 def trash_batches_purge(*, now: dt.datetime | None = None, limit: int = 200) -> list[int]:
@@ -155,6 +209,10 @@ def trash_batches_purge(*, now: dt.datetime | None = None, limit: int = 200) -> 
                 .first()
             )
             if batch is None:
+                continue
+            refusal = table_guard(batch.table).refusal(batch.location)
+            if refusal:  # a trash folder replaced by a link to elsewhere: never delete through it
+                logger.warning("will not purge the trash at %s: %s", batch.location, refusal)
                 continue
             try:
                 purge_batch(batch.location, _storage(batch.table))
