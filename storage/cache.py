@@ -84,6 +84,7 @@ def _table_lookup() -> dict[str, Table]:
 def query_plan(sql: str) -> QueryPlan:
     """Parse, resolve managed tables at their current instants, rewrite to Spark views, fingerprint."""
     statement = _parse(sql)
+    normalised = statement.sql(dialect="spark", normalize=True, pretty=False)  # before the views
     cte_names = {cte.alias_or_name.lower() for cte in statement.find_all(exp.CTE)}
     lookup = _table_lookup()
     planned: dict[int, PlannedTable] = {}
@@ -104,7 +105,6 @@ def query_plan(sql: str) -> QueryPlan:
         node.replace(exp.to_table(planned[table.pk].view).as_(alias, quoted=True))
     if not planned:
         raise InvalidInput("the query reads no managed table", field="sql")
-    normalised = _parse(sql).sql(dialect="spark", normalize=True, pretty=False)
     sources = sorted((str(p.table.pk), p.instant) for p in planned.values())
     fingerprint = hashlib.sha256(json.dumps([normalised, sources]).encode()).hexdigest()
     return QueryPlan(normalised, statement.sql(dialect="spark"), tuple(planned.values()), fingerprint)

@@ -740,3 +740,54 @@ def test_the_workers_session_refuses_reflection_even_past_the_parser(spark):
     assert spark.sql("select '${env:HOME}' as v").collect()[0].v == "${env:HOME}"
     with pytest.raises(AnalysisException):
         spark.sql("select * from text.`/etc/hostname`").collect()
+
+
+# --- the check's cost grows with the query's size, not its square (issue 29, item 9) ---------------
+
+
+def _chain(operator: str, size: int) -> str:
+    """``select * from demo.customers where 1=1 <operator> 1=1 ...`` of about ``size`` characters."""
+    head = "select * from demo.customers where 1=1"
+    term = f" {operator} 1=1"
+    return head + term * ((size - len(head)) // len(term))
+
+
+def test_a_64_kib_chain_of_and_is_checked_and_accepted():
+    sql = _chain("and", 64 * 1024)
+
+    check_query(sql)  # 8 KB of this took 26 s, 64 KiB hours: every AND rendered all below it
+
+    assert len(sql) > 65_000
+
+
+def test_a_forbidden_call_at_the_bottom_of_a_64_kib_chain_is_refused():
+    sql = _chain("or", 64 * 1024).replace("1=1", f"{JM} = 1", 1)
+
+    with pytest.raises(SqlNotAllowed) as refused:
+        check_query(sql)
+
+    assert refused.value.function == "java_method"
+
+
+@pytest.mark.parametrize("terms", [100, 400])
+def test_each_node_is_rendered_for_one_function_only(monkeypatch, terms):
+    """Judging a function renders it with the functions below it cut off: over a chain of RLIKE
+    (a function in sqlglot's tree, an operator in Spark) the nodes rendered grow with the chain."""
+    from processes import sql_policy
+
+    rendered = []
+
+    def outline(node):
+        copy = real(node)
+        rendered.append(sum(1 for _ in copy.walk()))
+        return copy
+
+    real = sql_policy._outline
+    monkeypatch.setattr(sql_policy, "_outline", outline)
+    sql = "select name from demo.customers where " + " rlike ".join(["name"] * terms)
+
+    check_query(sql)
+
+    nodes = sum(1 for _ in parse_query(sql).walk())
+    assert len(rendered) == 2 * (terms - 1)  # each RLIKE, in the parsed and the regenerated tree
+    assert sum(rendered) <= 2 * 4 * nodes  # before: about terms² / 2 nodes per tree
