@@ -8,6 +8,8 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from storage.outbound import parse_networks
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -40,6 +42,14 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     if minimum is not None and number < minimum:
         raise ImproperlyConfigured(f"{name}={number} must be at least {minimum}")
     return number
+
+
+def env_networks(name: str) -> tuple:
+    """Comma-separated IP networks (``10.1.0.0/16,192.0.2.7``); unset is none."""
+    try:
+        return parse_networks((env_str(name, "") or "").split(","))
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name}: {error}") from None
 
 
 def env_path(name: str, default: str, *, base: Path) -> Path:

@@ -1,4 +1,5 @@
-"""Login (and at least the viewer role) required everywhere but the exempt paths."""
+"""Login (and at least the viewer role) required everywhere but the exempt paths; outbound HTTP
+bounded to a few seconds inside a request."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.shortcuts import render
 
 from console.roles import VIEWER, has_role
+from storage import outbound
 
 # The API authenticates itself (session or token) and answers 401/403 as JSON; /metrics takes its
 # own bearer token or address allow-list (console/metrics/access.py).
@@ -32,3 +34,16 @@ class LoginRequiredMiddleware:
                 status=403,
             )
         return self.get_response(request)
+
+
+class OutboundBoundsMiddleware:
+    """A web worker waits at most a few seconds on each connect and read to a REST catalog or a
+    webhook while it answers a request (``storage.outbound.web_request_bounds``): a silent target
+    must not hold a worker for the target's full timeout."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        with outbound.web_request_bounds():
+            return self.get_response(request)

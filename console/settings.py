@@ -67,6 +67,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "console.middleware.LoginRequiredMiddleware",
+    "console.middleware.OutboundBoundsMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"

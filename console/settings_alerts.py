@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from console.env import env_bool, env_int
+from console.env import env_bool, env_int, env_networks
 
 __all__ = [
     "LAKEWARDEN_ALERT_ALLOW_PRIVATE",
+    "LAKEWARDEN_ALERT_ALLOWED_NETWORKS",
     "LAKEWARDEN_ALERT_TIMEOUT_SECONDS",
     "LAKEWARDEN_ALERT_MAX_ATTEMPTS",
     "LAKEWARDEN_ALERT_BACKOFF_SECONDS",
@@ -17,6 +18,8 @@ __all__ = [
 
 #: Webhooks to private, loopback or link-local addresses (on-premises receivers are common): on.
 LAKEWARDEN_ALERT_ALLOW_PRIVATE = env_bool("LAKEWARDEN_ALERT_ALLOW_PRIVATE", True)
+#: With private targets off, these networks (``10.1.2.0/24,192.0.2.7``) are still allowed.
+LAKEWARDEN_ALERT_ALLOWED_NETWORKS = env_networks("LAKEWARDEN_ALERT_ALLOWED_NETWORKS")
 LAKEWARDEN_ALERT_TIMEOUT_SECONDS = env_int("LAKEWARDEN_ALERT_TIMEOUT_SECONDS", 10, minimum=1)
 #: Attempts per delivery; the n-th retry waits BACKOFF * 2**(n-1) seconds.
 LAKEWARDEN_ALERT_MAX_ATTEMPTS = env_int("LAKEWARDEN_ALERT_MAX_ATTEMPTS", 5, minimum=1)

@@ -4,15 +4,20 @@ an object-store prefix)."""
 from __future__ import annotations
 
 import functools
+import inspect
+import json
 import os
+import re
 import threading
 from collections.abc import Iterator
+from http import HTTPStatus
 from pathlib import Path
 
 import pyarrow.fs as pafs
 from django.conf import settings
 from django.db import connection
 
+from storage import outbound
 from storage.io import PathNotAllowed, StoreOptions, filesystem, is_object_store, is_within, uri
 from storage.models import Catalog, CatalogKind
 from storage.spec.registry import format_adapters
@@ -49,31 +54,104 @@ def iceberg_catalog_properties(catalog: Catalog) -> dict[str, str]:
 @functools.cache
 def rest_catalog_class():
     """pyiceberg's RestCatalog whose every HTTP request (config, OAuth token, namespaces, tables,
-    commits) carries the connect and read timeouts of the catalog's ``StoreOptions``
-    (``s3.connect-timeout``, ``s3.request-timeout`` or ``LAKEWARDEN_S3_*``): pyiceberg sets none,
-    so a catalog that accepts a connection and never answers would hang a request forever."""
+    commits) goes through an ``OutboundAdapter`` (storage/outbound.py): the checked address pinned,
+    no redirect followed, the connect and read timeouts of the catalog's ``StoreOptions``
+    (``s3.connect-timeout``, ``s3.request-timeout`` or ``LAKEWARDEN_S3_*``, lowered to a few seconds
+    inside a web request; pyiceberg sets none), and no byte of the catalog's answers in an error:
+    an error answer is rewritten to name its status, the URL and the Iceberg error type only, and
+    an answer pyiceberg cannot parse is refused without quoting it. REST catalogs are configured by
+    admins and may be private (``outbound.TRUSTED``)."""
+    from pydantic import ValidationError
     from pyiceberg.catalog.rest import RestCatalog
-    from requests.adapters import HTTPAdapter
-
-    class _TimeoutAdapter(HTTPAdapter):
-        def __init__(self, timeout: tuple[float, float]) -> None:
-            super().__init__()
-            self.timeout = timeout
-
-        def send(self, request, **kwargs):
-            if kwargs.get("timeout") is None:
-                kwargs["timeout"] = self.timeout
-            return super().send(request, **kwargs)
+    from pyiceberg.exceptions import RESTError
 
     class BoundedRestCatalog(RestCatalog):
         def _config_headers(self, session) -> None:  # called first on every session it makes
             options = StoreOptions.from_properties(self.properties)
-            adapter = _TimeoutAdapter((options.connect_timeout, options.request_timeout))
+            adapter = _RestCatalogAdapter(
+                policy=outbound.TRUSTED, timeout=(options.connect_timeout, options.request_timeout)
+            )
+            session.trust_env = False
             session.mount("http://", adapter)
             session.mount("https://", adapter)
             super()._config_headers(session)
 
+    def guarded(method):
+        @functools.wraps(method)
+        def call(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            except ValidationError as error:
+                where = outbound.where(str(getattr(self, "uri", "") or self.properties.get("uri", "")))
+                raise RESTError(
+                    f"{where} answered JSON that is not an Iceberg REST answer "
+                    f"({error.error_count()} fields wrong: {_field_paths(error)})"
+                ) from None
+
+        return call
+
+    for name, attribute in vars(RestCatalog).items():
+        if inspect.isfunction(attribute) and (name == "__init__" or not name.startswith("_")):
+            setattr(BoundedRestCatalog, name, guarded(attribute))
     return BoundedRestCatalog
+
+
+_ERROR_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+#: The error codes of an OAuth token endpoint's answer (RFC 6749 5.2), which pyiceberg parses.
+_OAUTH_ERRORS = frozenset(
+    {
+        "invalid_request",
+        "invalid_client",
+        "invalid_grant",
+        "unauthorized_client",
+        "unsupported_grant_type",
+        "invalid_scope",
+    }
+)
+
+
+class _RestCatalogAdapter(outbound.OutboundAdapter):
+    """Answers as pyiceberg expects them, with nothing of the remote text but an error's type."""
+
+    def answer(self, status: int, url: str, body: bytes) -> bytes:
+        if status < 400:
+            if body.strip():
+                try:
+                    json.loads(body)
+                except ValueError:
+                    raise outbound.OutboundError(
+                        f"{url} answered HTTP {status} with a body that is not JSON: "
+                        "is it an Iceberg REST catalog?"
+                    ) from None
+            return body
+        return json.dumps(rest_error_document(status, url, body)).encode()
+
+
+def rest_error_document(status: int, url: str, body: bytes) -> dict:
+    """The error answer pyiceberg is given in place of ``body``: the same shape (an Iceberg
+    ``ErrorResponse`` or an OAuth token error) so it raises the same exception, naming the status,
+    the URL and the error's type or OAuth code; any other text of the remote answer is dropped."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        document = None
+    error = document.get("error") if isinstance(document, dict) else None
+    message = f"HTTP {status} from {url}"
+    if isinstance(error, str) and error in _OAUTH_ERRORS:
+        return {"error": error, "error_description": message}
+    kind = error.get("type") if isinstance(error, dict) else None
+    if not (isinstance(kind, str) and _ERROR_TYPE.fullmatch(kind)):
+        try:
+            kind = HTTPStatus(status).phrase.replace(" ", "").replace("-", "")
+        except ValueError:
+            kind = "HTTPError"
+    return {"error": {"message": message, "type": kind, "code": status}}
+
+
+def _field_paths(error) -> str:
+    """The locations of a pydantic ``ValidationError``'s problems (never their input values)."""
+    paths = [".".join(str(part) for part in problem["loc"]) or "(top)" for problem in error.errors()]
+    return ", ".join(paths[:5])
 
 
 _catalogs: dict[tuple, object] = {}
@@ -98,8 +176,13 @@ def iceberg_catalog(catalog: Catalog):
 
 def is_catalog_error(error: BaseException) -> bool:
     """An error an Iceberg catalog client raised (a REST answer such as 401/404/500, a missing
-    table or namespace, a refused OAuth credential), as opposed to a bug."""
-    return type(error).__module__.startswith("pyiceberg.") or type(error).__module__.startswith("requests.")
+    table or namespace, a refused OAuth credential, an unreachable or unusable target), as
+    opposed to a bug."""
+    return (
+        isinstance(error, outbound.OutboundError)
+        or type(error).__module__.startswith("pyiceberg.")
+        or type(error).__module__.startswith("requests.")
+    )
 
 
 def close_iceberg_catalogs() -> None:

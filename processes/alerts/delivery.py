@@ -1,13 +1,13 @@
 """Sending one delivery: a webhook's JSON body, a Slack-compatible ``{"text": ...}``, an e-mail
 through Django's mail settings. Every attempt is recorded on the row; a failure is a row status
-(retried with backoff up to ``LAKEWARDEN_ALERT_MAX_ATTEMPTS``), never an exception."""
+(retried with backoff up to ``LAKEWARDEN_ALERT_MAX_ATTEMPTS``), never an exception.
+
+Webhooks go out through ``storage.outbound``: the name is resolved once per attempt, checked
+(``LAKEWARDEN_ALERT_ALLOW_PRIVATE``, ``LAKEWARDEN_ALERT_ALLOWED_NETWORKS``) and the checked
+address is the one connected to; a redirect is a failed attempt, never followed."""
 
 from __future__ import annotations
 
-import ipaddress
-import json
-import socket
-import urllib.request
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -15,27 +15,30 @@ from django.core.mail import send_mail
 from django.utils import timezone
 
 from processes.alerts.models import AlertChannel, AlertDelivery, ChannelKind, DeliveryStatus
+from storage import outbound
 from storage.errors import InvalidInput
 
 
+def webhook_policy() -> outbound.Policy:
+    """The addresses a webhook may have: any, or only public ones and the allowed networks."""
+    return outbound.Policy(
+        allow_private=settings.LAKEWARDEN_ALERT_ALLOW_PRIVATE,
+        allowed_networks=settings.LAKEWARDEN_ALERT_ALLOWED_NETWORKS,
+        switch="LAKEWARDEN_ALERT_ALLOW_PRIVATE",
+    )
+
+
 def check_url(url: str) -> None:
-    """An http(s) URL with a host; a private-network target only when ``LAKEWARDEN_ALERT_ALLOW_PRIVATE``."""
+    """An http(s) URL with a host whose addresses the webhook policy allows."""
     parts = urlsplit(url or "")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidInput("the URL must be http:// or https:// with a host", field="url")
     if settings.LAKEWARDEN_ALERT_ALLOW_PRIVATE:
         return
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or 443)}
-    except OSError as error:
-        raise InvalidInput(f"the host {parts.hostname} does not resolve: {error}", field="url") from None
-    for address in addresses:
-        ip = ipaddress.ip_address(address.split("%")[0])
-        if not ip.is_global:
-            raise InvalidInput(
-                f"{parts.hostname} is in a private network ({ip}) and LAKEWARDEN_ALERT_ALLOW_PRIVATE is off",
-                field="url",
-            )
+        outbound.resolve(parts.hostname, parts.port or 443, webhook_policy())
+    except outbound.OutboundError as error:
+        raise InvalidInput(str(error), field="url") from None
 
 
 def check_channel(kind: str, url: str, recipients: str) -> None:
@@ -71,15 +74,16 @@ def send(delivery: AlertDelivery) -> None:
     if channel.kind == ChannelKind.EMAIL:
         send_mail(delivery.title, delivery.text, None, channel.recipient_list, fail_silently=False)
         return
-    check_url(channel.url)  # again at send time: a name may resolve elsewhere now
-    request = urllib.request.Request(
-        channel.url,
-        data=json.dumps(body(delivery)).encode(),
-        headers={"Content-Type": "application/json", "User-Agent": "lakewarden-alerts"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=settings.LAKEWARDEN_ALERT_TIMEOUT_SECONDS) as response:
-        response.read(1024)
+    timeout = float(settings.LAKEWARDEN_ALERT_TIMEOUT_SECONDS)
+    with outbound.session(policy=webhook_policy(), timeout=(timeout, timeout)) as http:
+        response = http.post(
+            channel.url,
+            json=body(delivery),
+            headers={"User-Agent": "lakewarden-alerts"},
+            allow_redirects=False,
+        )
+    if not 200 <= response.status_code < 300:
+        raise outbound.OutboundError(f"{outbound.where(channel.url)} answered HTTP {response.status_code}")
 
 
 def attempt_delivery(delivery_id: int) -> int | None:
@@ -99,7 +103,7 @@ def attempt_delivery(delivery_id: int) -> int | None:
     except Exception as error:  # noqa: BLE001 - any failure is a recorded status, never a crash
         delivery.last_error = f"{type(error).__name__}: {error}"[:2000]
         retry = delivery.attempts < settings.LAKEWARDEN_ALERT_MAX_ATTEMPTS and not isinstance(
-            error, InvalidInput
+            error, InvalidInput | outbound.TargetRefused
         )
         delivery.status = DeliveryStatus.PENDING if retry else DeliveryStatus.FAILED
         delivery.save(update_fields=["attempts", "last_attempt_at", "last_error", "status"])

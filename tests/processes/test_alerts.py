@@ -187,7 +187,7 @@ def test_an_unreachable_endpoint_is_a_failed_delivery_not_an_exception(closed_po
     tick()
     delivery = AlertDelivery.objects.get()
     assert (delivery.status, delivery.attempts) == ("failed", 2)
-    assert "URLError" in delivery.last_error and "refused" in delivery.last_error.lower()
+    assert "OutboundError" in delivery.last_error and "refused" in delivery.last_error.lower()
 
 
 def test_a_private_target_is_refused_at_send_time_when_the_switch_is_off(receiver, webhook, settings):
