@@ -51,6 +51,29 @@ def open_filesystem(location: str, storage: StoreOptions | None = None) -> tuple
     return filesystem, path.rstrip("/") or "/", location
 
 
+# hudi-rs reads table versions 6, 8 and 9 and needs the version in hoodie.properties. Writers before
+# Hudi 0.6 (the 0.5 era) recorded none: Hudi itself reads that as table version 0 with timeline
+# layout 0, whose file names (``<instant>.commit``, base files ``<fileId>_<token>_<instant>``,
+# ``.hoodie_partition_metadata`` markers) are those version 6 reads; hudi-rs pairs version 6 with
+# timeline layout 1 only. Nor did those writers record partition fields: their partition folders
+# are found by their markers (``list_partition_paths``) and the columns stay unnamed.
+LEGACY_READ_OPTIONS = {"hoodie.table.version": "6", "hoodie.timeline.layout.version": "1"}
+PARTITION_FIELDS = "hoodie.table.partition.fields"
+
+
+def legacy_read_options(properties: Mapping[str, str]) -> dict[str, str]:
+    """hudi-rs options for a table whose ``hoodie.properties`` names no table version (see
+    ``LEGACY_READ_OPTIONS``); none for every other table."""
+    if (properties.get("hoodie.table.version") or "").strip():
+        return {}
+    return dict(LEGACY_READ_OPTIONS)
+
+
+def has_partition_folders(filesystem: pafs.FileSystem, root: str) -> bool:
+    """Whether some folder below the table root holds a partition marker."""
+    return any(path for path in list_partition_paths(filesystem, root, True))
+
+
 def hudi_storage_options(location: str, storage: StoreOptions | None) -> dict[str, str]:
     """hudi-rs storage options for an object-store location (none for local tables)."""
     if not is_object_store(location):
@@ -169,9 +192,12 @@ class PartitionLayout:
     schema: pa.Schema  # the table schema, to type identity values
     hive_style: bool
     url_encoded: bool
+    unnamed_folders: bool = False  # partition folders whose columns the properties do not name
 
     @classmethod
-    def from_properties(cls, properties: Mapping[str, str], schema: pa.Schema) -> PartitionLayout:
+    def from_properties(
+        cls, properties: Mapping[str, str], schema: pa.Schema, *, unnamed_folders: bool = False
+    ) -> PartitionLayout:
         return cls(
             spec=partition_spec(properties),
             schema=schema,
@@ -179,7 +205,13 @@ class PartitionLayout:
             == "true",
             url_encoded=properties.get("hoodie.datasource.write.partitionpath.urlencode", "false").lower()
             == "true",
+            unnamed_folders=unnamed_folders,
         )
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether rows live in partition folders (named columns or not)."""
+        return self.spec.is_partitioned or self.unnamed_folders
 
     @property
     def pruning_spec(self) -> PartitionSpec:
@@ -241,9 +273,7 @@ def partition_spec(properties: Mapping[str, str]) -> PartitionSpec:
         or properties.get("hoodie.table.keygenerator.type")
         or ""
     )
-    declared = [
-        f.strip() for f in properties.get("hoodie.table.partition.fields", "").split(",") if f.strip()
-    ]
+    declared = [f.strip() for f in properties.get(PARTITION_FIELDS, "").split(",") if f.strip()]
     if not declared or "Nonpartitioned" in keygen or keygen.upper() == "NON_PARTITION":
         return PartitionSpec()
     time_based = "TimestampBased" in keygen or keygen.upper() == "TIMESTAMP"

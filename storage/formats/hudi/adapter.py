@@ -8,14 +8,18 @@ import pyarrow.fs as pafs
 
 from storage.formats.hudi._layout import (
     HOODIE_FOLDER,
+    PARTITION_FIELDS,
     file_type,
+    has_partition_folders,
     hudi_storage_options,
+    legacy_read_options,
     open_filesystem,
+    partition_spec,
     read_properties,
 )
 from storage.formats.hudi.table import HudiSpecTable, hudi_errors
 from storage.io.stores import StoreOptions
-from storage.spec.errors import NotSupported, SpecError, TableNotFound, UnsupportedFeature
+from storage.spec.errors import CorruptTable, NotSupported, SpecError, TableNotFound, UnsupportedFeature
 from storage.spec.table import TableFormatAdapter
 
 SUPPORTED_BASE_FORMATS = ("PARQUET",)
@@ -53,10 +57,35 @@ class HudiAdapter(TableFormatAdapter):
             raise UnsupportedFeature(
                 f"Hudi table {location}: base file format {base_format} is not supported (hudi-rs reads parquet)"
             )
-        import hudi
-
-        with hudi_errors(location, "opening the table"):
-            hudi_table = hudi.HudiTable(location, hudi_storage_options(location, storage))
-        table = HudiSpecTable(location, properties, hudi_table, storage=storage)
+        hudi_table, options = _open_hudi(location, storage, properties, filesystem, root)
+        table = HudiSpecTable(location, properties, hudi_table, storage=storage, read_options=options)
         table.definition  # noqa: B018 - a schema hudi-rs cannot read is a corrupt table: fail on open
         return table
+
+
+def _open_hudi(
+    location: str,
+    storage: StoreOptions | None,
+    properties: dict[str, str],
+    filesystem: pafs.FileSystem,
+    root: str,
+) -> tuple[Any, dict[str, str]]:
+    """The hudi-rs table and the read options it was opened with (``legacy_read_options``)."""
+    import hudi
+
+    options = legacy_read_options(properties)
+    storage_options = hudi_storage_options(location, storage)
+    with hudi_errors(location, "opening the table"):
+        hudi_table = hudi.HudiTable(location, {**storage_options, **options})
+        if not options or partition_spec(properties).is_partitioned:
+            return hudi_table, options
+        if not has_partition_folders(filesystem, root):
+            return hudi_table, options
+        # hudi-rs lists partition folders only when a partition field of the schema is declared;
+        # a 0.5-era table declares none: any column will do (hudi-rs is never given a partition
+        # filter on it, and the layout keeps the partition columns unnamed).
+        names = hudi_table.get_schema().names
+        if not names:
+            raise CorruptTable(f"Hudi table {location}: its schema has no columns")
+        options[PARTITION_FIELDS] = names[0]
+        return hudi.HudiTable(location, {**storage_options, **options}), options

@@ -108,9 +108,7 @@ class HudiFileIndex(FileIndex):
     def partitions(self, expr: Any) -> Iterator[tuple[str, tuple[PartitionDescriptor, bool]]]:
         """``(path, (descriptor, exact))`` of each partition folder that might hold matching rows."""
         layout = self._table.layout
-        for path in list_partition_paths(
-            self._table.filesystem, self._table.root, layout.spec.is_partitioned
-        ):
+        for path in list_partition_paths(self._table.filesystem, self._table.root, layout.partitioned):
             matched = self.partition_might_match(expr, path)
             if matched is not None:
                 yield path, matched

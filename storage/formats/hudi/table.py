@@ -11,7 +11,12 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from storage.formats.hudi._layout import PartitionLayout, hudi_storage_options, open_filesystem
+from storage.formats.hudi._layout import (
+    PARTITION_FIELDS,
+    PartitionLayout,
+    hudi_storage_options,
+    open_filesystem,
+)
 from storage.formats.hudi._metadata import (
     DATA_ACTIONS,
     CommitMetadata,
@@ -110,8 +115,12 @@ class HudiSpecTable(SpecTable):
         properties: Mapping[str, str],
         hudi_table: Any = None,
         storage: StoreOptions | None = None,
+        read_options: Mapping[str, str] | None = None,
     ) -> None:
+        """``read_options``: hudi-rs options beside the storage's (``_layout.legacy_read_options``
+        and, for a partitioned legacy table, a partition field so that hudi-rs lists folders)."""
         self._storage = storage
+        self._read_options = dict(read_options or {})
         self._filesystem, self._root, self._location = open_filesystem(location, storage)
         self._properties = dict(properties)
         self._hudi_table = hudi_table
@@ -121,11 +130,22 @@ class HudiSpecTable(SpecTable):
     # Spark and Celery ship tables to other processes: the hudi-rs handle is reopened there.
     def __getstate__(self) -> dict[str, Any]:
         storage = self._storage.to_json() if self._storage is not None else ""
-        return {"location": self._location, "properties": self._properties, "storage": storage}
+        return {
+            "location": self._location,
+            "properties": self._properties,
+            "storage": storage,
+            "read_options": self._read_options,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         storage = StoreOptions.from_json(state["storage"]) if state.get("storage") else None
-        HudiSpecTable.__init__(self, state["location"], state["properties"], storage=storage)
+        HudiSpecTable.__init__(
+            self,
+            state["location"],
+            state["properties"],
+            storage=storage,
+            read_options=state.get("read_options"),
+        )
 
     # --- hudi-rs handles -----------------------------------------------------------------------
 
@@ -137,7 +157,8 @@ class HudiSpecTable(SpecTable):
 
             with hudi_errors(self._location, "opening the table"):
                 self._hudi_table = hudi.HudiTable(
-                    self._location, hudi_storage_options(self._location, self._storage)
+                    self._location,
+                    {**hudi_storage_options(self._location, self._storage), **self._read_options},
                 )
         return self._hudi_table
 
@@ -186,7 +207,8 @@ class HudiSpecTable(SpecTable):
     def layout(self) -> PartitionLayout:
         with self.errors("reading the schema"):
             schema = self.hudi.get_schema()
-        return PartitionLayout.from_properties(self._properties, schema)
+        unnamed = PARTITION_FIELDS in self._read_options and not self._properties.get(PARTITION_FIELDS)
+        return PartitionLayout.from_properties(self._properties, schema, unnamed_folders=unnamed)
 
     def bind(self, filters: Any) -> Any:
         """Filters bound to the readable schema (meta columns included); None for no filter."""
