@@ -16,6 +16,11 @@ class TableRegisterForm(forms.Form):
     format = forms.ChoiceField(
         choices=lambda: [("", "detect"), *format_choices()], required=False, help_text="Leave on detect"
     )
+    allow_nested = forms.BooleanField(
+        required=False,
+        label="Allow nesting",
+        help_text="Register it although its folder holds, or lies inside, another registered table's",
+    )
 
 
 #: Form field -> catalog property, for the object store's credentials (pyiceberg's names).

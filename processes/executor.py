@@ -23,6 +23,7 @@ from processes.services import clean_staging, clean_stale_staging, process_fail,
 from processes.spark.session import interrupt_jobs, spark_session, tag_jobs, untag_jobs
 from processes.watch import Watch
 from storage.errors import Conflict
+from storage.io import is_local
 from storage.models import Table
 from storage.selectors import jsonable
 
@@ -198,6 +199,18 @@ def _lock(process: Process) -> TableLock:
     return lock
 
 
+def _check_staging(context: WorkerContext) -> None:
+    """A local table's staging folder must be one the path guard allows (not a link that would
+    take the process's writes elsewhere): ``ProcessInputError`` otherwise, nothing written."""
+    if not is_local(context.runtime.location):
+        return
+    reason = context.guard.refusal(str(context.staging_dir))
+    if reason:
+        raise ProcessInputError(
+            f"will not stage files in {context.staging_dir}: {reason}; nothing was changed"
+        )
+
+
 def _execute(process: Process) -> str:
     """Run the factory's process under a heartbeat and reach a terminal state on every path."""
     heartbeat = None
@@ -219,6 +232,7 @@ def _execute(process: Process) -> str:
             trigger=process.trigger,
         )
         table_process = configured.factory.recover(runtime, record)
+        _check_staging(context)
         context.check_cancelled()
         summary = table_process.run(context) or {}
         heartbeat.stop()

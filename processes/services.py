@@ -31,7 +31,9 @@ from processes.previews import preview_record
 from processes.registry import ConfiguredFactory, coordinators, factory_classes, validate_params
 from processes.runtime import TableRuntime
 from storage.errors import Conflict, InvalidInput, ServiceError
+from storage.io import is_local
 from storage.models import Table
+from storage.paths import table_guard
 
 logger = logging.getLogger(__name__)
 
@@ -440,9 +442,22 @@ def _message_id(raw: bytes | str) -> str:
 
 def clean_staging(process: Process) -> None:
     folder = staging_dir(process)
+    if not _may_remove(process.table, folder):
+        return
     if folder.exists():
         shutil.rmtree(folder, ignore_errors=True)
     _remove_if_empty(folder.parent)
+
+
+def _may_remove(table: Table, folder: Path) -> bool:
+    """Staging is removed only where the table's path guard allows: never through a link that a
+    writer of the table folder put in its place, never inside another registered table."""
+    if not is_local(table.location):
+        return False
+    reason = table_guard(table).refusal(str(folder))
+    if reason:
+        logger.warning("will not remove the staging folder %s: %s", folder, reason)
+    return reason is None
 
 
 def clean_stale_staging(table: Table) -> list[str]:
@@ -451,7 +466,7 @@ def clean_stale_staging(table: Table) -> list[str]:
     of a process this database does not know (another installation's?), is left alone. Called with
     the table's lock held; returns the folders removed."""
     root = Path(table.location) / STAGING_FOLDER
-    if not root.is_dir():
+    if not root.is_dir() or not _may_remove(table, root):
         return []
     folders = {}
     for folder in root.iterdir():

@@ -61,5 +61,9 @@ def table_guard(table) -> PathGuard:
     allowed roots, and every other registered table's location."""
     from storage.models import Table
 
-    others = Table.objects.exclude(pk=table.pk).values_list("location", flat=True)
-    return PathGuard.build(table.location, roots=allowed_roots(), others=list(others))
+    # Locations are stored normalised (resolved paths, canonical URIs): the tables inside this
+    # one are those whose location starts with it (an indexed look-up, not a scan of every table).
+    below = Table.objects.filter(location__startswith=table.location.rstrip("/") + "/")
+    same = Table.objects.filter(location=table.location).exclude(pk=table.pk)
+    others = [*below.values_list("location", flat=True), *same.values_list("location", flat=True)]
+    return PathGuard.build(table.location, roots=allowed_roots(), others=others)

@@ -70,6 +70,12 @@ class TableRegisterSerializer(serializers.Serializer):
     identifier = serializers.CharField(required=False, max_length=255)
     format = serializers.ChoiceField(choices=format_choices(), required=False)
     properties = serializers.DictField(required=False, default=dict)
+    allow_nested = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Register the table although its location holds, or lies inside, another registered"
+        " table's (refused otherwise; maintenance of each keeps off the other's files)",
+    )
 
     def validate(self, attrs):
         if not attrs.get("location") and not attrs.get("identifier"):

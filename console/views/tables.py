@@ -187,7 +187,9 @@ def table_register(request):
     if form.is_valid():
         try:
             table = services.table_register(
-                location=form.cleaned_data["location"], format=form.cleaned_data["format"] or None
+                location=form.cleaned_data["location"],
+                format=form.cleaned_data["format"] or None,
+                allow_nested=form.cleaned_data["allow_nested"],
             )
             messages.success(request, f"Registered {table.name}.")
             return hx_redirect(request, table)

@@ -285,7 +285,7 @@ class DeltaRewriteProcess(TableProcess):
             settings = dataclasses.replace(settings, engine="arrow")
             notes["engine_note"] = "column-mapped tables are rewritten with the arrow engine"
         outputs = rewrite_outputs(
-            location, context.staging_dir / f"attempt-{attempt}", storage, context.process_id
+            location, context.staging_dir / f"attempt-{attempt}", storage, context.process_id, context.guard
         )
         reader = DeltaSliceReader(spec, layout.columns, layout.schema if layout.mapped else None)
         writer = GroupWriter(
@@ -410,6 +410,8 @@ def new_files(
             published.append(target)
             name = target.rsplit("/", 1)[-1]
             log_path = f"{relative_dir}/{name}" if relative_dir else name
+            if target in outputs.relocated:  # written in the table's own data/ (outputs.py)
+                log_path = f"data/{name}"
             if absolute:
                 log_path = ("file://" + target) if is_local(target) else target
             stats = delta_stats(target, schema, storage)

@@ -225,6 +225,7 @@ class IcebergRewriteProcess(TableProcess):
             context.staging_dir / f"attempt-{run.attempt}-batch-{number}",
             _store_options(context),
             context.process_id,
+            context.guard,
         )
         label = run.say("file groups of", number, partial)
         view = BatchContext(context, done_before=done, total=run.steps, label=label) if partial else context
@@ -304,6 +305,7 @@ def _sweep(table: Any, context: ProcessContext) -> list[str]:
         finished=finished,
         referenced=lambda: referenced_paths(table),
         comparable=normalise,
+        guard=context.guard,
     )
 
 

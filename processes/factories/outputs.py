@@ -15,6 +15,12 @@ complete files of finished groups and the partial ones of a task that failed mid
 killed mid-rewrite cannot clean up: the next rewrite of the table (its automatic retry, say) sweeps
 them (``sweep_leftovers``: objects of a process that has ended, which the table does not
 reference), and orphan cleanup (after its minimum age) is the safety net.
+
+Both write only where the table's path guard allows (``storage.io.guard``): a group whose first
+input lives outside the table's location (a ``../other/`` path in a hostile Delta log, an Iceberg
+file added from elsewhere), inside a nested table or behind a symlink is written under the table's
+own ``data/`` folder instead (``relocated`` names such files: their log path is relative to the
+table, not to the input's folder).
 """
 
 from __future__ import annotations
@@ -32,21 +38,39 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from processes.factories.compaction import RewriteGroup, local_path, publish, unpublish
-from storage.io import StoreOptions, filesystem, is_local, is_object_store, uri
+from storage.io import StoreOptions, filesystem, is_local, is_object_store, join, uri
+from storage.io.guard import PathGuard
 
 logger = logging.getLogger(__name__)
 
 
-class StagingOutputs:
+class _Placement:
+    """Where new files go: beside an input when the guard allows that folder, else the table's
+    own ``data/`` folder (checked too: ``OutsideTable`` when even that is refused)."""
+
+    guard: PathGuard | None
+    relocated: set[str]
+
+    def _placed(self, directory: str) -> str:
+        if self.guard is None or self.guard.allows(directory):
+            return directory
+        fallback = join(self.guard.location, "data")
+        self.guard.check(fallback, "write new files in")
+        return fallback
+
+
+class StagingOutputs(_Placement):
     """Local tables: stage, then rename into place (see the module docstring)."""
 
     in_place = False
 
-    def __init__(self, staging: Path) -> None:
+    def __init__(self, staging: Path, guard: PathGuard | None = None) -> None:
         self.staging = Path(staging)
         self.storage: StoreOptions | None = None
         self.published: list[str] = []
         self.keep = False
+        self.guard = guard
+        self.relocated = set()
 
     def prepare(self) -> None:
         self.staging.mkdir(parents=True, exist_ok=True)
@@ -58,10 +82,14 @@ class StagingOutputs:
     def publish(self, written: str, beside: str) -> str:
         """Move a staged file next to ``beside`` (an input file's path as the table spells it) and
         return its path, spelt the same way (``file://`` URIs stay URIs)."""
-        directory = os.path.dirname(local_path(beside))
+        beside_directory = os.path.dirname(local_path(beside))
+        directory = self._placed(beside_directory)
         target = publish(Path(written), directory)
         self.published.append(target)
-        return ("file://" + target) if beside.startswith("file:") else target
+        spelt = ("file://" + target) if beside.startswith("file:") else target
+        if directory != beside_directory:
+            self.relocated.add(spelt)
+        return spelt
 
     def discard(self) -> None:
         """Delete what this attempt wrote: published files and the staging folder (unless the
@@ -77,26 +105,30 @@ class StagingOutputs:
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
-class ObjectStoreOutputs:
+class ObjectStoreOutputs(_Placement):
     """Object stores: written in place under unique names, never renamed (module docstring)."""
 
     in_place = True
 
-    def __init__(self, storage: StoreOptions | None, process_id: int) -> None:
+    def __init__(self, storage: StoreOptions | None, process_id: int, guard: PathGuard | None = None) -> None:
         self.storage = storage
         self.prefix = f"lakewarden-p{process_id}-{uuid.uuid4().hex}-"
         self.directories: set[str] = set()
         self.keep = False
+        self.guard = guard
+        self.relocated = set()
 
     def prepare(self) -> None:
         pass
 
     def target(self, group: RewriteGroup) -> tuple[str, str]:
-        directory = posixpath.dirname(group.paths[0])
+        directory = self._placed(posixpath.dirname(group.paths[0]))
         self.directories.add(directory)
         return directory, f"{self.prefix}g{group.index:05d}-"
 
     def publish(self, written: str, beside: str) -> str:
+        if posixpath.dirname(written) != posixpath.dirname(beside):
+            self.relocated.add(written)
         return written  # already where the commit names it
 
     def discard(self) -> None:
@@ -138,13 +170,16 @@ class ObjectStoreOutputs:
 RewriteOutputs = StagingOutputs | ObjectStoreOutputs
 
 
-def rewrite_outputs(location: str, staging: Path, storage: Any, process_id: int) -> RewriteOutputs:
-    """The outputs of one rewrite attempt on a table at ``location``."""
+def rewrite_outputs(
+    location: str, staging: Path, storage: Any, process_id: int, guard: PathGuard | None = None
+) -> RewriteOutputs:
+    """The outputs of one rewrite attempt on a table at ``location``, placed where ``guard`` (the
+    process's ``context.guard``) allows."""
     if is_local(location):
-        return StagingOutputs(staging)
+        return StagingOutputs(staging, guard)
     if not is_object_store(location):
         raise ValueError(f"cannot rewrite a table at {location}: unsupported location")
-    return ObjectStoreOutputs(storage, process_id)
+    return ObjectStoreOutputs(storage, process_id, guard)
 
 
 _LEFTOVER = re.compile(r"^lakewarden-p(\d+)-[0-9a-f]{32}-")
@@ -158,12 +193,14 @@ def sweep_leftovers(
     finished: Callable[[Iterable[int]], set[int]],
     referenced: Callable[[], set[str]],
     comparable: Callable[[str], str] = lambda location: location,
+    guard: PathGuard | None = None,
 ) -> list[str]:
     """Delete the objects under ``prefix`` that an earlier rewrite wrote in place and never
     committed (a worker killed before its cleanup): named ``lakewarden-p<id>-...`` for a process
     ``finished`` says has ended (so no writer of this installation is about to commit them), and
     not in ``referenced()`` (every file the table's metadata names, in ``comparable`` spelling).
-    Call it holding the table's lock. Returns the locations deleted."""
+    Only what ``guard`` allows is deleted. Call it holding the table's lock. Returns the
+    locations deleted."""
     if not is_object_store(prefix):
         return []
     fs, base = filesystem(prefix, storage)
@@ -180,7 +217,7 @@ def sweep_leftovers(
     for process_id in sorted(ended):
         for fs_path in found[process_id]:
             location = uri(prefix, fs_path)
-            if comparable(location) in named:
+            if comparable(location) in named or (guard is not None and not guard.allows(location)):
                 continue
             try:
                 fs.delete_file(fs_path)

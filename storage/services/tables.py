@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from storage import spec
@@ -78,6 +79,9 @@ def catalog_properties_checked(name: str, kind: str, properties: dict[str, Any])
             properties["root"] = canonical
         else:
             properties["root"] = str(_confined_existing_folder(root, field_name="root"))
+    elif kind == CatalogKind.ICEBERG_SQL and str(properties.get("warehouse", "") or "").strip():
+        # Tables it creates (a cached result's, say) are written there: inside the roots only.
+        properties["warehouse"] = _confined_uri(str(properties["warehouse"]).strip(), field_name="properties")
     elif kind == CatalogKind.ICEBERG_REST:
         uri = str(properties.get("uri", "") or "").strip()
         if not uri:
@@ -191,11 +195,16 @@ def table_register(
     identifier: str | None = None,
     format: str | None = None,
     properties: dict[str, Any] | None = None,
+    allow_nested: bool = False,
 ) -> Table:
     """Register a table by location (any format) or by catalog identifier (Iceberg catalogs).
 
     The table is opened with its format's library before anything is stored, so a row only ever
-    exists for a table that could be read.
+    exists for a table that could be read. Refused: a table whose own location, metadata file or
+    data/metadata path (as its metadata says) lies outside the allowed roots, and, unless
+    ``allow_nested`` (an admin's decision), one whose location holds or lies inside another
+    registered table's (maintenance of either then keeps its hands off the other's files, but
+    two tables in one folder are usually a mistake).
     """
     if format is not None and format not in spec.format_adapters():
         known = ", ".join(sorted(spec.format_adapters()))
@@ -210,6 +219,17 @@ def table_register(
     resolved_location = _normalised_location(spec_table.location)
     if Table.objects.filter(location=resolved_location).exists():
         raise InvalidInput(f"the table at {resolved_location} is already registered", field="location")
+    field_name = "identifier" if identifier else "location"
+    _check_own_locations(spec_table, field_name=field_name)
+    nesting = nesting_tables(resolved_location)
+    if nesting and not allow_nested:
+        named = ", ".join(f"{other} (id {pk})" for pk, other in nesting[:5])
+        raise InvalidInput(
+            f"the table at {resolved_location} nests with registered table(s) {named}: one folder holds"
+            " the other; register it with allow_nested if that is meant (maintenance of each keeps"
+            " off the other's files)",
+            field=field_name,
+        )
     table = Table(
         catalog=catalog if identifier else None,
         identifier=identifier or "",
@@ -352,12 +372,45 @@ def _open_from_catalog(catalog: Catalog | None, identifier: str) -> tuple[SpecTa
         raise InvalidInput(
             f"cannot open {identifier} in catalog {catalog.name}: {message}", field="identifier"
         ) from error
-    if is_local(spec_table.location):
-        try:
-            confine(spec_table.location)
-        except PathNotAllowed as error:
-            raise InvalidInput(str(error), field="identifier") from error
     return spec_table, identifier
+
+
+def _check_own_locations(spec_table: SpecTable, *, field_name: str) -> None:
+    """``InvalidInput`` unless every location the table's metadata says is its own lies inside
+    the allowed roots: the table location, and for Iceberg its metadata file and its
+    ``write.data.path`` / ``write.metadata.path`` properties."""
+    found = {"location": spec_table.location}
+    pyiceberg_table = getattr(spec_table, "pyiceberg_table", None)
+    if pyiceberg_table is not None:
+        found["metadata file"] = pyiceberg_table.metadata_location or ""
+        for key in ("write.data.path", "write.metadata.path", "write.object-storage.path"):
+            found[key] = (pyiceberg_table.metadata.properties or {}).get(key, "")
+    for what, location in found.items():
+        if not location:
+            continue
+        try:
+            confine(location)
+        except PathNotAllowed as error:
+            raise InvalidInput(
+                f"the table's {what} {location} is not allowed: {error}", field=field_name
+            ) from error
+
+
+def nesting_tables(location: str) -> list[tuple[int, str]]:
+    """(id, location) of the registered tables whose location holds ``location`` or lies inside
+    it, at segment boundaries. Locations are stored normalised (``_normalised_location``), so
+    two indexed look-ups answer it: the folders above, and the prefix below."""
+    own = _normalised_location(location).rstrip("/")
+    above = []
+    parent = own
+    while True:
+        cut = parent.rsplit("/", 1)[0]
+        if cut == parent or not cut or cut.endswith(":/"):
+            break
+        above.append(cut)
+        parent = cut
+    rows = Table.objects.filter(Q(location__in=above) | Q(location__startswith=own + "/"))
+    return sorted(rows.values_list("pk", "location"))
 
 
 def _confined_uri(location: str, *, field_name: str) -> str:

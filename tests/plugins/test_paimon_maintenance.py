@@ -45,6 +45,11 @@ class _Runtime:
     def load(self):
         return self._table
 
+    def guard(self):
+        from storage.io.guard import PathGuard
+
+        return PathGuard.build(self.location, roots=[self.location])
+
 
 class _Context(ProcessContext):
     def __init__(self, runtime: _Runtime) -> None:

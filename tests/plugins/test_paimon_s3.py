@@ -70,6 +70,11 @@ def test_expiry_and_orphan_cleanup_on_s3_keep_every_row(s3_table, seaweedfs):
         def load(self):
             return PaimonAdapter.open(prefix, storage=storage)
 
+        def guard(self):
+            from storage.io.guard import PathGuard
+
+            return PathGuard.build(prefix, roots=[prefix])
+
     summary = PaimonExpireSnapshots({"retain-min": 2, "time-retained-seconds": 0}, {}).run(
         _Context(Runtime())
     )

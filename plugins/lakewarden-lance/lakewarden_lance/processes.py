@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -29,15 +30,18 @@ from processes.plugin import (
     Preview,
     ProcessContext,
     ProcessFactory,
+    ProcessInputError,
     ProcessRecord,
     TableProcess,
     TriggerStrategy,
     register_action,
 )
-from storage.io import filesystem
+from storage.io.guard import OutsideTable
 
 if TYPE_CHECKING:
     from lance.optimize import CompactionOptions
+
+logger = logging.getLogger(__name__)
 
 OPTIMIZE_INDICES = register_action(
     "optimize-indices", "Add fragments written since an index was built to the index (Lance)"
@@ -150,14 +154,14 @@ def _delete_uncommitted(runtime: Any, results: list[Any]) -> None:
     latest = _dataset(runtime)
     referenced = {f.path for fragment in latest.get_fragments() for f in fragment.metadata.files}
     files = Files(runtime.location, runtime.store_options())
+    guard = runtime.guard()
     for relative in written:
         if relative in referenced:
             continue
-        fs, path = filesystem(files.data_path(relative), runtime.store_options())
         try:
-            fs.delete_file(path)
-        except FileNotFoundError:
-            pass
+            guard.delete(files.data_path(relative), runtime.store_options())
+        except OutsideTable:
+            logger.warning("left %s in place: the table's path guard refuses it", relative)
 
 
 class LanceRewriteFactory(_LanceFactory):
@@ -223,6 +227,22 @@ def _cleanup_arguments(params: dict[str, Any], config: dict[str, Any]) -> dict[s
     }
 
 
+def _check_guard(context: ProcessContext) -> None:
+    """Lance's own cleanup deletes the files: it cannot be told to keep off a registered table
+    nested in the dataset folder, so it does not run then (nor when the dataset's location is
+    outside the allowed roots); ``ProcessInputError``, nothing deleted."""
+    guard = context.guard
+    try:
+        guard.check_location()
+    except OutsideTable as refused:
+        raise ProcessInputError(f"nothing was deleted: {refused}") from None
+    if guard.others:
+        raise ProcessInputError(
+            f"nothing was deleted: registered table(s) {', '.join(guard.others[:5])} lie inside this Lance"
+            " dataset, and Lance's cleanup cannot be told to keep off them"
+        )
+
+
 def _stats(stats: Any) -> dict[str, int]:
     names = (
         "old_versions",
@@ -242,6 +262,7 @@ class LanceExpireSnapshotsProcess(TableProcess):
         self.dry_run = bool(params.get("dry-run", False))
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
+        _check_guard(context)
         dataset = _dataset(context.runtime)
         before = [int(v["version"]) for v in dataset.versions()]
         tagged = sorted({int(t["version"]) for t in dataset.tags.list().values()})

@@ -12,6 +12,7 @@ import pyarrow.fs as pafs
 
 from storage.io import filesystem, is_local, local_path
 from storage.io import uri as location_uri
+from storage.io.guard import KeptFiles, PathGuard
 
 
 def pypaimon_options(storage: Any) -> dict[str, str]:
@@ -36,6 +37,10 @@ class Files:
         self.location = location.rstrip("/")
         self.local = is_local(location)
         self.fs, self.root = filesystem(self.location, storage)
+        #: Set by a maintenance process (``context.guard``): removes and writes are checked by it;
+        #: a file it refuses stays where it is and is noted in ``kept``.
+        self.guard: PathGuard | None = None
+        self.kept = KeptFiles()
 
     def path(self, location: str) -> str:
         """The file-system path of a location under this table (a path, ``file:`` or store URI)."""
@@ -70,7 +75,11 @@ class Files:
         return int(info.size or 0) if info.type == pafs.FileType.File else 0
 
     def remove(self, location: str) -> int:
-        """Delete one file: 1 when it was there, 0 when it was already gone."""
+        """Delete one file: 1 when it was there, 0 when it was already gone or the guard keeps it."""
+        reason = self.guard.refusal(location) if self.guard is not None else None
+        if reason:
+            self.kept.add(location, reason)
+            return 0
         try:
             self.fs.delete_file(self.path(location))
         except FileNotFoundError:
@@ -79,6 +88,8 @@ class Files:
 
     def write_text(self, location: str, text: str) -> None:
         """Write a small file whole (locally through a rename, so no reader sees half of it)."""
+        if self.guard is not None:
+            self.guard.check(location, "write")
         path = self.path(location)
         temporary = f"{path}.lakewarden.tmp" if self.local else path
         with self.fs.open_output_stream(temporary) as out:

@@ -28,6 +28,7 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
+from storage.io.guard import kept_summary
 
 FORMAT = "paimon"
 LIST_LIMIT = 50
@@ -70,8 +71,13 @@ def _schema(*groups: dict[str, Any]) -> dict[str, Any]:
 
 
 def _table(context_or_runtime: Any) -> Any:
-    """The ``PaimonSpecTable`` of a runtime (``load()``) or a process context (``table``)."""
-    return context_or_runtime.load() if hasattr(context_or_runtime, "load") else context_or_runtime.table
+    """The ``PaimonSpecTable`` of a runtime (``load()``) or a process context (``table``, whose
+    file operations then go through the process's path guard)."""
+    if hasattr(context_or_runtime, "load"):
+        return context_or_runtime.load()
+    table = context_or_runtime.table
+    table.files.guard = context_or_runtime.guard
+    return table
 
 
 class _PaimonProcess(TableProcess):
@@ -196,7 +202,7 @@ class PaimonExpireSnapshots(_PaimonProcess):
                 table.store, table.files, plan, context.check_cancelled
             )
         context.report_progress(1, 1, "done")
-        return summary
+        return {**summary, **kept_summary(table.files.kept)}
 
 
 class PaimonExpireSnapshotsFactory(_PaimonFactory):
@@ -262,6 +268,7 @@ class PaimonCleanOrphanFiles(_PaimonProcess):
             "bytes": sum(orphans.values()),
             "files": sorted(orphans)[:LIST_LIMIT],
             "older_than_seconds": self.older_than_seconds,
+            **kept_summary(table.files.kept),
         }
 
 

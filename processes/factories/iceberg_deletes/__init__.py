@@ -184,6 +184,7 @@ class DeleteFilesProcess(TableProcess):
                 context.staging_dir / f"attempt-{attempt}",
                 _store_options(context),
                 context.process_id,
+                context.guard,
             )
         try:
             writer = DeleteFileWriter(outputs) if outputs is not None else None
