@@ -252,12 +252,25 @@ class SpecWriter:
         """Writes ``rows`` (fields carrying their ids) and returns its data_file record."""
         path = self.root / "data" / (name or f"{uuid.uuid4().hex}.parquet")
         pq.write_table(rows, path, **options)
+        return self._record(path, "PARQUET", rows.num_rows)
+
+    def orc(self, rows: pa.Table, name: str | None = None, **options: Any) -> dict[str, Any]:
+        """Writes ``rows`` as ORC (field ids as ``iceberg.id`` field metadata, which pyarrow
+        writes as ORC type attributes, as Iceberg's ORC writer does); returns its data_file
+        record."""
+        import pyarrow.orc as orc
+
+        path = self.root / "data" / (name or f"{uuid.uuid4().hex}.orc")
+        orc.write_table(rows, path, **options)
+        return self._record(path, "ORC", rows.num_rows)
+
+    def _record(self, path: Path, file_format: str, record_count: int) -> dict[str, Any]:
         return {
             "content": 0,
             "file_path": self.named(path),
-            "file_format": "PARQUET",
+            "file_format": file_format,
             "partition": {},
-            "record_count": rows.num_rows,
+            "record_count": record_count,
             "file_size_in_bytes": path.stat().st_size,
             "block_size_in_bytes": 64 * 1024 * 1024,
             "null_value_counts": None,
@@ -352,11 +365,20 @@ class SpecWriter:
         return self.named(path)
 
     def one_snapshot_table(
-        self, fields: list[dict[str, Any]], files: list[dict[str, Any]], format_version: int = 2
+        self,
+        fields: list[dict[str, Any]],
+        files: list[dict[str, Any]],
+        format_version: int = 2,
+        delete_files: list[dict[str, Any]] | None = None,
     ) -> str:
         """An unpartitioned table of ``fields`` (Iceberg schema fields) whose one snapshot
-        appends ``files`` (``parquet`` records); returns the metadata file's local path."""
-        manifest = self.manifest(files, 1)
+        appends ``files`` (``parquet``/``orc`` records) and, in a delete manifest of the same
+        sequence number, ``delete_files`` (position deletes apply, equality deletes would not);
+        returns the metadata file's local path."""
+        rows = [self.listed(self.manifest(files, 1), 1, 1, files=len(files))]
+        if delete_files:
+            deletes = self.manifest(delete_files, 1, content="deletes")
+            rows.append(self.listed(deletes, 1, 1, content=1, files=len(delete_files)))
         document: dict[str, Any] = {
             "format-version": format_version,
             "table-uuid": "0d9a1f0e-5b7c-4f0e-9a55-2b9e3f7c1a01",
@@ -378,7 +400,7 @@ class SpecWriter:
                     "timestamp-ms": 1_700_000_000_000,
                     "schema-id": 0,
                     "summary": {"operation": "append"},
-                    "manifest-list": self.manifest_list([(manifest, 0, 1)], 1),
+                    "manifest-list": self.write_manifest_list(rows),
                 }
             ],
         }

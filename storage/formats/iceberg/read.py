@@ -21,6 +21,8 @@ slices are read here with pyarrow directly:
 * deleted positions are a sorted numpy array per data file (a position delete file is grouped by
   data file once), masks are built with numpy; equality deletes on several columns are matched
   by numbering each column's deleted values (``TupleSet``);
+* ORC data and delete files (``_orc``: field ids from the ``iceberg.id`` attributes) are read
+  the same way, stripe by stripe, each file whole by the split part holding its first byte;
 * the filter is applied exactly to the rows after deletes;
 * v3 row lineage columns (``_row_id``, ``_last_updated_sequence_number``), when the read schema
   carries them, are the file's values or inherited from its ``first_row_id`` plus the row's
@@ -42,6 +44,7 @@ import pyarrow.parquet as pq
 from storage.formats.iceberg._defaults import missing_column
 from storage.formats.iceberg._lineage import fill as fill_lineage
 from storage.formats.iceberg._lineage import is_lineage, lineage_positions
+from storage.formats.iceberg._orc import OrcFile, reads_whole_file
 from storage.formats.iceberg._puffin import read_deletion_vector
 from storage.spec.errors import CorruptTable, UnsupportedFeature
 from storage.spec.models import DataFile, FileContent, FileSlice, Split, SplitPart
@@ -63,6 +66,7 @@ from storage.spec.table import output_columns
 FIELD_ID_KEY = b"PARQUET:field_id"
 BATCH_SIZE = 64 * 1024
 POS_DELETE_COLUMNS = ["file_path", "pos"]
+DATA_FORMATS = ("parquet", "orc")
 
 
 def field_id(field: pa.Field) -> int | None:
@@ -221,12 +225,16 @@ class _DeleteCache:
         return table
 
     def _read(self, delete_file: DataFile, columns: list[str] | None, filters: Any) -> pa.Table:
-        if delete_file.file_format != "parquet":
+        file_format = delete_file.file_format.lower()
+        if file_format not in DATA_FORMATS:
             raise UnsupportedFeature(
-                f"delete file {delete_file.path} is {delete_file.file_format}; only parquet is read"
+                f"delete file {delete_file.path} is {delete_file.file_format}; only parquet and ORC are read"
             )
         try:
             with self._io.new_input(delete_file.path).open(seekable=True) as handle:
+                if file_format == "orc":
+                    table = OrcFile(handle, delete_file.path).read(columns)
+                    return table if filters is None else table.filter(filters)
                 # a position delete file repeats its data files' paths: read them as a dictionary
                 dictionary = ["file_path"] if columns == POS_DELETE_COLUMNS else None
                 return pq.read_table(
@@ -266,9 +274,10 @@ class SliceReader:
         base = file_slice.base_file
         if base is None:
             return
-        if base.file_format != "parquet":
+        file_format = base.file_format.lower()
+        if file_format not in DATA_FORMATS:
             raise UnsupportedFeature(
-                f"data file {base.path} is {base.file_format}; only parquet data files are read"
+                f"data file {base.path} is {base.file_format}; only parquet and ORC data files are read"
             )
         equality = [f for f in file_slice.delete_files if f.content is FileContent.EQUALITY_DELETES]
         positional = [
@@ -286,6 +295,14 @@ class SliceReader:
         except FileNotFoundError:
             raise CorruptTable(f"data file {base.path} is missing") from None
         with handle:
+            if file_format == "orc":
+                # read whole, by the split part that holds its byte 0 (``_orc``)
+                if reads_whole_file(start, length):
+                    orc = OrcFile(handle, base.path)
+                    sources, read_columns = _sources(orc.schema, target_fields)
+                    runs = [(0, orc.batches(read_columns, BATCH_SIZE))]
+                    yield from self._table_rows(base, target_fields, sources, positional, equality, runs)
+                return
             parquet = open_parquet(handle)
             yield from self._read_file(parquet, base, target_fields, positional, equality, start, length)
 
@@ -300,20 +317,37 @@ class SliceReader:
         length: int | None,
     ) -> Iterator[pa.RecordBatch]:
         sources, read_columns = _sources(parquet.schema_arrow, target_fields)
-        identity = IdentityValues(base, self._fields_by_id)
         metadata = parquet.metadata
         groups = self.plan_row_groups(parquet, base, start, length)
         if not groups:
             return
+        first_rows = np.cumsum([0] + [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)])
+        runs = (
+            (
+                int(first_rows[g]),
+                parquet.iter_batches(batch_size=BATCH_SIZE, row_groups=[g], columns=read_columns),
+            )
+            for g in groups
+        )
+        yield from self._table_rows(base, target_fields, sources, positional, equality, runs)
+
+    def _table_rows(
+        self,
+        base: DataFile,
+        target_fields: list[pa.Field],
+        sources: list[pa.Field | None],
+        positional: list[DataFile],
+        equality: list[DataFile],
+        runs: Iterable[tuple[int, Iterable[pa.RecordBatch]]],
+    ) -> Iterator[pa.RecordBatch]:
+        """The table rows of a data file's batches: ``runs`` are (file row index of the first
+        row, consecutive batches from there); deletes, lineage and the filter applied."""
+        identity = IdentityValues(base, self._fields_by_id)
         deleted_positions = self._positions(base, positional)
         equality_sets = [self._equality_set(d, target_fields) for d in equality]
         lineage = lineage_positions(target_fields)
-        first_rows = np.cumsum([0] + [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)])
-        for group in groups:
-            offset = int(first_rows[group])
-            for batch in parquet.iter_batches(
-                batch_size=BATCH_SIZE, row_groups=[group], columns=read_columns
-            ):
+        for offset, batches in runs:
+            for batch in batches:
                 count = batch.num_rows
                 table_batch = _table_batch(batch, target_fields, sources, identity, f"data file {base.path}")
                 table_batch = fill_lineage(table_batch, lineage, base, offset)

@@ -399,6 +399,16 @@ class IcebergSpecTable(SpecTable):
             lookback=lookback,
         )
 
+    def with_split_offsets(self, file_slice: FileSlice, target_size: int) -> FileSlice:
+        """An ORC file is read whole (its stripes cannot be located, ``_orc``): the stripe
+        offsets its writer records are dropped so the planner never cuts it."""
+        base = file_slice.base_file
+        if base is not None and base.file_format.lower() == "orc":
+            if base.split_offsets is None:
+                return file_slice
+            return dataclasses.replace(file_slice, base_file=dataclasses.replace(base, split_offsets=None))
+        return super().with_split_offsets(file_slice, target_size)
+
     @staticmethod
     def _bind_to(filters: Any, schema: pa.Schema) -> Any:
         if filters is None or filters == "":
@@ -422,8 +432,9 @@ class IcebergSpecTable(SpecTable):
         variants: bool = False,
     ) -> Iterator[pa.RecordBatch]:
         for file_slice, start, length in parts:
-            if variants and file_slice.base_file is not None:
-                self._check_variants(file_slice.base_file.path)
+            base = file_slice.base_file
+            if variants and base is not None and base.file_format.lower() == "parquet":
+                self._check_variants(base.path)
             yield from reader.read(file_slice, start, length)
 
     def _check_variants(self, path: str) -> None:
