@@ -45,7 +45,7 @@ from processes.factories.delta_commit import (
 from processes.factories.delta_rewrite import delta_table, store_options
 from processes.factories.delta_vacuum import interval_hours
 from processes.factories.retention import summary_list
-from processes.factories.schemas import DRY_RUN, INTERVAL, PARALLELISM, with_defaults
+from processes.factories.schemas import DRY_RUN, INTERVAL, MAX_COUNT, PARALLELISM, with_defaults
 from processes.plugin import (
     CHECKPOINT,
     Preview,
@@ -222,6 +222,7 @@ class DeltaCheckpointFactory(ProcessFactory):
                 "min-commits": {
                     "type": "integer",
                     "minimum": 1,
+                    "maximum": MAX_COUNT,
                     "description": "Scheduled runs wait for this many commits after the latest checkpoint",
                 },
                 "cleanup-log": {

@@ -39,7 +39,7 @@ from processes.factories.retention import (
     summary_list,
     trash_retention,
 )
-from processes.factories.schemas import DRY_RUN, INTERVAL, PARALLELISM, with_defaults
+from processes.factories.schemas import DRY_RUN, INTERVAL, MAX_AGE_HOURS, PARALLELISM, with_defaults
 from processes.plugin import (
     VACUUM,
     Preview,
@@ -251,6 +251,7 @@ RUN_PROPERTIES = {
     "retention-hours": {
         "type": "number",
         "minimum": 0,
+        "maximum": MAX_AGE_HOURS,
         "description": "Removed files older than this go (raised to the table's delta.deletedFileRetentionDuration)",
     },
     "full": {

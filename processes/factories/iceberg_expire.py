@@ -36,7 +36,7 @@ from processes.factories.retention import (
     trash_checked,
     trash_retention,
 )
-from processes.factories.schemas import DRY_RUN, INTERVAL, PARALLELISM, with_defaults
+from processes.factories.schemas import DRY_RUN, INTERVAL, MAX_COUNT, PARALLELISM, with_defaults
 from processes.plugin import (
     EXPIRE_SNAPSHOTS,
     Preview,
@@ -276,7 +276,12 @@ def _counts(doomed: dict[str, Any]) -> dict[str, int]:
 #: Properties a run-now may override too.
 RUN_PROPERTIES = {
     "max-age": described(AGE_SCHEMA, "Snapshots older than this expire (seconds or ISO 8601 duration)"),
-    "min-snapshots": {"type": "integer", "minimum": 1, "description": "The newest snapshots always kept"},
+    "min-snapshots": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_COUNT,
+        "description": "The newest snapshots always kept",
+    },
 }
 
 

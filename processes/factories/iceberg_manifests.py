@@ -42,7 +42,14 @@ from typing import Any
 from processes.factories.compaction import InputError
 from processes.factories.iceberg_rewrite import _catalog_table
 from processes.factories.rewrite_preview import iceberg_catalog_table
-from processes.factories.schemas import INTERVAL, PARALLELISM, with_defaults
+from processes.factories.schemas import (
+    INTERVAL,
+    MAX_COUNT,
+    MAX_FILE_BYTES,
+    MAX_INT32,
+    PARALLELISM,
+    with_defaults,
+)
 from processes.plugin import (
     REWRITE_MANIFESTS,
     Preview,
@@ -397,11 +404,15 @@ class IcebergRewriteManifestsFactory(ProcessFactory):
                 "min-manifests": {
                     "type": "integer",
                     "minimum": 1,
+                    "maximum": MAX_COUNT,
                     "description": "Scheduled runs wait for more data manifests than this, two of them"
                     " under half the target size",
                 },
                 "target-manifest-size-bytes": {
-                    "oneOf": [{"type": "null"}, {"type": "integer", "minimum": 1024}],
+                    "oneOf": [
+                        {"type": "null"},
+                        {"type": "integer", "minimum": 1024, "maximum": MAX_FILE_BYTES},
+                    ],
                     "description": "Bytes per new manifest (null: the table's"
                     " commit.manifest.target-size-bytes, else 8 MiB)",
                 },
@@ -415,11 +426,13 @@ class IcebergRewriteManifestsFactory(ProcessFactory):
             "target-manifest-size-bytes": {
                 "type": "integer",
                 "minimum": 1024,
+                "maximum": MAX_FILE_BYTES,
                 "description": "Bytes per new manifest (default: the property)",
             },
             "spec-id": {
                 "type": "integer",
                 "minimum": 0,
+                "maximum": MAX_INT32,
                 "description": "Rewrite only the data manifests of this partition spec (default: all)",
             },
         },

@@ -84,7 +84,7 @@ from processes.factories.iceberg_commit.validation import (
 )
 from processes.factories.iceberg_lineage import rewrite_inputs
 from processes.factories.outputs import RewriteOutputs, rewrite_outputs, sweep_leftovers
-from processes.factories.schemas import with_defaults
+from processes.factories.schemas import MAX_INT32, with_defaults
 from processes.plugin import (
     REWRITE,
     ProcessCancelled,
@@ -108,6 +108,7 @@ ICEBERG_REWRITE_PARAMS_SCHEMA: dict[str, Any] = {
         OUTPUT_SPEC_ID: {
             "type": "integer",
             "minimum": 0,
+            "maximum": MAX_INT32,
             "description": "Partition spec of the rewritten files (default: the table's default spec);"
             " files of every other spec are rewritten into it",
         },

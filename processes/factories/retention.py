@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from processes.factories.schemas import MAX_AGE_SECONDS
 from processes.plugin import Preview, ProcessInputError
 from storage.io.guard import OutsideTable
 from storage.trash import TrashUnavailable, batch_location, prepare_batch, purge_batch
@@ -22,12 +23,17 @@ _ISO_DURATION = re.compile(
     r"(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?$"
 )
 
-#: JSON Schema of an age property: seconds, or an ISO 8601 duration string.
+#: The JSON Schema ``format`` of an age string, checked by ``processes.registry`` with
+#: ``parse_duration`` (its message, naming the limit, is the 400's).
+DURATION_FORMAT = "duration"
+
+#: JSON Schema of an age property: seconds, or an ISO 8601 duration string; 100 years at most.
 AGE_SCHEMA: dict[str, Any] = {
-    "oneOf": [
-        {"type": "integer", "minimum": 0},
-        {"type": "string", "pattern": _ISO_DURATION.pattern},
-    ]
+    "type": ["integer", "string"],
+    "minimum": 0,
+    "maximum": MAX_AGE_SECONDS,
+    "pattern": _ISO_DURATION.pattern,
+    "format": DURATION_FORMAT,
 }
 
 
@@ -41,7 +47,8 @@ SUMMARY_LIST_LIMIT = 1000
 
 
 def parse_duration(value: Any) -> dt.timedelta:
-    """Seconds (int, float or digit string) or an ISO 8601 duration (``P5D``, ``PT12H``)."""
+    """Seconds (int, float or digit string) or an ISO 8601 duration (``P5D``, ``PT12H``), of at
+    most ``MAX_AGE_SECONDS`` (100 years): a ValueError naming the limit beyond."""
     if isinstance(value, dt.timedelta):
         return value
     if isinstance(value, bool):
@@ -49,15 +56,26 @@ def parse_duration(value: Any) -> dt.timedelta:
     if isinstance(value, int | float):
         if value < 0:
             raise ValueError(f"a duration cannot be negative: {value}")
-        return dt.timedelta(seconds=value)
+        return _bounded(value, value)
     text = str(value).strip().upper()
     if text.isdigit():
-        return dt.timedelta(seconds=int(text))
+        return _bounded(int(text), value)
     match = _ISO_DURATION.match(text)
     if not match or text in ("P", "PT"):
         raise ValueError(f"{value!r} is not a duration: use seconds or ISO 8601 such as P5D or PT12H")
-    parts = {k: float(v) for k, v in match.groupdict().items() if v}
-    return dt.timedelta(**parts)
+    seconds = sum(float(v) * _UNIT_SECONDS[k] for k, v in match.groupdict().items() if v)
+    return _bounded(seconds, value)
+
+
+_UNIT_SECONDS = {"weeks": 604_800, "days": 86_400, "hours": 3600, "minutes": 60, "seconds": 1}
+
+
+def _bounded(seconds: float, value: Any) -> dt.timedelta:
+    if not seconds <= MAX_AGE_SECONDS:  # NaN too
+        raise ValueError(
+            f"{value} is longer than the limit of {MAX_AGE_SECONDS // 86_400:,} days ({MAX_AGE_SECONDS:,} s)"
+        )
+    return dt.timedelta(seconds=seconds)
 
 
 def summary_list(paths: list[str]) -> list[str]:

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from processes.factories.schemas import INTERVAL, PARALLELISM, with_defaults
+from processes.factories.schemas import (
+    INTERVAL,
+    MAX_CONCURRENCY,
+    MAX_COUNT,
+    MAX_FILE_BYTES,
+    PARALLELISM,
+    with_defaults,
+)
 
 MIB = 1024 * 1024
 DEFAULT_TARGET_FILE_SIZE = 128 * MIB
@@ -62,26 +69,35 @@ REWRITE_PROPERTIES_SCHEMA: dict[str, Any] = {
     "properties": {
         "interval": INTERVAL,
         "parallelism": PARALLELISM,
-        "target-file-size": {"type": "integer", "minimum": 65536, "description": "Bytes per output file"},
+        "target-file-size": {
+            "type": "integer",
+            "minimum": 65536,
+            "maximum": MAX_FILE_BYTES,
+            "description": "Bytes per output file",
+        },
         "min-file-size": {
             "type": "integer",
             "minimum": 0,
+            "maximum": MAX_FILE_BYTES,
             "description": "Files below this size are rewritten even when above target/8",
         },
         "min-input-files": {
             "type": "integer",
             "minimum": 2,
+            "maximum": MAX_COUNT,
             "description": "A partition is compacted once it has this many small files (or enough to fill"
             " a target file)",
         },
         "delete-file-threshold": {
             "type": "integer",
             "minimum": 0,
+            "maximum": MAX_COUNT,
             "description": "Rewrite files with at least this many delete files (0: off)",
         },
         "max-concurrent-groups": {
             "type": "integer",
             "minimum": 0,
+            "maximum": MAX_CONCURRENCY,
             "description": "Groups written at once (0: as many as Spark has cores)",
         },
         "compression-codec": {

@@ -6,14 +6,34 @@ from __future__ import annotations
 
 from typing import Any
 
+# Every number a property or parameter takes has a maximum (issue 29, item 11: a target file size
+# of 1e30 bytes, 1e12 commits or a retention of 1e308 hours were accepted, then overflowed or
+# failed in the worker). Each bound is far above any sensible value and below any overflow.
+
+#: Ages and retentions: 100 years (36,500 days), in seconds; ``retention.parse_duration`` too.
+MAX_AGE_SECONDS = 36_500 * 86_400
+MAX_AGE_HOURS = MAX_AGE_SECONDS // 3600
+#: Sizes of one output file (or manifest): 16 GiB.
+MAX_FILE_BYTES = 16 * 1024**3
+#: Counts used as thresholds or limits (files, manifests, commits, snapshots, versions).
+MAX_COUNT = 1_000_000
+#: Processes, groups or threads at once.
+MAX_CONCURRENCY = 1024
+#: Numbers the formats keep as a Java ``int`` (Iceberg spec ids, Paimon's options, rows per file).
+MAX_INT32 = 2**31 - 1
+#: Ids the formats keep as a Java ``long`` (Iceberg snapshot ids).
+MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1
+
 INTERVAL: dict[str, Any] = {
     "type": "integer",
     "minimum": 1,
-    "description": "Seconds between the scheduler's evaluations of a table for this action",
+    "maximum": 366 * 86_400,
+    "description": "Seconds between the scheduler's evaluations of a table for this action (at most a year)",
 }
 PARALLELISM: dict[str, Any] = {
     "type": "integer",
     "minimum": 1,
+    "maximum": MAX_CONCURRENCY,
     "description": "Processes of this action running at once, across all tables",
 }
 DRY_RUN: dict[str, Any] = {

@@ -6,6 +6,7 @@ and registered per test; the tests that run a rewrite make their own small table
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -163,6 +164,64 @@ def test_bad_input_is_a_400_with_the_reason_and_changes_nothing(
 
     assert not Process.objects.exists()
     assert tree(lake.warehouse) == files
+
+
+# Issue 29, item 11: each of these answered 201 and failed (or overflowed) in the worker.
+ABSURD = [
+    ("iceberg", "rewrite", "target-file-size", 1e30, 16 * 1024**3, "greater than the maximum of 17179869184"),
+    ("delta", "rewrite", "target-file-size", 1e30, 16 * 1024**3, "greater than the maximum of 17179869184"),
+    ("iceberg", "rewrite", "max-commits", 10**12, 1_000_000, "greater than the maximum of 1000000"),
+    (
+        "iceberg",
+        "expire-snapshots",
+        "max-age",
+        "P99999999999D",
+        "P36500D",
+        "P99999999999D is longer than the limit of 36,500 days",
+    ),
+    (
+        "iceberg",
+        "expire-snapshots",
+        "max-age",
+        "P36501D",
+        36_500 * 86_400,
+        "longer than the limit of 36,500 days",
+    ),
+    ("delta", "vacuum", "retention-hours", 1e308, 876_000, "greater than the maximum of 876000"),
+    ("delta", "vacuum", "retention-hours", 876_000.5, 876_000.0, "greater than the maximum of 876000"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "action", "key", "absurd", "maximum", "reason"), ABSURD)
+def test_a_parameter_over_its_maximum_is_a_400_naming_it_and_the_maximum_is_accepted(
+    tables, api_as, client_as, operator, fmt, action, key, absurd, maximum, reason
+):
+    table = tables[0] if fmt == "iceberg" else tables[1]
+    extra = {"partial-progress": True} if key == "max-commits" else {}
+    api = api_as(operator)
+
+    refused = api.post(
+        "/api/v1/processes/",
+        {"table": table.pk, "action": action, "params": {key: absurd, **extra}},
+        format="json",
+    )
+    refused_form = client_as(operator).post(
+        f"/tables/{table.pk}/processes/run/",
+        {"action": action, "params": json.dumps({key: absurd, **extra})},
+        HTTP_HX_REQUEST="true",
+    )
+    accepted = api.post(
+        "/api/v1/processes/",
+        {"table": table.pk, "action": action, "params": {key: maximum, **extra}},
+        format="json",
+    )
+
+    assert refused.status_code == 400, refused.content
+    assert refused.json()["field"] == "params"
+    assert refused.json()["error"].startswith(f"{key}: ") and reason in refused.json()["error"]
+    assert refused_form.status_code == 400 and reason in refused_form.content.decode()
+    assert accepted.status_code == 201, accepted.content
+    assert Process.objects.get().params[key] == maximum
 
 
 def test_invalid_table_properties_are_refused_at_submission(tables, api_as, operator):

@@ -24,6 +24,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from lakewarden_lance._dataset import Files, live_rows, open_dataset
+from processes.factories.schemas import MAX_AGE_HOURS, MAX_CONCURRENCY, MAX_COUNT, MAX_INT32
 from processes.plugin import (
     EXPIRE_SNAPSHOTS,
     REWRITE,
@@ -49,8 +50,8 @@ OPTIMIZE_INDICES = register_action(
 FORMAT = "lance"
 MAX_ROWS_PER_FILE = 1024 * 1024
 _SCHEDULE = {
-    "interval": {"type": "integer", "minimum": 60},
-    "parallelism": {"type": "integer", "minimum": 1},
+    "interval": {"type": "integer", "minimum": 60, "maximum": 366 * 86_400},
+    "parallelism": {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY},
 }
 
 
@@ -170,13 +171,17 @@ class LanceRewriteFactory(_LanceFactory):
     action = REWRITE
     on_new_snapshot = True
     _options = {
-        "target-rows-per-fragment": {"type": "integer", "minimum": 1},
+        "target-rows-per-fragment": {"type": "integer", "minimum": 1, "maximum": MAX_INT32},
         "materialize-deletions": {"type": "boolean"},
         "materialize-deletions-threshold": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
     }
     properties_schema = {
         "type": "object",
-        "properties": {**_SCHEDULE, **_options, "num-threads": {"type": "integer", "minimum": 1}},
+        "properties": {
+            **_SCHEDULE,
+            **_options,
+            "num-threads": {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY},
+        },
     }
     default_properties = {
         "interval": 3600,
@@ -294,8 +299,8 @@ class LanceExpireSnapshotsFactory(_LanceFactory):
     description = "Removes old Lance versions (tagged versions kept) and the files only they used"
     action = EXPIRE_SNAPSHOTS
     _options = {
-        "older-than-hours": {"type": "number", "minimum": 0},
-        "retain-versions": {"type": "integer", "minimum": 1},
+        "older-than-hours": {"type": "number", "minimum": 0, "maximum": MAX_AGE_HOURS},
+        "retain-versions": {"type": "integer", "minimum": 1, "maximum": MAX_COUNT},
     }
     properties_schema = {"type": "object", "properties": {**_SCHEDULE, **_options}}
     default_properties = {"interval": 86400, "parallelism": 1, "older-than-hours": 168, "retain-versions": 1}

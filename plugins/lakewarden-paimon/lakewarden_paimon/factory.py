@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from lakewarden_paimon import _meta, maintenance
+from processes.factories.schemas import INTERVAL, MAX_AGE_SECONDS, MAX_INT32, PARALLELISM
 from processes.plugin import (
     CLEAN_ORPHAN_FILES,
     EXPIRE_SNAPSHOTS,
@@ -49,16 +50,16 @@ def paimon_duration_ms(value: str) -> int:
     return int(match.group(1)) * _UNIT_MS[match.group(2)]
 
 
-_INTEGER = {"type": "integer", "minimum": 1}
-_SCHEDULING = {"interval": _INTEGER, "parallelism": _INTEGER}
+_INTEGER = {"type": "integer", "minimum": 1, "maximum": MAX_INT32}  # Paimon's options are Java ints
+_SCHEDULING = {"interval": INTERVAL, "parallelism": PARALLELISM}
 _DRY_RUN = {"dry-run": {"type": "boolean"}}
 _EXPIRE_RULES = {
     "retain-min": _INTEGER,
     "retain-max": _INTEGER,
-    "time-retained-seconds": {"type": "integer", "minimum": 0},
+    "time-retained-seconds": {"type": "integer", "minimum": 0, "maximum": MAX_AGE_SECONDS},
     "expire-limit": _INTEGER,
 }
-_MIN_AGE = {"older-than-seconds": {"type": "integer", "minimum": 3600}}
+_MIN_AGE = {"older-than-seconds": {"type": "integer", "minimum": 3600, "maximum": MAX_AGE_SECONDS}}
 
 
 def _schema(*groups: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from processes.factories.compaction import CompactionPlan
+from processes.factories.schemas import MAX_COUNT
 
 PARTIAL_PROGRESS, MAX_COMMITS = "partial-progress", "max-commits"
 PARTIAL_PROGRESS_SCHEMA: dict[str, Any] = {
@@ -29,6 +30,7 @@ PARTIAL_PROGRESS_SCHEMA: dict[str, Any] = {
     MAX_COMMITS: {
         "type": "integer",
         "minimum": 1,
+        "maximum": MAX_COUNT,
         "description": "With partial-progress: the most commits one rewrite makes (groups are spread over them)",
     },
 }

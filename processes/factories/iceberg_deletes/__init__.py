@@ -82,7 +82,7 @@ from processes.factories.iceberg_deletes.writing import (
 from processes.factories.iceberg_rewrite import _catalog_table, _store_options, _sweep, spec_view
 from processes.factories.outputs import rewrite_outputs
 from processes.factories.retention import summary_list
-from processes.factories.schemas import INTERVAL, PARALLELISM, with_defaults
+from processes.factories.schemas import INTERVAL, MAX_COUNT, PARALLELISM, with_defaults
 from processes.plugin import (
     CONVERT_EQUALITY_DELETES,
     REMOVE_DANGLING_DELETES,
@@ -350,6 +350,7 @@ class IcebergDeletesFactory(ProcessFactory):
             MIN_DELETE_FILES: {
                 "type": "integer",
                 "minimum": 1,
+                "maximum": MAX_COUNT,
                 "description": f"{REWRITE_POSITION_DELETES}: a partition's position delete files are"
                 " compacted when it holds at least this many",
             },
@@ -364,6 +365,7 @@ class IcebergDeletesFactory(ProcessFactory):
             MIN_DELETE_FILES: {
                 "type": "integer",
                 "minimum": 1,
+                "maximum": MAX_COUNT,
                 "description": f"{REWRITE_POSITION_DELETES} only: compact partitions with at least this many"
                 " position delete files",
             },

@@ -56,7 +56,7 @@ from processes.factories.iceberg_statistics.scan import (
 )
 from processes.factories.iceberg_statistics.sketches import ThetaSketch
 from processes.factories.rewrite_preview import iceberg_catalog_table
-from processes.factories.schemas import INTERVAL, PARALLELISM, with_defaults
+from processes.factories.schemas import INTERVAL, MAX_INT64, MIN_INT64, PARALLELISM, with_defaults
 from processes.plugin import (
     COMPUTE_STATISTICS,
     Preview,
@@ -268,6 +268,8 @@ class IcebergComputeStatisticsFactory(ProcessFactory):
         "properties": {
             "snapshot-id": {
                 "type": "integer",
+                "minimum": MIN_INT64,
+                "maximum": MAX_INT64,
                 "description": "The snapshot to compute statistics for (default: the current one)",
             },
             "columns": COLUMNS_SCHEMA,
