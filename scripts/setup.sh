@@ -82,12 +82,13 @@ fi
 
 # --- database role and database ----------------------------------------------------------------
 psql_admin() {
-  # SQL on stdin, run as a Postgres superuser. Debian's fresh install trusts the postgres OS user
-  # on the socket; developer machines often trust TCP on 127.0.0.1. Try both.
+  # SQL on stdin, run as a Postgres superuser on the database postgres (arguments go to psql:
+  # -d DB, -v name=value). Debian's fresh install trusts the postgres OS user on the socket;
+  # developer machines often trust TCP on 127.0.0.1. Try both.
   if is_root && id postgres >/dev/null 2>&1 && su postgres -c "psql -qtAc 'select 1'" >/dev/null 2>&1; then
-    su postgres -c "psql -v ON_ERROR_STOP=1 -qtA -d postgres"
+    su postgres -s /bin/sh -c 'exec psql -v ON_ERROR_STOP=1 -qtA -d postgres "$@"' -- sh "$@"
   else
-    psql -h 127.0.0.1 -U "${PGADMINUSER:-postgres}" -d postgres -v ON_ERROR_STOP=1 -qtA
+    psql -h 127.0.0.1 -U "${PGADMINUSER:-postgres}" -v ON_ERROR_STOP=1 -qtA -d postgres "$@"
   fi
 }
 if ! psql "postgresql://$DB_USER:$DB_PASSWORD@127.0.0.1:5432/postgres" -qtAc 'select 1' >/dev/null 2>&1 \
@@ -148,6 +149,18 @@ if [ -z "${SECRET_KEY:-}" ] && [ ! -s "$KEY_FILE" ]; then
 fi
 
 # --- schema --------------------------------------------------------------------------------------
+# LAKEWARDEN_AUDIT_OWNER_ROLE (opt-in): the audit table and the public schema belong to that role,
+# so the application's role cannot alter, truncate or drop the audit trail (scripts/audit_owner.sql).
+# Pending migrations run with the table given back to the application's role, then it is taken again.
+AUDIT_OWNER=${LAKEWARDEN_AUDIT_OWNER_ROLE:-}
+audit_owner() { psql_admin -d "$DB_NAME" -v owner="$1" -v app_role="$DB_USER" <scripts/audit_owner.sql; }
 "$VENV/bin/python" manage.py lakewarden_check
+if [ -n "$AUDIT_OWNER" ] && ! "$VENV/bin/python" manage.py migrate --check >/dev/null 2>&1; then
+  audit_owner "$DB_USER"
+fi
 "$VENV/bin/python" manage.py migrate --noinput -v 0
+if [ -n "$AUDIT_OWNER" ]; then
+  say "giving the audit trail to the role $AUDIT_OWNER"
+  audit_owner "$AUDIT_OWNER"
+fi
 say "set-up done"
