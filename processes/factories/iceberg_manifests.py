@@ -286,7 +286,7 @@ class IcebergRewriteManifestsProcess(TableProcess):
         return int(configured) if configured else DEFAULT_TARGET_MANIFEST_SIZE
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
-        table = _catalog_table(context.table)
+        table = _catalog_table(context.table, context.guard)
         table.refresh()
         metadata = table.metadata
         _check_table(metadata, self.spec_id)

@@ -96,6 +96,7 @@ from processes.plugin import (
     TriggerStrategy,
 )
 from storage.io import is_object_store
+from storage.io.guard import OutsideTable, PathGuard
 from storage.spec.models import FileContent
 
 logger = logging.getLogger(__name__)
@@ -164,7 +165,7 @@ class IcebergRewriteProcess(TableProcess):
         (a seam for tests that simulate a concurrent writer or a late cancel)."""
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
-        table = _catalog_table(context.table)
+        table = _catalog_table(context.table, context.guard)
         spec_id = output_spec(table, self.params.get(OUTPUT_SPEC_ID))  # refused before anything is done
         self.ordering = iceberg_strategy(table.metadata, spec_id, self.settings, spec_view(table).schema)
         check_v3_metadata(table)
@@ -324,7 +325,10 @@ def portable_io(io: Any) -> Any:
     return type(io)(properties)
 
 
-def _catalog_table(spec_table: Any) -> Any:
+def _catalog_table(spec_table: Any, guard: PathGuard | None = None) -> Any:
+    """The pyiceberg table to commit to; with ``guard`` (a running process's), also refused
+    unless the table's location and where new data and metadata files go (its location
+    provider: ``write.data.path``, ``write.metadata.path``) are places the guard allows."""
     from pyiceberg.table import StaticTable
 
     table = getattr(spec_table, "pyiceberg_table", None)
@@ -334,6 +338,19 @@ def _catalog_table(spec_table: Any) -> Any:
             " legacy v1 metadata pyiceberg cannot write back (read-only): rewrites need a catalog to"
             " commit atomically (a second writer could overwrite or lose a metadata version)"
         )
+    if guard is not None:
+        provider = table.location_provider()
+        places = {
+            "the table location": table.location(),
+            "new data files": provider.new_data_location("lakewarden-probe.parquet"),
+            "new metadata files": provider.new_metadata_location("lakewarden-probe.avro"),
+        }
+        try:
+            guard.check_location()
+            for what, where in places.items():
+                guard.check(where, f"write {what} at")
+        except OutsideTable as refused:
+            raise compaction.InputError(f"{refused}; nothing was written") from None
     return table
 
 

@@ -291,6 +291,24 @@ def test_an_iceberg_rewrite_of_files_outside_the_roots_writes_inside_the_table(
     assert all(plain_path(p).is_relative_to(root) for p in iceberg_files(a))
 
 
+def test_an_iceberg_rewrite_refuses_a_metadata_path_outside_the_table(make_iceberg, run_now, tmp_path):
+    """``write.metadata.path`` names where new manifests go: a rewrite would write them there."""
+    console_a, a = make_iceberg(files=3)
+    with a.transaction() as tx:
+        tx.set_properties(**{"write.metadata.path": f"file://{tmp_path}/outside/metadata"})
+    before = multiset(iceberg_rows(a))
+    snapshot = a.current_snapshot().snapshot_id
+    outside = snapshot_of(tmp_path / "outside")  # pyiceberg wrote the property's metadata file there
+
+    process = run_now(console_a, "rewrite", {"min-input-files": 2})
+
+    assert process.status == ProcessStatus.FAILED
+    assert "will not write new metadata files at" in process.failure and OUTSIDE_TABLE in process.failure
+    assert snapshot_of(tmp_path / "outside") == outside
+    a.refresh()
+    assert a.current_snapshot().snapshot_id == snapshot and multiset(iceberg_rows(a)) == before
+
+
 # --- trash restore -------------------------------------------------------------------------------
 
 

@@ -156,7 +156,7 @@ class DeleteFilesProcess(TableProcess):
         check_v3_metadata(table)
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
-        table = _catalog_table(context.table)
+        table = _catalog_table(context.table, context.guard)
         self.check_table(table)
         swept = _sweep(table, context) if self.writes_files else []
         return planned_twice(lambda attempt: self._attempt(context, table, attempt), swept)

@@ -91,7 +91,7 @@ class IcebergStatisticsProcess(TableProcess):
         self.engine = merged["engine"]
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
-        table = _catalog_table(context.table)
+        table = _catalog_table(context.table, context.guard)
         table.refresh()
         metadata = table.metadata
         snapshot = self._snapshot(metadata)
