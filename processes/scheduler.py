@@ -4,6 +4,10 @@ Bounded queries whatever the number of tables: one for active processes, one cou
 format, then per (format, action) pair one query that picks the due tables in the database (from
 the evaluation times and seen snapshots kept as ``TableState`` rows); factories are only asked
 about tables that are due.
+
+A table whose ``manual-actions`` property names an action (or is ``"*"``) is left to operators for
+it: the scheduler counts it as evaluated and never triggers it ("run now" and the preview still
+work), so a table can be kept as it is on purpose.
 """
 
 from __future__ import annotations
@@ -237,7 +241,29 @@ def _due_table_ids(snapshot: _Snapshot, table_format, action, strategy, now, rep
     return due
 
 
+#: The table property naming the actions the scheduler leaves to operators on that table.
+MANUAL_ACTIONS = "manual-actions"
+
+
+def manual_actions(table: Table) -> set[str]:
+    """The actions the scheduler never triggers on ``table`` (``{"*"}``: every action), from its
+    ``manual-actions`` property: ``"*"``, an action name, a comma-separated string or a list."""
+    value = (table.properties or {}).get(MANUAL_ACTIONS)
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list | tuple):
+        return set()
+    return {str(item).strip() for item in value if str(item).strip()}
+
+
+def is_manual(table: Table, action: str) -> bool:
+    names = manual_actions(table)
+    return "*" in names or action in names
+
+
 def _trigger_one(configured: ConfiguredFactory, table: Table, action: str, report: TickReport) -> bool:
+    if is_manual(table, action):
+        return False  # evaluated (so not looked at again before the interval), never triggered
     runtime = TableRuntime(table, configured.factory.properties, states=None)
     try:
         table_process = configured.factory.trigger(runtime, action)
@@ -258,4 +284,4 @@ def _trigger_one(configured: ConfiguredFactory, table: Table, action: str, repor
     return True
 
 
-__all__ = ["schedule_tick", "TickReport", "ProcessStatus"]
+__all__ = ["schedule_tick", "TickReport", "ProcessStatus", "MANUAL_ACTIONS", "is_manual", "manual_actions"]
