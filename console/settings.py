@@ -13,6 +13,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from console import settings_security
+from console.database_url import database_url
 from console.env import env_bool, env_int, env_path, env_roots, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -89,11 +90,8 @@ TEMPLATES = [
     },
 ]
 
-DATABASE_URL = env_url(
-    "DATABASE_URL",
-    "postgresql://lakewarden:lakewarden@127.0.0.1:5432/lakewarden",
-    schemes=("postgres", "postgresql"),
-)
+# Unset: built from LAKEWARDEN_DB_NAME/_USER/_PASSWORD on 127.0.0.1:5432, as scripts/setup.sh makes it.
+DATABASE_URL = env_url("DATABASE_URL", database_url(), schemes=("postgres", "postgresql"))
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
 DATABASES["default"]["TEST"] = {"NAME": env_str("LAKEWARDEN_TEST_DATABASE", "test_lakewarden")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

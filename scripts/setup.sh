@@ -9,12 +9,11 @@ WITH_TEST=0
 [ "${1:-}" = "--test" ] && WITH_TEST=1
 PY=${PYTHON:-python3}
 VENV=.venv
-DB_NAME=${LAKEWARDEN_DB_NAME:-lakewarden}
-DB_USER=${LAKEWARDEN_DB_USER:-lakewarden}
-DB_PASSWORD=${LAKEWARDEN_DB_PASSWORD:-lakewarden}
-
-say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
-is_root() { [ "$(id -u)" = 0 ]; }
+# shellcheck source=scripts/lib_database.sh
+. scripts/lib_database.sh
+# The database the console will use: DATABASE_URL, or LAKEWARDEN_DB_NAME/_USER/_PASSWORD on
+# 127.0.0.1:5432 (console/database_url.py); a URL set-up cannot use stops here with one line.
+database_settings
 
 APT_UPDATED=0
 apt_install() {
@@ -64,13 +63,13 @@ if [ "$WITH_TEST" = 1 ] && [ ! -x /usr/sbin/slapd ]; then apt_install slapd; fi
 if [ "$WITH_TEST" = 1 ] && ! command -v prometheus >/dev/null; then apt_install prometheus; fi
 
 # --- services ----------------------------------------------------------------------------------
-if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+if [ "$DB_LOCAL" = 1 ] && ! pg_isready -q -h 127.0.0.1 -p "$DB_PORT"; then
   say "starting PostgreSQL"
   if command -v pg_ctlcluster >/dev/null; then
     for version in $(ls /etc/postgresql); do pg_ctlcluster --skip-systemctl-redirect "$version" main start || true; done
   fi
-  for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
-  pg_isready -q -h 127.0.0.1 -p 5432 || { echo "PostgreSQL did not start on 127.0.0.1:5432" >&2; exit 1; }
+  for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p "$DB_PORT" && break; sleep 1; done
+  pg_isready -q -h 127.0.0.1 -p "$DB_PORT" || { echo "PostgreSQL did not start on 127.0.0.1:$DB_PORT" >&2; exit 1; }
 fi
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   say "starting Redis"
@@ -81,35 +80,9 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
 fi
 
 # --- database role and database ----------------------------------------------------------------
-psql_admin() {
-  # SQL on stdin, run as a Postgres superuser on the database postgres (arguments go to psql:
-  # -d DB, -v name=value). Debian's fresh install trusts the postgres OS user on the socket;
-  # developer machines often trust TCP on 127.0.0.1. Try both.
-  if is_root && id postgres >/dev/null 2>&1 && su postgres -c "psql -qtAc 'select 1'" >/dev/null 2>&1; then
-    su postgres -s /bin/sh -c 'exec psql -v ON_ERROR_STOP=1 -qtA -d postgres "$@"' -- sh "$@"
-  else
-    psql -h 127.0.0.1 -U "${PGADMINUSER:-postgres}" -v ON_ERROR_STOP=1 -qtA -d postgres "$@"
-  fi
-}
-if ! psql "postgresql://$DB_USER:$DB_PASSWORD@127.0.0.1:5432/postgres" -qtAc 'select 1' >/dev/null 2>&1 \
-    || ! psql "postgresql://$DB_USER:$DB_PASSWORD@127.0.0.1:5432/postgres" -qtAc \
-        "select 1 from pg_roles where rolname = current_user and rolcreatedb" | grep -q 1; then
-  say "creating the database role $DB_USER"
-  psql_admin <<SQL
-do \$\$ begin
-  if not exists (select from pg_roles where rolname = '$DB_USER') then
-    create role $DB_USER login createdb password '$DB_PASSWORD';
-  else
-    alter role $DB_USER login createdb password '$DB_PASSWORD';
-  end if;
-end \$\$;
-SQL
-fi
-if ! psql "postgresql://$DB_USER:$DB_PASSWORD@127.0.0.1:5432/postgres" -qtAc \
-    "select 1 from pg_database where datname = '$DB_NAME'" | grep -q 1; then
-  say "creating the database $DB_NAME"
-  psql "postgresql://$DB_USER:$DB_PASSWORD@127.0.0.1:5432/postgres" -qc "create database $DB_NAME"
-fi
+# Those DATABASE_URL names: made here when the server is this machine's, else checked (one line
+# saying what to run when they are missing).
+database_ensure
 
 # --- virtualenv --------------------------------------------------------------------------------
 if [ ! -x "$VENV/bin/python" ]; then
@@ -153,7 +126,6 @@ fi
 # so the application's role cannot alter, truncate or drop the audit trail (scripts/audit_owner.sql).
 # Pending migrations run with the table given back to the application's role, then it is taken again.
 AUDIT_OWNER=${LAKEWARDEN_AUDIT_OWNER_ROLE:-}
-audit_owner() { psql_admin -d "$DB_NAME" -v owner="$1" -v app_role="$DB_USER" <scripts/audit_owner.sql; }
 "$VENV/bin/python" manage.py lakewarden_check
 if [ -n "$AUDIT_OWNER" ] && ! "$VENV/bin/python" manage.py migrate --check >/dev/null 2>&1; then
   audit_owner "$DB_USER"
