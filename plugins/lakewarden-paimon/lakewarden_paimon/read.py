@@ -3,7 +3,12 @@ version of each key, deletes applied), plain rows for append-only tables.
 
 A snapshot is read whole through pypaimon's own scan; file slices are read by planning the
 slices' snapshot and keeping, in each of pypaimon's splits, only the files asked for. Reading
-every file of a bucket (as ``plan_splits`` gives them) merges exactly as a snapshot read does."""
+every file of a bucket (as ``plan_splits`` gives them) merges exactly as a snapshot read does.
+
+Every read is in one schema, the table's as ``reader_table`` gives it (the current one, or a
+snapshot's own): a file written in another schema is read by field id, as Paimon reads it (a
+column added since is null, a renamed one comes under its new name, a changed type is cast by
+Paimon's rules, ``_casts``)."""
 
 from __future__ import annotations
 
@@ -13,13 +18,30 @@ from typing import Any
 
 import pyarrow as pa
 
+from lakewarden_paimon import _casts
+from storage.spec.errors import CorruptTable
 from storage.spec.expressions import to_arrow
 from storage.spec.table import output_columns
 
 
-def _snapshot_splits(store: Any, snapshot_id: int) -> tuple[Any, list[Any]]:
-    table = store.copy({"scan.snapshot-id": str(snapshot_id)})
-    builder = table.new_read_builder()
+def reader_table(store: Any, snapshot: Any = None) -> Any:
+    """pypaimon's table reading in the current schema, or in the schema ``snapshot`` (pypaimon's
+    ``Snapshot``) was committed with, which pypaimon's time travel gives."""
+    if snapshot is None:
+        return store
+    table = store.copy({"scan.snapshot-id": str(snapshot.id)})
+    if table.table_schema.id != snapshot.schema_id:  # pypaimon falls back to today's silently
+        raise CorruptTable(
+            f"Paimon snapshot {snapshot.id} names schema {snapshot.schema_id}, which is unreadable"
+        )
+    return table
+
+
+def _snapshot_splits(table: Any, snapshot_id: int) -> tuple[Any, list[Any]]:
+    _casts.install()
+    # without time travel: ``table`` keeps its schema, whichever snapshot's files are planned
+    planned = table.copy_without_time_travel({"scan.snapshot-id": str(snapshot_id)})
+    builder = planned.new_read_builder()
     return builder.new_read(), builder.new_scan().plan().splits()
 
 
@@ -45,30 +67,32 @@ def _finish(
 
 
 def read_snapshot(
-    store: Any, snapshot_id: int, schema: pa.Schema, columns: list[str] | None, expr: Any
+    table: Any, snapshot_id: int, schema: pa.Schema, columns: list[str] | None, expr: Any
 ) -> Iterator[pa.RecordBatch]:
-    reader, splits = _snapshot_splits(store, snapshot_id)
+    """Rows of the table at ``snapshot_id``, read in ``table``'s schema (``reader_table``)."""
+    reader, splits = _snapshot_splits(table, snapshot_id)
     return _finish(_batches(reader, splits, schema), schema, columns, expr)
 
 
 def read_files(
-    store: Any,
+    table: Any,
     files: Iterable[tuple[Any, str]],
     schema: pa.Schema,
     columns: list[str] | None,
     expr: Any,
 ) -> Iterator[pa.RecordBatch]:
-    """Rows of the data files named by ``(snapshot id, file name)``, merged per bucket."""
+    """Rows of the data files named by ``(snapshot id, file name)``, merged per bucket, read in
+    ``table``'s schema (``reader_table``)."""
     by_snapshot: dict[int, set[str]] = defaultdict(set)
     for snapshot_id, name in files:
         by_snapshot[int(snapshot_id)].add(name)
-    return _finish(_file_batches(store, by_snapshot, schema), schema, columns, expr)
+    return _finish(_file_batches(table, by_snapshot, schema), schema, columns, expr)
 
 
 def _file_batches(
-    store: Any, by_snapshot: dict[int, set[str]], schema: pa.Schema
+    table: Any, by_snapshot: dict[int, set[str]], schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
     for snapshot_id, names in sorted(by_snapshot.items()):
-        reader, splits = _snapshot_splits(store, snapshot_id)
+        reader, splits = _snapshot_splits(table, snapshot_id)
         kept = (split.filter_file(lambda meta, names=names: meta.file_name in names) for split in splits)
         yield from _batches(reader, (split for split in kept if split is not None), schema)

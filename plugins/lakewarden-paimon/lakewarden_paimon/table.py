@@ -4,6 +4,7 @@ operation), tags are listed in each tagged snapshot's summary."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import enum
 import functools
@@ -15,7 +16,7 @@ import pyarrow as pa
 from lakewarden_paimon import _meta
 from lakewarden_paimon._files import Files
 from lakewarden_paimon.index import PaimonFileIndex
-from lakewarden_paimon.read import read_files, read_snapshot
+from lakewarden_paimon.read import read_files, read_snapshot, reader_table
 from storage.spec.errors import InstantNotFound, InvalidRange
 from storage.spec.expressions import bind_filter
 from storage.spec.models import (
@@ -145,13 +146,21 @@ class PaimonSpecTable(SpecTable):
         return f"snapshots {self._ids[0]} to {self._ids[-1]}" if self._ids else "no snapshot"
 
     def schema_at(self, instant: Any = None) -> pa.Schema:
-        snapshot_id = None if instant is None else self.resolve(instant)
-        if snapshot_id is None:
+        """The columns a read at ``instant`` returns: the table's current schema at the latest
+        snapshot (Paimon reads a table with its newest schema, also one committed after the last
+        write), an older snapshot's own schema when time travelling to it (Paimon's rule)."""
+        snapshot = self._own_schema(None if instant is None else self.resolve(instant))
+        if snapshot is None:
             return self.schema
-        schema_id = _meta.load_snapshot(self.store, snapshot_id).schema_id
-        if schema_id == self.store.table_schema.id:
-            return self.schema
-        return arrow_schema(self.store.schema_manager.get_schema(schema_id))
+        return arrow_schema(self.store.schema_manager.get_schema(snapshot.schema_id))
+
+    def _own_schema(self, snapshot_id: int | None) -> Any:
+        """The snapshot (pypaimon's) when a read at ``snapshot_id`` is in that snapshot's own
+        schema; None when it is in the current one."""
+        if snapshot_id is None or snapshot_id == self._ids[-1]:
+            return None
+        snapshot = _meta.load_snapshot(self.store, snapshot_id)
+        return None if snapshot.schema_id == self.store.table_schema.id else snapshot
 
     def timeline(self) -> PaimonTimeline:
         return PaimonTimeline(self)
@@ -203,15 +212,20 @@ class PaimonSpecTable(SpecTable):
             expr = bind_filter(filters, schema)
             if snapshot_id is None:
                 return iter(())
-            return read_snapshot(self.store, snapshot_id, schema, columns, expr)
+            reader = reader_table(self.store, self._own_schema(snapshot_id))
+            return read_snapshot(reader, snapshot_id, schema, columns, expr)
         slices = (
             [p.file_slice for p in source.parts]
             if isinstance(source, Split)
             else ([source] if isinstance(source, FileSlice) else list(source))
         )
-        expr = bind_filter(filters, self.schema)
+        # slices planned at an older snapshot in its own schema say so (``plan_splits``)
+        planned_at = next((s.base_file.extra.get(READ_SCHEMA_OF) for s in slices if s.base_file), None)
+        schema = self.schema if planned_at is None else self.schema_at(planned_at)
+        expr = bind_filter(filters, schema)
         files = [(s.base_instant, s.base_file.extra["file_name"]) for s in slices if s.base_file is not None]
-        return read_files(self.store, files, self.schema, columns, expr)
+        reader = reader_table(self.store, None if planned_at is None else self._own_schema(planned_at))
+        return read_files(reader, files, schema, columns, expr)
 
     def _read_added(
         self, start: Any, end: Any, columns: list[str] | None, filters: Any
@@ -244,10 +258,33 @@ class PaimonSpecTable(SpecTable):
         lookback: int = 10,
     ) -> Iterator[Split]:
         """Append-only tables: the spec's planner. Primary-key tables: the files of a bucket are
-        merged on read, so a bucket is never divided; whole buckets are packed up to the target."""
+        merged on read, so a bucket is never divided; whole buckets are packed up to the target.
+        At an older snapshot read in its own schema, the slices carry its id (``READ_SCHEMA_OF``)
+        so that reading a split returns that snapshot's columns."""
         if not self.is_primary_key_table:
-            return super().plan_splits(instant, filters, target_size, open_file_cost, lookback)
-        return _pack_buckets(self.file_index().list_files_at(instant, filters), target_size, open_file_cost)
+            splits = super().plan_splits(instant, filters, target_size, open_file_cost, lookback)
+        else:
+            splits = _pack_buckets(
+                self.file_index().list_files_at(instant, filters), target_size, open_file_cost
+            )
+        own = self._own_schema(self.resolve(instant))
+        return splits if own is None else (_read_in_schema_of(split, own.id) for split in splits)
+
+
+#: ``DataFile.extra`` key of slices planned at an older snapshot read in its own schema
+READ_SCHEMA_OF = "paimon_read_schema_of_snapshot"
+
+
+def _read_in_schema_of(split: Split, snapshot_id: int) -> Split:
+    parts = []
+    for part in split.parts:
+        base = part.file_slice.base_file
+        if base is not None:
+            base = dataclasses.replace(base, extra={**base.extra, READ_SCHEMA_OF: snapshot_id})
+        parts.append(
+            dataclasses.replace(part, file_slice=dataclasses.replace(part.file_slice, base_file=base))
+        )
+    return Split(tuple(parts), split.weight)
 
 
 def _pack_buckets(slices: Iterable[FileSlice], target_size: int, open_file_cost: int) -> Iterator[Split]:
