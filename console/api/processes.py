@@ -116,13 +116,15 @@ def _actions() -> set[str]:
 
 
 class ProcessFilterForm(forms.Form):
-    """The list's filters, strict: an unknown value is a 400 naming the allowed ones, never ignored."""
+    """The list's filters, strict: an unknown value is a 400 naming the allowed ones, never ignored.
+    The value goes into the message as a parameter: django-filter %-formats every message, so a
+    ``%`` written into it was a 500 (``?action=%``, issue 29 item 12)."""
 
     def clean_active(self):
         value = self.cleaned_data.get("active")
         raw = (self.data.get("active") or "").strip()
         if value is None and raw:
-            raise forms.ValidationError(f"{raw!r} is not true or false")
+            raise forms.ValidationError("%(value)r is not true or false", params={"value": raw})
         return value
 
     def clean_action(self):
@@ -130,7 +132,8 @@ class ProcessFilterForm(forms.Form):
         # An action of an uninstalled plugin that is still in the history is a fine filter too.
         if action and action not in _actions() and not Process.objects.filter(action=action).exists():
             raise forms.ValidationError(
-                f"{action!r} is not an action; actions are {', '.join(sorted(_actions()))}"
+                "%(value)r is not an action; actions are %(actions)s",
+                params={"value": action, "actions": ", ".join(sorted(_actions()))},
             )
         return action
 

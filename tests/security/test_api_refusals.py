@@ -275,6 +275,56 @@ def test_an_unknown_enum_filter_value_is_a_400_naming_the_allowed_ones(
 
 
 @pytest.mark.parametrize(
+    ("url", "field", "echoed"),
+    [
+        ("/api/v1/processes/?action=%25", "action", "'%' is not an action"),
+        ("/api/v1/processes/?action=%25s", "action", "'%s' is not an action"),
+        ("/api/v1/processes/?action=%25(value)r%25%25", "action", "'%(value)r%%' is not an action"),
+        ("/api/v1/processes/?active=%25", "active", "'%' is not true or false"),
+        ("/api/v1/processes/?status=%25", "status", "'%' is not a status"),
+        ("/api/v1/tables/?format=%25", "format", "'%'"),
+    ],
+)
+def test_a_percent_sign_in_a_filter_value_is_a_400_that_shows_it(api_as, users, lake, url, field, echoed):
+    """Issue 29, item 12: django-filter %-formats every message; ``?action=%`` was a 500."""
+    assert echoed in _error(api_as(users["viewer"]).get(url), 400, field)
+
+
+def _nested(depth: int) -> str:
+    """``depth`` levels of parentheses and ``not``: ``not (id >= 0 and ((...)))``."""
+    inner, level, shape = "id >= 0", 0, 0
+    while level < depth:
+        if shape % 3 == 2 and level + 2 <= depth:
+            inner, level = f"not ({inner})", level + 2  # the not and its parenthesis
+        elif shape % 3 == 1:
+            inner, level = f"id >= 0 and ({inner})", level + 1
+        else:
+            inner, level = f"({inner})", level + 1
+        shape += 1
+    return inner
+
+
+@pytest.mark.parametrize("read", ["files", "splits", "partitions"])
+def test_a_filter_nested_past_the_limit_is_a_400_naming_it_and_the_limit_is_answered(
+    api_as, users, lake, read
+):
+    """Issue 29, item 12: 300 levels of parentheses exhausted the parser's stack (a 500)."""
+    from urllib.parse import quote
+
+    from storage.spec.expressions.parser import MAX_DEPTH
+
+    api = api_as(users["viewer"])
+    url = f"/api/v1/tables/{lake.table.pk}/{read}/?filter="
+
+    deepest = api.get(url + quote(_nested(MAX_DEPTH)))
+    error = _error(api.get(url + quote(_nested(MAX_DEPTH + 1))), 400, "filter")
+    huge = _error(api.get(url + quote("(" * 20_000 + "id = 1" + ")" * 20_000)), 400, "filter")
+
+    assert deepest.status_code == 200, deepest.content[:300]
+    assert f"more than {MAX_DEPTH} levels deep" in error and f"more than {MAX_DEPTH} levels deep" in huge
+
+
+@pytest.mark.parametrize(
     ("query", "count"),
     [
         ("format=delta", 1),

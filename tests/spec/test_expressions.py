@@ -799,3 +799,27 @@ def test_in_on_a_float32_column_means_what_equality_means_for_rows_and_for_pruni
     assert rows.filter(to_arrow(expr)).num_rows == (1 if matches else 0)
     if matches:
         assert might_match_file(expr, data, _spec())
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        lambda n: "(" * n + "x = 1" + ")" * n,
+        lambda n: "not " * n + "x = 1",
+        lambda n: "x = 1 and (" * n + "x = 1" + ")" * n,
+    ],
+    ids=["parentheses", "not", "and-parentheses"],
+)
+def test_a_filter_nested_past_the_limit_is_a_filter_error_naming_it(shape):
+    """Issue 29, item 12: 300 levels exhausted the recursive parser's stack (RecursionError)."""
+    from storage.spec.expressions.parser import MAX_DEPTH
+
+    schema = pa.schema([("x", pa.int64())])
+    rows = pa.table({"x": pa.array([1, 2], pa.int64())})
+
+    deepest = parse_filter(shape(MAX_DEPTH), schema)
+    for depth in (MAX_DEPTH + 1, 100_000):
+        with pytest.raises(FilterError, match=f"more than {MAX_DEPTH} levels deep"):
+            parse_filter(shape(depth), schema)
+
+    assert rows.filter(to_arrow(deepest)).num_rows in (0, 1)  # the deepest accepted tree is usable

@@ -60,6 +60,9 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 _OP_ALIASES = {"==": "=", "<>": "!="}
+#: Parentheses and ``not`` nested deeper than this are refused (FilterError naming the limit): the
+#: parser and every walk of the tree recurse, and 300 levels exhausted Python's stack (a 500).
+MAX_DEPTH = 64
 _EXPECTED_OPERATOR = "=, !=, <, <=, >, >=, in, not in, is null, is not null, starts with, like or between"
 
 
@@ -149,6 +152,7 @@ class Parser:
         self.tokens = tokenize(text)
         self.index = 0
         self.columns = Columns(schema) if schema is not None else None
+        self.depth = 0
 
     # -- token helpers ---------------------------------------------------------------------
     @property
@@ -184,6 +188,17 @@ class Parser:
             message = f"unexpected {token.text!r} at position {token.position}; {expected}"
         raise FilterError(message, position=token.position, token=token.text)
 
+    def enter(self, token: Token) -> None:
+        """One level deeper (a ``(`` or a ``not``); FilterError past ``MAX_DEPTH``."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise FilterError(
+                f"the filter nests parentheses and 'not' more than {MAX_DEPTH} levels deep"
+                f" (at position {token.position})",
+                position=token.position,
+                token=token.text,
+            )
+
     # -- grammar ---------------------------------------------------------------------------
     def parse(self) -> Expression:
         if self.current.kind == "end":
@@ -209,16 +224,19 @@ class Parser:
 
     def parse_not(self) -> Expression:
         if self.at_word("not"):
-            self.advance()
-            return Not(self.parse_not())
+            self.enter(self.advance())
+            expr = Not(self.parse_not())
+            self.depth -= 1
+            return expr
         return self.parse_primary()
 
     def parse_primary(self) -> Expression:
         token = self.current
         if token.kind == "punct" and token.value == "(":
-            self.advance()
+            self.enter(self.advance())
             expr = self.parse_or()
             self.expect_punct(")", f"to close the '(' at position {token.position}")
+            self.depth -= 1
             return expr
         if token.word in ("true", "false") and self.peek().kind != "op":
             self.advance()
@@ -470,4 +488,4 @@ def parse_filter(text: str, schema: pa.Schema | None = None) -> Expression:
     return Parser(text, schema).parse()
 
 
-__all__ = ["COMPARISON_OPS", "parse_filter", "tokenize"]
+__all__ = ["COMPARISON_OPS", "MAX_DEPTH", "parse_filter", "tokenize"]
