@@ -1,4 +1,6 @@
-"""Record lookup: ``GET /api/v1/tables/{id}/records/?key=...&key=...&column=...&at=...``.
+"""Record lookup: ``GET /api/v1/tables/{id}/records/?key=...&key=...&column=...&at=...``, or the
+same as a JSON body ``POST``ed there (``{"key": [...], "column": ..., "at": ...}``): 1,000 keys do
+not fit in a URL (gunicorn's request line, Django's 1,000 query parameters).
 
 Which file (file group, partition) holds each record key at an instant, through the table's
 ``RecordIndex`` (storage/spec/record_index.py). Input is parsed here with clear 400s; the console's
@@ -17,6 +19,7 @@ from rest_framework.response import Response
 
 from console.api.base import ApiDefaults
 from console.api.serializers import InstantSerializer
+from console.roles import VIEWER
 from storage import selectors
 from storage.errors import Conflict, InvalidInput
 from storage.models import Table
@@ -118,7 +121,19 @@ class RecordLookupSerializer(serializers.Serializer):
     records = RecordLocationSerializer(many=True)
 
 
+class RecordLookupRequestSerializer(serializers.Serializer):
+    key = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        help_text=f"the record keys (at most {MAX_KEYS}); for a composite key the column values"
+        " separated by commas",
+    )
+    column = serializers.CharField(required=False, allow_blank=True, help_text="as for GET")
+    at = serializers.CharField(required=False, allow_blank=True, help_text="as for GET")
+
+
 class TableRecordViewSet(ApiDefaults, viewsets.ViewSet):
+    action_roles = {"create": VIEWER}  # a lookup, posted only because its keys outgrow a URL
+
     @extend_schema(
         operation_id="tables_records_list",
         parameters=[
@@ -154,4 +169,19 @@ class TableRecordViewSet(ApiDefaults, viewsets.ViewSet):
     def list(self, request, table_pk=None):
         table = get_object_or_404(selectors.table_list(), pk=table_pk)
         query = record_query_parse(request.query_params)
+        return Response(lookup_data(table_records(table=table, query=query)))
+
+    @extend_schema(
+        operation_id="tables_records_lookup",
+        parameters=[OpenApiParameter("table_pk", int, OpenApiParameter.PATH, description="the table's id")],
+        request=RecordLookupRequestSerializer,
+        responses={200: RecordLookupSerializer},
+        description="The lookup of GET with the keys in a JSON body, for more keys than a URL holds;"
+        " viewers may post it (it changes nothing).",
+    )
+    def create(self, request, table_pk=None):
+        table = get_object_or_404(selectors.table_list(), pk=table_pk)
+        data = RecordLookupRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        query = record_query_parse(data.validated_data)
         return Response(lookup_data(table_records(table=table, query=query)))

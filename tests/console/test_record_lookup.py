@@ -149,3 +149,44 @@ def test_a_hudi_table_with_a_metadata_record_index_is_answered_from_it(
     assert records[2]["file_path"].endswith(f"_{FIRST}.parquet")
     assert (records[4]["partition"], records[4]["file_group_id"]) == ("30", P30)
     assert records[99]["found"] is False and body["instant"]["id"] == SECOND
+
+
+# --- 1,000 keys in a POST body (issue 29, item 12) --------------------------------------------------
+
+
+def test_a_viewer_posts_the_documented_1000_keys_in_a_json_body(api_as, viewer, orders):
+    """As a query string they are ~5 KB: over gunicorn's request line and Django's 1,000 fields."""
+    keys = [str(i) for i in range(1000)]
+
+    response = api_as(viewer).post(_url(orders), {"key": keys, "column": "id", "at": "1"}, format="json")
+
+    assert response.status_code == 200, response.content[:300]
+    records = response.json()["records"]
+    assert len(records) == 1000
+    assert [r["key"] for r in records if r["found"]] == list(range(20))  # version 1: ids 0-19
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        ({"key": [str(i) for i in range(1001)], "column": "id"}, "key", "at most 1000 keys"),
+        ({"key": [], "column": "id"}, "key", "at least one key"),
+        ({"key": "5", "column": "id"}, "key", "list"),
+        ({"key": [{"a": 1}], "column": "id"}, "key", "valid string"),
+        ({"key": ["a\x00b"], "column": "id"}, "key", "NUL"),
+        ({"key": ["5"], "column": "nope"}, "column", "unknown column 'nope'"),
+        ({"column": "id"}, "key", "required"),
+    ],
+)
+def test_a_bad_lookup_body_answers_400_naming_the_field(api_as, viewer, orders, body, field, message):
+    response = api_as(viewer).post(_url(orders), body, format="json")
+
+    assert response.status_code == 400, response.content[:300]
+    assert response.json()["field"] == field and message in response.json()["error"]
+
+
+def test_the_openapi_schema_documents_the_posted_lookup(api_as, viewer):
+    schema = api_as(viewer).get("/api/schema/", HTTP_ACCEPT="application/json").json()
+
+    operation = schema["paths"]["/api/v1/tables/{table_pk}/records/"]["post"]
+    assert operation["operationId"] == "tables_records_lookup" and "requestBody" in operation

@@ -64,6 +64,12 @@ def worker_command(
     ]
 
 
+#: gunicorn's largest request line short of unlimited (gunicorn.http.message.MAX_REQUEST_LINE).
+LIMIT_REQUEST_LINE = 8190
+#: Bytes of one request header field (gunicorn's default: 8190).
+LIMIT_REQUEST_FIELD_SIZE = 16 * 1024
+
+
 def web_command(
     python: str, *, host: str, port: int, workers: int, threads: int, control_socket: str | None = None
 ) -> list[str]:
@@ -74,6 +80,10 @@ def web_command(
     gunicorn's control socket defaults to one path in the home folder shared by every gunicorn of
     the user; it goes to ``control_socket`` (the var folder) instead, or is left out when none is
     given or the path is too long for a Unix socket.
+
+    The request line may be as long as gunicorn allows (``LIMIT_REQUEST_LINE``; its default 4,094
+    bytes refused URLs the API documents), header fields twice its default; what gunicorn still
+    refuses itself it answers with the API's JSON error body (console/gunicorn_conf.py).
     """
     if control_socket and len(os.fsencode(control_socket)) < 100:
         control = ["--control-socket", control_socket]
@@ -97,6 +107,12 @@ def web_command(
         "120",
         "--access-logfile",
         "-",
+        "--config",
+        "python:console.gunicorn_conf",
+        "--limit-request-line",
+        str(LIMIT_REQUEST_LINE),
+        "--limit-request-field_size",
+        str(LIMIT_REQUEST_FIELD_SIZE),
         *control,
     ]
 
