@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import re
 import threading
 import time
 import traceback
@@ -273,13 +275,34 @@ def _finish_failed(process: Process, error: BaseException) -> str:
     if Process.objects.filter(pk=process.pk, cancel_requested=True).exists():
         return _finish_cancelled(process, f"cancelled by an operator ({reason})")
     retry = not isinstance(error, ProcessInputError)  # bad parameters or properties: no retry mends them
-    if not retry:
+    no_space = no_space_left(error, process.table.location)
+    if no_space:  # a retry would fill the same disk again
+        reason, retry = f"{no_space} (not retried: free space there, then run it again)", False
+    elif not retry:
         reason += " (not retried: the parameters or properties do not fit the table)"
     try:
         process_fail(process=process, reason=reason, retry=retry)
     except Conflict:
         pass
     return ProcessStatus.FAILED
+
+
+# How a full disk reads in the text of an error raised elsewhere (a Spark task's Python or Java error).
+_NO_SPACE_TEXT = re.compile(r"No space left on device(?::\s*'(?P<path>[^']+)')?")
+
+
+def no_space_left(error: BaseException, location: str) -> str | None:
+    """``no space left on <where>`` when ``error``, one of its causes, or the text of a Spark task's
+    error is ENOSPC: the file being written when it names one, else ``location``; None otherwise."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
+            return f"no space left on {current.filename or location}"
+        current = current.__cause__ or current.__context__
+    match = _NO_SPACE_TEXT.search(str(error))
+    return f"no space left on {match['path'] or location}" if match else None
 
 
 def local_context(process: Process, runtime: TableRuntime, staging: Path | None = None) -> WorkerContext:

@@ -63,6 +63,22 @@ def test_a_failing_process_is_failed_with_its_reason_and_retried_later(test_plug
     )
 
 
+def test_a_process_that_fills_the_disk_says_where_and_is_not_retried(test_plugin, delta_table, settings):
+    """Issue 29, item 12: ENOSPC was retried three times, a raw traceback as the reason. The test
+    plugin writes to /dev/full: the kernel's own ENOSPC, as on a full disk."""
+    settings.LAKEWARDEN_RETRY_BACKOFF_SECONDS = 60
+    process = services.process_create(table=delta_table, action="touch", params={"disk-full": True})
+
+    assert run_process(process.pk) == ProcessStatus.FAILED
+
+    process = _reload(process)
+    assert process.failure == (
+        f"no space left on {delta_table.location} (not retried: free space there, then run it again)"
+    )
+    assert not Process.objects.filter(retry_of=process).exists()
+    assert not services.staging_dir(process).exists()
+
+
 def test_a_cancel_stops_a_running_process_at_its_next_check_and_cleans_staging(
     test_plugin, delta_table, settings
 ):
@@ -141,3 +157,25 @@ def _wait_for(condition, timeout: float = 15) -> None:
             return
         time.sleep(0.1)
     raise AssertionError("condition not met in time")
+
+
+@pytest.mark.spark
+def test_a_spark_task_that_fills_the_disk_is_read_as_no_space_left(spark):
+    """A full disk inside a Spark task reaches the worker as Spark's error text (a Python worker
+    traceback, no OSError to look at): it is still a full disk, on the process's location."""
+    from processes.executor import no_space_left
+
+    def fill(_):
+        with open("/dev/full", "w") as full:
+            full.write("x")
+        return 0
+
+    with pytest.raises(Exception) as raised:
+        spark.sparkContext.parallelize([1], 1).map(fill).collect()
+
+    assert "Traceback" in str(raised.value)  # what used to be the process's reason
+    assert no_space_left(raised.value, "/wh/t") == "no space left on /wh/t"
+    assert no_space_left(OSError(28, "No space left on device", "/wh/t/part-0.parquet"), "/wh/t") == (
+        "no space left on /wh/t/part-0.parquet"
+    )
+    assert no_space_left(RuntimeError("asked to fail"), "/wh/t") is None

@@ -12,12 +12,15 @@ TOUCH = register_action("touch", "Write a marker file in staging (test plugin)")
 
 
 class TouchProcess(TableProcess):
-    """Works for ``seconds``, checking for cancel, then succeeds or raises when ``fail`` is set."""
+    """Works for ``seconds``, checking for cancel, then succeeds or raises when ``fail`` is set;
+    with ``disk-full`` its marker goes to /dev/full, where every write fails with ENOSPC."""
 
     def run(self, context):
         steps = max(1, int(self.params.get("seconds", 0) * 10))
         context.staging_dir.mkdir(parents=True, exist_ok=True)
-        (context.staging_dir / "marker").write_text("staged")
+        marker = "/dev/full" if self.params.get("disk-full") else context.staging_dir / "marker"
+        with open(marker, "w") as staged:
+            staged.write("staged")
         for step in range(steps):
             context.check_cancelled()
             context.report_progress(step + 1, steps, f"step {step + 1} of {steps}")
@@ -48,6 +51,7 @@ class TouchFactory(ProcessFactory):
         "properties": {
             "seconds": {"type": "number", "minimum": 0, "maximum": 600},
             "fail": {"type": "boolean"},
+            "disk-full": {"type": "boolean"},
         },
         "additionalProperties": False,
     }
