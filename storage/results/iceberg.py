@@ -133,6 +133,21 @@ class IcebergStorage(IntermediateResultStorage):
             engine.dispose()
         self._catalog = None
 
+    def verify(self) -> None:
+        """Connect and list namespaces (``StorageUnavailable``, an ``OSError``, when refused)."""
+        try:
+            self.catalog().list_namespaces()
+        except StorageUnavailable:
+            raise
+        except Exception as exc:  # pyiceberg's and the database driver's own errors
+            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+            message = _scrub(reason[0] if reason else type(exc).__name__, self.config, self.secret_keys)
+            raise StorageUnavailable(
+                f"cannot reach the iceberg catalog at {_where(str(self.config['uri']))}: {message}"
+            ) from None
+        finally:
+            self.close()
+
     # -- hooks -------------------------------------------------------------------------------------
 
     def create(self, table_name: str, properties: Mapping[str, Any]) -> dict[str, Any]:

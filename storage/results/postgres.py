@@ -264,6 +264,10 @@ class PostgresStorage(IntermediateResultStorage):
         conn.execute("SET TIME ZONE 'UTC'")
         return conn
 
+    def verify(self) -> None:
+        """Connect once (``StorageUnavailable``, an ``OSError``, naming host and database)."""
+        self.connect().close()
+
     # -- hooks -------------------------------------------------------------------------------------
 
     def create(self, table_name: str, properties: Mapping[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,8 @@ def _validated(descriptor: StorageDescriptor) -> tuple[str, dict[str, Any]]:
             config["root"] = str(confine(str(root)))  # a resolved folder or a normalised URI
         except PathNotAllowed as error:
             raise InvalidInput(f"root: {error}", field="config") from error
+    if descriptor.type == "iceberg":
+        config.update(_iceberg_warehouse(config))
     try:
         storage = registry.build_storage(StorageDescriptor(type=descriptor.type, config=config))
     except registry.StorageConfigError as error:
@@ -48,6 +50,23 @@ def _validated(descriptor: StorageDescriptor) -> tuple[str, dict[str, Any]]:
         message = mask_text(str(error), secrets=_secrets(storage, config))
         raise InvalidInput(f"cannot reach the storage: {message}", field="config") from error
     return descriptor.type, config
+
+
+def _iceberg_warehouse(config: dict[str, Any]) -> dict[str, Any]:
+    """An ``iceberg`` storage writes its tables' data under ``warehouse``: a SQL catalog needs
+    one, and any warehouse must lie inside the allowed roots (``InvalidInput`` otherwise)."""
+    warehouse = str(config.get("warehouse") or "").strip()
+    if not warehouse:
+        if str(config.get("type") or "sql") == "sql":
+            raise InvalidInput(
+                "warehouse: a SQL catalog needs a warehouse inside the allowed roots", field="config"
+            )
+        return {}
+    try:
+        confined = confine(warehouse)
+    except PathNotAllowed as error:
+        raise InvalidInput(f"warehouse: {error}", field="config") from error
+    return {"warehouse": confined.as_uri() if isinstance(confined, Path) else confined}
 
 
 def storage_backend_register(

@@ -81,7 +81,7 @@ def catalog_properties_checked(name: str, kind: str, properties: dict[str, Any])
             properties["root"] = str(_confined_existing_folder(root, field_name="root"))
     elif kind == CatalogKind.ICEBERG_SQL and str(properties.get("warehouse", "") or "").strip():
         # Tables it creates (a cached result's, say) are written there: inside the roots only.
-        properties["warehouse"] = _confined_uri(str(properties["warehouse"]).strip(), field_name="properties")
+        _confined_uri(str(properties["warehouse"]).strip(), field_name="properties")  # kept as spelt
     elif kind == CatalogKind.ICEBERG_REST:
         uri = str(properties.get("uri", "") or "").strip()
         if not uri:
