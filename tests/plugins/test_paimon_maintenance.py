@@ -254,3 +254,42 @@ def test_compaction_is_declined_with_the_reason():
         factory = factory_cls()
         assert "rewrite" not in factory.supported_actions()["paimon"]
         assert "Paimon writer" in factory.declined_actions()["paimon"]["rewrite"]
+
+
+def test_orphan_cleanup_keeps_a_nested_table_and_what_a_link_leads_to(table_copy, tmp_path):
+    """The path guard (``context.guard``) keeps a registered table nested in the Paimon folder and
+    a folder outside reached through a symlink; the table's own orphan still goes."""
+    from deltalake import write_deltalake
+    from lakewarden_paimon.factory import PaimonCleanOrphanFilesFactory
+
+    from storage.io.guard import PathGuard
+    from tests.processes.conftest import delta_rows
+
+    bucket = next(Path(table_copy).glob("region=eu/bucket-0"))
+    nested = bucket / "nested"
+    write_deltalake(str(nested), delta_rows(0, 3))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.parquet").write_bytes(b"not the table's")
+    os.symlink(outside, bucket / "linked")
+    orphan = bucket / "data-00000000-orphan-0.parquet"
+    orphan.write_bytes(b"not referenced")
+    for path in [*Path(table_copy).rglob("*"), outside / "secret.parquet"]:
+        if path.is_file():
+            os.utime(path, (OLD, OLD))
+    nested_files = {p: p.read_bytes() for p in nested.rglob("*") if p.is_file()}
+
+    class Guarded(_Runtime):
+        def guard(self):
+            return PathGuard.build(self.location, roots=[self.location], others=[str(nested)])
+
+    factory = PaimonCleanOrphanFilesFactory()
+    runtime = Guarded(table_copy, dict(PaimonCleanOrphanFilesFactory.default_properties))
+    process = factory.recover(runtime, ProcessRecord(id=1, action=factory.action, params={}))
+    summary = process.run(_Context(runtime))
+
+    assert not orphan.exists()
+    assert {p: p.read_bytes() for p in nested.rglob("*") if p.is_file()} == nested_files
+    assert (outside / "secret.parquet").read_bytes() == b"not the table's"
+    assert summary["deleted_files"] == 1
+    assert any(reason.startswith("inside another registered table") for reason in summary["kept"])
