@@ -241,7 +241,7 @@ def _execute(process: Process) -> str:
         heartbeat.tick()  # last progress in the row
         return _finish_success(process, summary)
     except ProcessCancelled:
-        return _finish_cancelled(process, "cancelled by an operator")
+        return _finish_cancelled(process, CANCELLED)
     except BaseException as error:  # SoftTimeLimitExceeded and SystemExit too: never stay RUNNING
         status = _finish_failed(process, error)
         if not isinstance(error, Exception):
@@ -260,8 +260,18 @@ def _finish_success(process: Process, summary: dict[str, Any]) -> str:
     return ProcessStatus.SUCCESS
 
 
+#: The reason a cancelled process shows: one line, whatever the cancel interrupted (a Spark job's
+#: Java stack trace goes to the worker's log); a kill's cancel that took effect says so.
+CANCELLED = "cancelled by an operator"
+KILL_TOOK_EFFECT = (
+    "killed by an operator: the kill's cancel took effect within the grace period (no task terminated)"
+)
+
+
 def _finish_cancelled(process: Process, failure: str) -> str:
     clean_staging(process)
+    if Process.objects.filter(pk=process.pk).exclude(kill_deadline=None).exists():
+        failure = KILL_TOOK_EFFECT
     try:
         transition(process, ProcessStatus.CANCELED, current=STARTED_STATUSES, failure=failure)
     except Conflict:
@@ -273,7 +283,7 @@ def _finish_failed(process: Process, error: BaseException) -> str:
     reason = f"{type(error).__name__}: {error}"
     logger.warning("process %s failed: %s\n%s", process.pk, reason, traceback.format_exc())
     if Process.objects.filter(pk=process.pk, cancel_requested=True).exists():
-        return _finish_cancelled(process, f"cancelled by an operator ({reason})")
+        return _finish_cancelled(process, CANCELLED)  # what the cancel interrupted stays in the log
     retry = not isinstance(error, ProcessInputError)  # bad parameters or properties: no retry mends them
     no_space = no_space_left(error, process.table.location)
     if no_space:  # a retry would fill the same disk again
