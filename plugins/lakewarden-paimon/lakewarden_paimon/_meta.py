@@ -13,15 +13,18 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from lakewarden_paimon._manifests import reading_older_manifests
+
 ADD, DELETE = 0, 1
 
 
 def open_file_store_table(location: str, options: dict[str, str] | None = None) -> Any:
     """pypaimon's ``FileStoreTable`` for the table at ``location`` (no catalog needed);
-    ``options`` are pypaimon's file IO options (an object store's credentials)."""
+    ``options`` are pypaimon's file IO options (an object store's credentials). Its manifests
+    are read in any format and version Paimon wrote (``_manifests``)."""
     from pypaimon.table.file_store_table import FileStoreTable
 
-    return FileStoreTable.from_path(location.rstrip("/"), options)
+    return reading_older_manifests(FileStoreTable.from_path(location.rstrip("/"), options))
 
 
 def snapshot_ids(table: Any) -> list[int]:

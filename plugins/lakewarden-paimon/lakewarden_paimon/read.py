@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from lakewarden_paimon import _casts
-from storage.spec.errors import CorruptTable
+from storage.spec.errors import CorruptTable, UnsupportedFeature
 from storage.spec.expressions import to_arrow
 from storage.spec.table import output_columns
 
@@ -37,8 +37,38 @@ def reader_table(store: Any, snapshot: Any = None) -> Any:
     return table
 
 
+def check_readable(table: Any) -> None:
+    """``UnsupportedFeature`` naming what pypaimon cannot merge (a merge engine, or options of
+    one, such as partial-update with ``ignore-delete``); ``CorruptTable`` for options Paimon
+    itself refuses. pypaimon raises ``NotImplementedError`` and ``ValueError`` for these."""
+    from pypaimon.read import merge_engine_support as support
+
+    try:
+        support.check_supported(table)
+    except NotImplementedError as exc:
+        engine = table.options.merge_engine().value
+        if engine == "partial-update":
+            options = support.partial_update_unsupported_options(table)
+        elif engine == "aggregation":
+            options = support.aggregation_unsupported_options(table)
+        else:
+            options = set()
+        raw = table.options.options.to_map()
+        named = ", ".join(f"{key!r}={raw.get(key)!r}" for key in sorted(options))
+        # the options pypaimon names, or the first sentence of its reason (a sequence field's type)
+        detail = f" with {', '.join(sorted(options))} ({named})" if named else f" ({str(exc).split('. ')[0]})"
+        feature = f"the {engine} merge engine{detail}"
+        raise UnsupportedFeature(
+            f"Paimon table {table.table_path} uses {feature}, which this reader (pypaimon) cannot"
+            " merge: its rows cannot be read here (its snapshots, files and maintenance can)"
+        ) from exc
+    except ValueError as exc:
+        raise CorruptTable(f"Paimon table {table.table_path} has options Paimon refuses: {exc}") from exc
+
+
 def _snapshot_splits(table: Any, snapshot_id: int) -> tuple[Any, list[Any]]:
     _casts.install()
+    check_readable(table)
     # without time travel: ``table`` keeps its schema, whichever snapshot's files are planned
     planned = table.copy_without_time_travel({"scan.snapshot-id": str(snapshot_id)})
     builder = planned.new_read_builder()

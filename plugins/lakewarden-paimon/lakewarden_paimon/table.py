@@ -16,8 +16,8 @@ import pyarrow as pa
 from lakewarden_paimon import _meta
 from lakewarden_paimon._files import Files
 from lakewarden_paimon.index import PaimonFileIndex
-from lakewarden_paimon.read import read_files, read_snapshot, reader_table
-from storage.spec.errors import InstantNotFound, InvalidRange
+from lakewarden_paimon.read import check_readable, read_files, read_snapshot, reader_table
+from storage.spec.errors import InstantNotFound, InvalidRange, UnsupportedFeature
 from storage.spec.expressions import bind_filter
 from storage.spec.models import (
     FileSlice,
@@ -183,12 +183,18 @@ class PaimonSpecTable(SpecTable):
 
     def _record_count(self, latest: int | None, files: list[FileSlice]) -> int:
         """Rows a read returns: from the manifests when no key can appear twice (append-only, or
-        one file per bucket with no retractions), else by reading the primary key columns."""
+        one file per bucket with no retractions), else by reading the primary key columns. A
+        table whose merge this reader cannot do (``check_readable``) counts the rows its files
+        hold: an upper bound, as for Iceberg equality deletes."""
         if latest is None:
             return 0
         groups = [s.file_group_id for s in files]
         merged = any(s.base_file and s.base_file.extra.get("delete_row_count") for s in files)
         if not self.is_primary_key_table or (len(groups) == len(set(groups)) and not merged):
+            return sum(s.record_count for s in files)
+        try:
+            check_readable(self.store)
+        except UnsupportedFeature:
             return sum(s.record_count for s in files)
         keys = list(self.store.primary_keys)
         return sum(b.num_rows for b in self.read(latest, columns=keys))
