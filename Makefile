@@ -6,9 +6,10 @@ PY := $(VENV)/bin/python
 .PHONY: demo test setup setup-test serve bench lint format clean
 
 # LAKEWARDEN_DEMO_STORAGE=s3 make demo: the demo lakehouse on a SeaweedFS under var/seaweedfs, which
-# lakewarden_serve then runs as one of its children; its prefixes join the allowed roots.
+# lakewarden_serve then runs as one of its children; its prefixes (the REST catalog's tables under
+# s3://lakehouse/demo too: registration refuses a table outside the roots) join the allowed roots.
 ifeq ($(LAKEWARDEN_DEMO_STORAGE),s3)
-export LAKEWARDEN_ALLOWED_ROOTS ?= $(or $(LAKEWARDEN_WAREHOUSE),$(or $(LAKEWARDEN_VAR_DIR),var)/warehouse):s3://lake/demo:s3://results/cache
+export LAKEWARDEN_ALLOWED_ROOTS ?= $(or $(LAKEWARDEN_WAREHOUSE),$(or $(LAKEWARDEN_VAR_DIR),var)/warehouse):s3://lake/demo:s3://lakehouse/demo:s3://results/cache
 endif
 
 demo: setup

@@ -4,7 +4,11 @@ dataset and a Paimon primary-key table, built from many small commits so mainten
 
 ``demo_lakehouse_build`` puts it in the local warehouse; ``demo_lakehouse_build_s3`` on an object
 store (SeaweedFS under ``var/`` for ``LAKEWARDEN_DEMO_STORAGE=s3``): the same tables, the Iceberg
-ones in a REST catalog, the Delta ones under an ``s3://`` prefix."""
+ones in a REST catalog, the Delta, Lance and Paimon ones under an ``s3://`` prefix.
+
+The scheduler maintains every table within a minute or two of start-up, except the one named by
+``LEFT_FOR_PREVIEW``: it is registered with the ``manual-actions`` property, so the scheduler
+leaves it alone and a newcomer's first Preview (or "run now") still has work to show."""
 
 from __future__ import annotations
 
@@ -18,10 +22,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from processes.scheduler import MANUAL_ACTIONS
 from storage import services
 from storage.catalogs import iceberg_catalog
 from storage.io import StoreOptions, filesystem, join
-from storage.models import Catalog, CatalogKind, StorageBackend
+from storage.models import Catalog, CatalogKind, StorageBackend, Table
 from storage.results.plugin import StorageDescriptor
 
 logger = logging.getLogger(__name__)
@@ -30,6 +35,8 @@ NAMESPACE = "demo"
 REGIONS = ["eu", "us", "apac", "latam"]
 STATUSES = ["placed", "paid", "shipped", "delivered", "cancelled"]
 EPOCH = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+#: The demo table the scheduler leaves alone (its name in the demo namespace).
+LEFT_FOR_PREVIEW = "events"
 
 
 def _orders_schema():
@@ -247,7 +254,9 @@ def demo_lakehouse_build(
     )
     built = _build_iceberg(iceberg_catalog(iceberg), scale, report)
     built += _build_delta(str(delta_root), scale, report)
-    return {"built": built, **_sync(iceberg, paths, *_build_plugin_formats(warehouse, scale, report))}
+    result = {"built": built, **_sync(iceberg, paths, *_build_plugin_formats(warehouse, scale, report))}
+    _leave_for_preview(iceberg, f"{NAMESPACE}.{LEFT_FOR_PREVIEW}", result["registered"], report)
+    return result
 
 
 def _build_plugin_formats(warehouse: Path, scale: int, report: Callable[[str], None]) -> list[Catalog]:
@@ -277,6 +286,47 @@ def _build_plugin_formats(warehouse: Path, scale: int, report: Callable[[str], N
     return catalogs
 
 
+def _build_plugin_formats_s3(
+    lake_root: str, options: StoreOptions, scale: int, report: Callable[[str], None]
+) -> None:
+    """The plugins' formats under the object-store ``lake_root``, beside the Delta tables (the
+    root's path-root catalog finds them all): the Lance dataset at ``clickstream`` and the Paimon
+    warehouse at ``paimon``. As in the local warehouse, what is built is reported, not counted."""
+    try:
+        from lakewarden_lance.demo import build_demo_dataset
+    except ImportError:
+        report("lance: the lakewarden-lance plugin is not installed; no Lance demo dataset")
+    else:
+        if build_demo_dataset(join(lake_root, "clickstream"), appends=max(scale // 3, 4), storage=options):
+            report(f"lance clickstream: {max(scale // 3, 4)} small appends, an index, a tag and a delete")
+    try:
+        from lakewarden_paimon.demo import build_demo_paimon_table
+    except ImportError:
+        report("paimon: the lakewarden-paimon plugin is not installed; no Paimon demo table")
+    else:
+        location = build_demo_paimon_table(join(lake_root, "paimon"), storage=options)
+        report(f"paimon paimon_orders: a primary-key table with five snapshots at {location}")
+
+
+def _leave_for_preview(
+    catalog: Catalog, identifier: str, registered: list, report: Callable[[str], None]
+) -> None:
+    """Keep the scheduler off the demo table ``identifier`` when this build registered it (a
+    later build leaves the property as an operator set it): its files stay small, so Preview and
+    "run now" have work to show. Removing the property in the admin hands it to the scheduler."""
+    if identifier not in registered:
+        return
+    table = Table.objects.filter(catalog=catalog, identifier=identifier).first()
+    if table is None:
+        return
+    table.properties = {**(table.properties or {}), MANUAL_ACTIONS: "*"}
+    table.save(update_fields=["properties"])
+    report(
+        f"{identifier}: left to operators ({MANUAL_ACTIONS}: *); the scheduler maintains the other "
+        "tables, so Preview this one first"
+    )
+
+
 def _path_root(name: str, root: Path) -> Catalog:
     return Catalog.objects.filter(name=name).first() or services.catalog_create(
         name=name, kind=CatalogKind.PATH_ROOT, properties={"root": str(root)}
@@ -300,15 +350,17 @@ def demo_lakehouse_build_s3(
     report: Callable[[str], None] = logger.info,
 ) -> dict:
     """The demo lakehouse on an object store: the Iceberg tables through a REST catalog
-    (``rest_properties``: uri, warehouse, credential and ``s3.*``), the Delta tables under
-    ``lake_root`` (a path-root catalog with the ``s3_properties``), cached query results under
+    (``rest_properties``: uri, warehouse, credential and ``s3.*``), the Delta, Lance and Paimon
+    tables under ``lake_root`` (a path-root catalog with the ``s3_properties``), cached query results under
     ``results_root`` (the default result storage). Every row goes through the services; safe to
     run again."""
     rest = Catalog.objects.filter(name=REST_CATALOG).first() or services.catalog_create(
         name=REST_CATALOG, kind=CatalogKind.ICEBERG_REST, properties=dict(rest_properties)
     )
+    options = StoreOptions.from_properties(s3_properties)
     built = _build_iceberg(iceberg_catalog(rest), scale, report, namespace)
-    built += _build_delta(lake_root, scale, report, StoreOptions.from_properties(s3_properties))
+    built += _build_delta(lake_root, scale, report, options)
+    _build_plugin_formats_s3(lake_root, options, scale, report)
     lake = Catalog.objects.filter(name=LAKE_CATALOG).first() or services.catalog_create(
         name=LAKE_CATALOG, kind=CatalogKind.PATH_ROOT, properties={"root": lake_root, **s3_properties}
     )
@@ -318,7 +370,9 @@ def demo_lakehouse_build_s3(
             descriptor.with_config(key, value)
         services.storage_backend_register(name=RESULT_STORAGE, descriptor=descriptor, is_default=True)
         report(f"result storage {RESULT_STORAGE}: {results_root} (the default)")
-    return {"built": built, **_sync(rest, lake)}
+    result = {"built": built, **_sync(rest, lake)}
+    _leave_for_preview(rest, f"{namespace}.{LEFT_FOR_PREVIEW}", result["registered"], report)
+    return result
 
 
 def _sync(*catalogs: Catalog) -> dict:

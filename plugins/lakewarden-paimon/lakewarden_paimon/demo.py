@@ -1,8 +1,10 @@
-"""A demo Paimon primary-key table with several snapshots, written by pypaimon."""
+"""A demo Paimon primary-key table with several snapshots, written by pypaimon, in a local
+warehouse folder or under an object-store prefix."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pyarrow as pa
 
@@ -30,16 +32,27 @@ def write_rows(table: object, rows: list[dict], *, overwrite: bool = False) -> N
         commit.close()
 
 
-def build_demo_paimon_table(warehouse: str, *, database: str = "demo", name: str = "paimon_orders") -> str:
+def build_demo_paimon_table(
+    warehouse: str, *, database: str = "demo", name: str = "paimon_orders", storage: Any = None
+) -> str:
     """A partitioned primary-key table with five snapshots (inserts, updates by key, a new
-    region); kept as it is when it exists. Returns the table's folder."""
+    region); kept as it is when it exists. ``warehouse`` is a folder, or an ``s3://`` prefix
+    reached with ``storage`` (``StoreOptions``; None: the environment's credentials). Returns the
+    table's location."""
     from pypaimon import CatalogFactory, Schema
 
-    catalog = CatalogFactory.create({"warehouse": warehouse})
-    catalog.create_database(database, True)
-    location = os.path.join(warehouse, f"{database}.db", name)
-    if os.path.isdir(os.path.join(location, "snapshot")):
+    from lakewarden_paimon._files import Files, pypaimon_options
+    from storage.io import is_local
+
+    if is_local(warehouse):
+        location = os.path.join(warehouse, f"{database}.db", name)
+    else:
+        location = f"{warehouse.rstrip('/')}/{database}.db/{name}"
+    files = Files(location, storage)
+    if files.names(files.child("snapshot")):
         return location
+    catalog = CatalogFactory.create({"warehouse": warehouse, **pypaimon_options(storage)})
+    catalog.create_database(database, True)
     schema = Schema.from_pyarrow_schema(
         ORDERS_SCHEMA, partition_keys=["region"], primary_keys=["order_id", "region"], options={"bucket": "2"}
     )
