@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.urls import reverse
+from django.utils import timezone
 
 
 class ProcessStatus(models.TextChoices):
@@ -162,8 +163,12 @@ class Process(models.Model):
 
     @property
     def duration_seconds(self) -> float | None:
+        """Seconds from start to finish; for a process still running, to now (not to its last
+        heartbeat, which a fresh claim sets to its start)."""
         if self.started_at is None:
             return None
+        if self.finished_at is None and self.status in ACTIVE_STATUSES:
+            return max(0.0, (timezone.now() - self.started_at).total_seconds())
         end = self.finished_at or self.heartbeat_at or self.started_at
         return (end - self.started_at).total_seconds()
 

@@ -16,12 +16,29 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    ExpressionWrapper,
+    F,
+    Func,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Coalesce, Concat
 
 from storage.catalogs import is_catalog_error
 from storage.errors import Conflict, InvalidInput
 from storage.metrics import BUCKETS_MIB, bucket_labels, size_bucket
-from storage.models import Catalog, Table, format_values
+from storage.models import Catalog, CatalogKind, Table, format_values
 from storage.services import table_open
 from storage.services.tables import table_error_text
 from storage.spec import (
@@ -317,7 +334,7 @@ def jsonable(value: Any) -> Any:
 # --- lists shared by pages and the API --------------------------------------------------------
 
 
-def table_list(*, search: str = "", format: str = "", catalog_id: int | None = None) -> QuerySet[Table]:
+def table_list(*, search: str = "", format: str = "") -> QuerySet[Table]:
     text_param(search, "search")
     if format and format not in format_values():
         raise InvalidInput(
@@ -330,13 +347,39 @@ def table_list(*, search: str = "", format: str = "", catalog_id: int | None = N
         )
     if format:
         tables = tables.filter(format=format)
-    if catalog_id:
-        tables = tables.filter(catalog_id=catalog_id)
     return tables
 
 
+def catalog_tables(catalog: Catalog) -> QuerySet[Table]:
+    """The tables a catalog's page lists, as its sync counts them: those registered from it, and
+    for a path root the tables registered by location under its root (a sync registers them so)."""
+    tables = Table.objects.select_related("catalog")
+    root = str((catalog.properties or {}).get("root") or "").rstrip("/")
+    if catalog.kind != CatalogKind.PATH_ROOT or not root:
+        return tables.filter(catalog=catalog)
+    under_root = Q(catalog__isnull=True) & (Q(location=root) | Q(location__startswith=root + "/"))
+    return tables.filter(Q(catalog=catalog) | under_root)
+
+
 def catalog_list() -> QuerySet[Catalog]:
-    return Catalog.objects.annotate(table_count=Count("tables")).order_by("name")
+    """Catalogs by name with ``table_count``: what ``catalog_tables`` lists for each."""
+    root = Func(
+        KeyTextTransform("root", OuterRef("properties")),
+        Value("/"),
+        function="RTRIM",
+        output_field=CharField(),
+    )
+    under_root = Table.objects.filter(catalog__isnull=True).filter(
+        Q(location=root) | Q(location__startswith=Concat(root, Value("/")))
+    )
+    # COUNT as a plain function: one row for the whole subquery, no GROUP BY.
+    counted = under_root.order_by().annotate(n=Func(F("id"), function="COUNT")).values("n")
+    path_root_count = Case(
+        When(kind=CatalogKind.PATH_ROOT, then=Coalesce(Subquery(counted[:1]), 0)), default=Value(0)
+    )
+    return Catalog.objects.annotate(
+        table_count=ExpressionWrapper(Count("tables") + path_root_count, output_field=IntegerField())
+    ).order_by("name")
 
 
 def lakehouse_totals() -> dict[str, int]:

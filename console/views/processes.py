@@ -14,6 +14,7 @@ from console.htmx import hx_redirect, is_fragment, render_page
 from console.roles import OPERATOR
 from processes import selectors, services
 from processes.models import ACTIVE_STATUSES, Process, ProcessStatus
+from processes.scheduler import manual_actions
 from storage.errors import ServiceError
 from storage.models import Table
 
@@ -52,6 +53,7 @@ def table_processes(request, pk: int):
         "any_active": any(p.status in ACTIVE_STATUSES for p in page.items),
         "offered": selectors.actions_for_format(table.format),
         "declined": selectors.declined_actions_for_format(table.format),
+        "manual_actions": sorted(manual_actions(table)),
         "params": request.GET,
     }
     return render_page(request, "processes/table_processes.html", "processes/partials/rows.html", context)
@@ -64,7 +66,7 @@ def table_process_run(request, pk: int):
     process = _submitted(request, table, lambda **form: services.process_create(user=request.user, **form))
     if isinstance(process, HttpResponse):
         return process
-    messages.success(request, f"Process #{process.pk} ({process.action}) queued.")
+    # No flash message: the process page says "queued" in its live status, which ends with it.
     return _go(request, process.get_absolute_url())
 
 

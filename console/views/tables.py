@@ -95,7 +95,7 @@ def catalog_create(request):
 @require_GET
 def catalog_detail(request, pk: int):
     catalog = get_object_or_404(Catalog, pk=pk)
-    tables = selectors.table_list(catalog_id=catalog.pk)
+    tables = selectors.catalog_tables(catalog)
     return render(request, "console/catalog_detail.html", {"catalog": catalog, "tables": tables})
 
 

@@ -5,15 +5,13 @@ whose cancel took effect says that it did."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from processes import services
 from processes.executor import run_process
 from processes.models import Process, ProcessStatus
-from storage import services as console_services
-from tests.console.tables import write_delta_table
+from tests.processes.test_executor import _reload, _wait_for, delta_table  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,25 +22,6 @@ JAVA_TRACE = (
         for n in range(40)
     )
 )
-
-
-@pytest.fixture
-def delta_table(warehouse):
-    return console_services.table_register(location=str(write_delta_table(warehouse / "orders", commits=2)))
-
-
-def _reload(process: Process) -> Process:
-    process.refresh_from_db()
-    return process
-
-
-def _wait_for(condition, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 def test_a_cancel_that_interrupts_a_spark_job_reads_as_one_line_without_the_stack_trace(
