@@ -2,7 +2,8 @@
 
 Placed last (console/settings_audit.py): it sees the user the console's session or the API's token
 authenticated (DRF sets it on the request) and writes the row after the response, so the outcome
-(the HTTP status) is known. The request's fields are kept with secrets masked; a JSON body is read
+(the HTTP status) is known; a form answered with its errors (the admin re-renders a refused change
+at 200) is recorded as the 400 it is, with the errors. The request's fields are kept with secrets masked; a JSON body is read
 before the view so it can be kept too. Sign-in and sign-out are recorded by signals instead.
 """
 
@@ -150,18 +151,42 @@ def _created_target(audit: recording.RequestAudit, response: HttpResponse) -> No
             audit.target_id, audit.target_label = pk, label
 
 
+def _form_errors(response: HttpResponse) -> dict[str, list[str]]:
+    """The errors of a form a page answered with instead of saving it: the admin re-renders a
+    refused change at 200 (its ``errors`` cover the form and its inlines); {} when none."""
+    context = getattr(response, "context_data", None)
+    if not isinstance(context, dict):
+        return {}
+    adminform = context.get("adminform")
+    form = getattr(adminform, "form", None) or context.get("form")
+    errors: dict[str, list[str]] = {}
+    if form is not None and getattr(form, "is_bound", False) and form.errors:
+        errors = {
+            str(field): [str(m)[:MAX_FIELD_CHARS] for m in messages]
+            for field, messages in form.errors.items()
+        }
+    if not errors and context.get("errors"):  # only an inline's errors (AdminErrorList)
+        errors = {"__all__": [str(m)[:MAX_FIELD_CHARS] for item in context["errors"] for m in item]}
+    return errors
+
+
 def _record(request: HttpRequest, response: HttpResponse, audit: recording.RequestAudit, json_body) -> None:
     _created_target(audit, response)
     details = dict(audit.details)
     fields = _fields(request, json_body)
     if fields:
         details["request"] = fields
+    status = response.status_code
+    refused = _form_errors(response) if status < 400 else {}
+    if refused:  # nothing was saved: the trail records the refusal, not the page's 200
+        status = 400
+        details["refused"] = refused
     recording.write(
         **recording.who(request),
         action=audit.forced_action or audit.action,
         target_model=audit.target_model,
         target_id=audit.target_id,
         target_label=audit.target_label[:255],
-        status=response.status_code,
+        status=status,
         details=details,
     )

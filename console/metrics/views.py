@@ -6,11 +6,11 @@ import gzip
 
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
-from django.views.decorators.http import require_GET
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from console.errorpages import text_error
 from console.metrics.access import scrape_refusal
 from console.metrics.rows import backlog_family, cache_families, process_families, table_lines
 from console.metrics.runtime import BrokerProbe
@@ -39,13 +39,14 @@ def metrics_text() -> bytes:
     return generate_latest(registry) + tables
 
 
-@require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
+    if request.method != "GET":  # (Django's own 405 is an empty HTML answer)
+        response = text_error(f"{request.method} is not allowed here: metrics answer GET", 405)
+        response["Allow"] = "GET"
+        return response
     refusal = scrape_refusal(request)
     if refusal is not None:
-        response = HttpResponse(
-            refusal.message + "\n", status=refusal.status, content_type="text/plain; charset=utf-8"
-        )
+        response = text_error(refusal.message, refusal.status)
         if refusal.challenge:
             response["WWW-Authenticate"] = refusal.challenge
         return response
