@@ -212,7 +212,10 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Lakewarden API",
-    "DESCRIPTION": "Manage Iceberg, Delta and Hudi tables: catalogs, tables, files, processes.",
+    "DESCRIPTION": (
+        "Browse and maintain lakehouse tables: Iceberg, Delta, Hudi (browsed and read, not maintained),"
+        " and through their plugins Lance and Paimon. Catalogs, tables, files, processes, queries."
+    ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],

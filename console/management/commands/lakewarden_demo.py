@@ -12,8 +12,10 @@ from console.seaweedfs import DEMO_STORAGES, PortsBusy, demo_storage, demo_store
 class Command(BaseCommand):
     help = (
         "Build the demo lakehouse and register it: in the local warehouse (Iceberg tables in the SQL "
-        "catalog, two Delta tables), or with --storage s3 / LAKEWARDEN_DEMO_STORAGE=s3 on a SeaweedFS "
-        "under var/seaweedfs (Iceberg tables in its REST catalog, Delta tables on s3://lake/demo)."
+        "catalog, two Delta tables, a Lance and a Paimon table when their plugins are installed), or "
+        "with --storage s3 / LAKEWARDEN_DEMO_STORAGE=s3 on a SeaweedFS under var/seaweedfs (Iceberg "
+        "tables in its REST catalog, Delta, Lance and Paimon tables on s3://lake/demo). demo.events "
+        "is left to operators (table property manual-actions), with work for a first Preview."
     )
 
     def add_arguments(self, parser):
