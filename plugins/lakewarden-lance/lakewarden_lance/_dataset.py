@@ -41,11 +41,12 @@ def storage_options(location: str, storage: StoreOptions | None) -> dict[str, st
 
 
 def open_dataset(location: str, storage: StoreOptions | None = None, version: int | None = None) -> Any:
-    """``lance.dataset`` at ``version`` (latest when None), with Lakewarden's errors."""
+    """``lance.dataset`` at ``version`` (latest when None), with Lakewarden's errors; one whose
+    schema has duplicate field ids is refused (``check_field_ids``)."""
     import lance
 
     try:
-        return lance.dataset(location, version=version, storage_options=storage_options(location, storage))
+        dataset = lance.dataset(location, version=version, storage_options=storage_options(location, storage))
     except ValueError as exc:
         text = str(exc)
         if version is not None and ("version" in text.lower() or "not found" in text.lower()):
@@ -53,6 +54,47 @@ def open_dataset(location: str, storage: StoreOptions | None = None, version: in
         raise TableNotFound(f"no Lance dataset at {location}: {text}") from exc
     except OSError as exc:
         raise CorruptTable(f"the Lance dataset {location} cannot be read: {exc}") from exc
+    check_field_ids(dataset, location)
+    return dataset
+
+
+def check_field_ids(dataset: Any, location: str) -> None:
+    """``CorruptTable`` when two data files of a fragment hold the same field id.
+
+    Lance 0.10.5 and older gave a column added after ``drop_columns`` the id of a dropped column
+    still stored in an older data file of each fragment; Lance reads that file for it, so the
+    column shows the dropped column's values, with no error. Lance's ``validate`` refuses such a
+    dataset (its test data ``v0.10.5/corrupt_schema``), and Lance repairs it on its next commit.
+    The check reads the manifest only (negative ids are Lance's tombstones)."""
+    for fragment in dataset.get_fragments():
+        files = fragment.metadata.files
+        if len(files) < 2:
+            continue
+        seen: set[int] = set()
+        duplicated: list[int] = []
+        for data_file in files:
+            for field_id in data_file.fields:
+                if field_id >= 0 and field_id in seen and field_id not in duplicated:
+                    duplicated.append(field_id)
+                seen.add(field_id)
+        if duplicated:
+            names = {f.id(): f.name() for f in _all_fields(dataset.lance_schema.fields())}
+            columns = ", ".join(
+                f"field id {i} (column {names[i]})" if i in names else f"field id {i}" for i in duplicated
+            )
+            raise CorruptTable(
+                f"version {dataset.version} of the Lance dataset {location} has duplicate field ids in"
+                f" fragment {fragment.fragment_id}: {columns} is stored in more than one of its data files,"
+                " a fault of Lance 0.10 and older after add_columns and drop_columns; reading it would"
+                " return another column's values. A write by a current Lance repairs it, as Lance's own"
+                ' migration does (for example lance.dataset(uri).delete("false")).'
+            )
+
+
+def _all_fields(fields: list[Any]) -> Iterator[Any]:
+    for field in fields:
+        yield field
+        yield from _all_fields(field.children())
 
 
 def version_time(version: dict[str, Any]) -> dt.datetime:
