@@ -270,8 +270,8 @@ KILL_TOOK_EFFECT = (
 
 def _finish_cancelled(process: Process, failure: str) -> str:
     clean_staging(process)
-    if Process.objects.filter(pk=process.pk).exclude(kill_deadline=None).exists():
-        failure = KILL_TOOK_EFFECT
+    if Process.objects.filter(pk=process.pk, kill_deadline__gt=timezone.now()).exists():
+        failure = KILL_TOOK_EFFECT  # (past the deadline the kill task is terminating it: KILLED)
     try:
         transition(process, ProcessStatus.CANCELED, current=STARTED_STATUSES, failure=failure)
     except Conflict:
