@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import functools
 import io
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -64,12 +63,13 @@ def readable(data: bytes, kind: str, path: str = "") -> bytes:
 
 
 def _readable(data: bytes, kind: str) -> bytes:
-    records: Iterable[dict]
+    records: Iterable[Any]
     if data.startswith(AVRO):
         import fastavro
 
         reader = fastavro.reader(io.BytesIO(data))  # reads the header only
-        present = _avro_names(reader.writer_schema)
+        writer_schema: Any = reader.writer_schema
+        present = _avro_names(writer_schema)
         if kind != "manifest" or all(f"_FILE.{name}" in present for name in NEEDED_FILE_FIELDS):
             return data
         records = reader
@@ -142,7 +142,7 @@ def _python(value: Any) -> Any:
     return value
 
 
-def _to_avro(schema: dict, records: Iterable[dict]) -> bytes:
+def _to_avro(schema: dict, records: Iterable[Any]) -> bytes:
     import fastavro
 
     out = io.BytesIO()
@@ -161,11 +161,15 @@ def _new_input_stream(file_io: Any, path: Any) -> Any:
     return io.BytesIO(readable(data, kind, str(path)))
 
 
-@functools.cache
+_SUBCLASSES: dict[type, type] = {}
+
+
 def _with_older_manifests(cls: type) -> type:
     # a plain subclass (no mixin base): an instance's class can be swapped to it
-    body = {"new_input_stream": _new_input_stream, "reads_older_manifests": True}
-    return type(f"{cls.__name__}ReadingOlderManifests", (cls,), body)
+    if cls not in _SUBCLASSES:
+        body = {"new_input_stream": _new_input_stream, "reads_older_manifests": True}
+        _SUBCLASSES[cls] = type(f"{cls.__name__}ReadingOlderManifests", (cls,), body)
+    return _SUBCLASSES[cls]
 
 
 def reading_older_manifests(table: Any) -> Any:
