@@ -93,11 +93,13 @@ def _fields(request: HttpRequest, json_body: Any) -> dict[str, Any]:
         return {"unreadable": True}
     if len(text) > MAX_BODY_CHARS:
         return {"truncated": True, "keys": sorted(str(key) for key in masked)[:50]}
-    # Postgres keeps no NUL character in JSON; the request is kept without them.
-    if "\\u0000" not in text:
+    # Postgres keeps no NUL character and no lone half of a surrogate pair ("\\ud9bc") in JSON:
+    # the request is kept without NULs and with U+FFFD for each lone half.
+    if "\\u0000" not in text and "\\ud" not in text:
         return masked
     try:
-        return json.loads(text.replace("\\u0000", ""))
+        kept = json.dumps(json.loads(text.replace("\\u0000", "")), ensure_ascii=False)
+        return json.loads(kept.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
     except ValueError:
         return {"unreadable": True}
 

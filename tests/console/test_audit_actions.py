@@ -337,6 +337,24 @@ def test_a_body_postgres_cannot_keep_is_recorded_without_what_it_cannot_keep(adm
     assert event.details["request"] == {"location": f"{warehouse}x", "password": MASK}
 
 
+def test_a_viewers_refused_attempt_with_a_lone_surrogate_is_still_recorded(viewer, delta_table):
+    """JSON may escape half a surrogate pair ("\\ud9bc"): Postgres refuses it in jsonb, and the
+    row of a refused request was lost (the API fuzz's viewer, 403)."""
+    body = '{"params": {"note": "a\\ud9bcb", "\\udf05": "lone low"}, "name": "x\\ud83d\\ude00"}'
+
+    response = _token(viewer).post(
+        f"/api/v1/tables/{delta_table.pk}/processes/preview/", body, content_type="application/json"
+    )
+
+    assert response.status_code == 403
+    event = _only_event()
+    assert (event.action, event.username, event.status) == ("process.preview", "viewer-user", 403)
+    assert event.details["request"] == {
+        "params": {"note": "a\ufffdb", "\ufffd": "lone low"},
+        "name": "x\U0001f600",
+    }
+
+
 def test_configuring_a_plugin_in_the_admin_keeps_the_properties_before_and_after(admin_user, test_plugin):
     from processes.models import PluginConfig
 
