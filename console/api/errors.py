@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
@@ -44,6 +45,16 @@ def _first_message(detail) -> tuple[str | None, str]:
 
 
 def exception_handler(exc, context):
+    response = _error_response(exc, context)
+    request = context.get("request")
+    if response is not None and request is not None:
+        # Whatever the client asked for (the schema as YAML, the browsable API or the docs page as
+        # HTML), an error is the JSON error body: DRF renders a response with the request's renderer.
+        request.accepted_renderer, request.accepted_media_type = JSONRenderer(), JSONRenderer.media_type
+    return response
+
+
+def _error_response(exc, context):
     if isinstance(exc, RequestDataTooBig):  # Django's DATA_UPLOAD_MAX_MEMORY_SIZE, read in request.data
         exc = body_too_large()
     elif isinstance(exc, SuspiciousOperation):  # too many form fields or files, a bad multipart body

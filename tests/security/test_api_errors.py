@@ -48,6 +48,28 @@ def test_an_unknown_api_path_is_a_json_404_not_the_consoles_page(api_as, users):
     assert _is_error_body(response.json())
 
 
+@pytest.mark.parametrize(
+    ("role", "path", "accept", "status"),
+    [
+        (None, "/api/schema/", "*/*", 401),  # the schema's own YAML renderer, by default
+        (None, "/api/schema/", "application/yaml", 401),
+        ("none", "/api/schema/", "*/*", 403),
+        (None, "/api/docs/", "text/html", 401),  # the Swagger UI page's template
+        (None, "/api/v1/tables/", "text/html", 401),  # DRF's browsable API
+        ("viewer", "/api/v1/tables/999999/", "text/html", 404),
+        ("viewer", "/api/v1/tables/?format=zz", "text/html", 400),
+    ],
+)
+def test_an_error_is_json_whatever_the_accept_header_asks_for(api_as, users, role, path, accept, status):
+    """What a client may ask for (the schema in YAML, the API or its docs as HTML pages) is for
+    the answer; an error under /api/ is always the JSON error body."""
+    response = api_as(users[role]).get(path, HTTP_ACCEPT=accept)
+
+    assert response.status_code == status
+    assert response["Content-Type"] == "application/json"
+    assert _is_error_body(response.json())
+
+
 def test_a_crash_in_the_api_is_a_json_500_that_is_logged(lake, users, monkeypatch, caplog, settings):
     from rest_framework.test import APIClient
 
