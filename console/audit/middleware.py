@@ -179,7 +179,10 @@ def _record(request: HttpRequest, response: HttpResponse, audit: recording.Reque
     if fields:
         details["request"] = fields
     status = response.status_code
-    refused = _form_errors(response) if status < 400 else {}
+    try:
+        refused = _form_errors(response) if status < 400 else {}
+    except Exception:  # reading the page's form must never fail the request it audits
+        refused = {}
     if refused:  # nothing was saved: the trail records the refusal, not the page's 200
         status = 400
         details["refused"] = refused
