@@ -5,21 +5,19 @@ reads the pointer of every table and re-reads the metadata only of tables whose 
 
 - Iceberg in a catalog: the catalog's metadata location (a SQL catalog: one row of its
   ``iceberg_tables``; a REST catalog: the location its ``loadTable`` answers).
-- Iceberg by path: the name of the current ``*.metadata.json`` (one listing of ``metadata/``).
-- Delta: the last version in ``_delta_log`` (one listing of the log's names).
-- Hudi: the newest completed instant of the active timeline (one listing of the timeline).
-
-Formats without a cheap pointer (plugin formats) have none: they are refreshed every pass.
+- Any other table: what its format adapter's ``metadata_pointer`` answers (Iceberg by path: the
+  current ``*.metadata.json``'s name; Delta: the last log version; Hudi: the newest completed
+  instant). Formats without a cheap pointer answer None: they are refreshed every pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from storage.catalogs import iceberg_catalog, store_options_for
 from storage.io import is_object_store
 from storage.models import CatalogKind, Table
+from storage.spec import format_adapters
 
 ICEBERG_CATALOG_KINDS = (CatalogKind.ICEBERG_SQL, CatalogKind.ICEBERG_REST)
 
@@ -30,11 +28,12 @@ def table_pointer(table: Table) -> str | None:
     records the error on its row."""
     if table.catalog_id is not None and table.identifier and table.catalog.kind in ICEBERG_CATALOG_KINDS:
         return "catalog:" + _catalog_metadata_location(table)
-    reader = _PATH_POINTERS.get(table.format)
-    if reader is None:
+    adapter = format_adapters().get(table.format)
+    if adapter is None:
         return None
     storage = store_options_for(table.location, table.catalog) if is_object_store(table.location) else None
-    return f"{table.format}:{reader(table.location, storage)}"
+    pointer = adapter.metadata_pointer(table.location, storage)
+    return None if pointer is None else f"{table.format}:{pointer}"
 
 
 def _catalog_metadata_location(table: Table) -> str:
@@ -65,37 +64,6 @@ def _sql_catalog_location(catalog: Any, identifier: str) -> str:
     if location is None:
         raise NoSuchTableError(f"Table does not exist: {namespace}.{name}")
     return str(location)
-
-
-def _iceberg_pointer(location: str, storage) -> str:
-    from storage.formats.iceberg.adapter import latest_metadata_file
-
-    return latest_metadata_file(location, storage).rsplit("/", 1)[-1]
-
-
-def _delta_pointer(location: str, storage) -> str:
-    from storage.formats.delta._log import DeltaLog, Store
-
-    return str(DeltaLog(Store(location, storage)).latest)
-
-
-def _hudi_pointer(location: str, storage) -> str:
-    from storage.formats.hudi._layout import HOODIE_FOLDER, open_filesystem
-    from storage.formats.hudi._metadata_index import read_timeline
-
-    filesystem, root = open_filesystem(location, storage)[:2]
-    completed = read_timeline(filesystem, f"{root.rstrip('/')}/{HOODIE_FOLDER}").completed
-    if not completed:
-        return ""
-    newest = max(completed)
-    return f"{newest}.{completed[newest]}:{len(completed)}"
-
-
-_PATH_POINTERS: dict[str, Callable[[str, Any], str]] = {
-    "iceberg": _iceberg_pointer,
-    "delta": _delta_pointer,
-    "hudi": _hudi_pointer,
-}
 
 
 def pointer_or_blank(table: Table) -> str:

@@ -307,3 +307,10 @@ class TableFormatAdapter(abc.ABC):
         cls, location_or_identifier: str, catalog: Any = None, storage: StoreOptions | None = None
     ) -> SpecTable:
         """Open the table, raising ``TableNotFound``/``CorruptTable``/``UnsupportedFeature``."""
+
+    @classmethod
+    def metadata_pointer(cls, location: str, storage: StoreOptions | None = None) -> str | None:
+        """The cheapest read that changes whenever the table at ``location`` does (a refresh pass
+        re-reads only tables whose pointer moved), or None when the format has none (the table is
+        then refreshed every pass). Raises what reading it raised."""
+        return None

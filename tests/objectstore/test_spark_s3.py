@@ -176,7 +176,7 @@ def test_workbench_queries_read_s3_tables_with_their_catalogs_credentials(
     from storage import services
     from storage.models import CatalogKind
 
-    settings.LAKEWARDEN_ALLOWED_ROOTS = [warehouse, s3_prefix]
+    settings.LAKEWARDEN_ALLOWED_ROOTS = [warehouse, s3_prefix, "s3://lakehouse"]  # the REST catalog's bucket
     _write_delta(f"{s3_prefix}/orders", s3_options)
     root = services.catalog_create(
         name="lake-root",

@@ -26,6 +26,11 @@ class DeltaAdapter(TableFormatAdapter):
             return False
 
     @classmethod
+    def metadata_pointer(cls, location: str, storage: StoreOptions | None = None) -> str | None:
+        """The last version in ``_delta_log`` (one listing of the log's names)."""
+        return str(DeltaLog(Store(location, storage)).latest)
+
+    @classmethod
     def open(
         cls,
         location_or_identifier: str,

@@ -40,6 +40,19 @@ class HudiAdapter(TableFormatAdapter):
         return file_type(filesystem, f"{root}/{HOODIE_FOLDER}") == pafs.FileType.Directory
 
     @classmethod
+    def metadata_pointer(cls, location: str, storage: StoreOptions | None = None) -> str | None:
+        """The newest completed instant of the active timeline and the number of completed
+        instants (one listing of the timeline)."""
+        from storage.formats.hudi._metadata_index import read_timeline
+
+        filesystem, root = open_filesystem(location, storage)[:2]
+        completed = read_timeline(filesystem, f"{root.rstrip('/')}/{HOODIE_FOLDER}").completed
+        if not completed:
+            return ""
+        newest = max(completed)
+        return f"{newest}.{completed[newest]}:{len(completed)}"
+
+    @classmethod
     def open(
         cls, location_or_identifier: str, catalog: Any = None, storage: StoreOptions | None = None
     ) -> HudiSpecTable:

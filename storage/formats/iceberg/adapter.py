@@ -83,6 +83,12 @@ class IcebergAdapter(TableFormatAdapter):
         return any(entry.base_name.endswith(".metadata.json") for entry in entries)
 
     @classmethod
+    def metadata_pointer(cls, location: str, storage: StoreOptions | None = None) -> str | None:
+        """By path: the name of the current ``*.metadata.json`` (one listing of ``metadata/``).
+        (A catalog table's pointer is its catalog's metadata location: ``storage.pointers``.)"""
+        return latest_metadata_file(location, storage).rsplit("/", 1)[-1]
+
+    @classmethod
     def open(
         cls, location_or_identifier: str, catalog: Any = None, storage: StoreOptions | None = None
     ) -> IcebergSpecTable:
