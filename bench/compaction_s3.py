@@ -7,7 +7,7 @@ The same parquet files as ``bench/compaction.py`` (1-4 MB each, ``--size-mb`` in
 - Iceberg on local disk (SQLite catalog), and Iceberg on S3 behind SeaweedFS's Iceberg REST
   catalog (commit through the catalog).
 
-A SeaweedFS server is started under the work folder (``console.seaweedfs``) on this machine, so
+A SeaweedFS server is started under the work folder (``devtools.seaweedfs``) on this machine, so
 the object store shares the cores with Spark: the numbers are a floor for a remote store with its
 own machines, and the ratio shows the cost of going through S3 requests (ranged reads of every
 input, multipart uploads of the outputs, no rename). Throughput is input bytes per second of wall
@@ -125,7 +125,7 @@ def run_s3_iceberg(store, options, files: list[Path]) -> dict:
 
 
 def main() -> int:
-    from console.seaweedfs import SeaweedFS
+    from devtools.seaweedfs import SeaweedFS
     from storage.io import StoreOptions
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import listing  # noqa: E402
 from bench.common import write_section  # noqa: E402
-from console.seaweedfs import relocate_iceberg, s3_request_count  # noqa: E402
+from devtools.seaweedfs import relocate_iceberg, s3_request_count  # noqa: E402
 
 TITLE = "listing on the object store (bench/listing_s3.py)"
 TOOL = ROOT.parent / "shared" / "tools" / "relocate_iceberg.py"
@@ -177,7 +177,7 @@ def main() -> None:
     if not TOOL.is_file():
         print(f"skipped: the relocate tool is not at {TOOL}")
         return
-    from console.seaweedfs import SeaweedFS
+    from devtools.seaweedfs import SeaweedFS
 
     listing.BENCH_DIR.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="listing-s3-", dir=listing.BENCH_DIR))

@@ -91,7 +91,7 @@ def main() -> None:
     if not listing_s3.TOOL.is_file():
         print(f"skipped: the relocate tool is not at {listing_s3.TOOL}")
         return
-    from console.seaweedfs import SeaweedFS
+    from devtools.seaweedfs import SeaweedFS
 
     listing.BENCH_DIR.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="listing-s3-load-", dir=listing.BENCH_DIR))

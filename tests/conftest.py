@@ -335,7 +335,7 @@ def _private_broker_for_the_test_run():
 def seaweedfs(tmp_path_factory):
     """A real SeaweedFS (S3 + Iceberg REST catalog) on free ports for the whole run, stopped at the
     end. Buckets: ``lake`` (Delta/Hudi/plain objects) and the table bucket ``lakehouse`` (REST)."""
-    from console.seaweedfs import SeaweedFS
+    from devtools.seaweedfs import SeaweedFS
 
     store = SeaweedFS(tmp_path_factory.mktemp("seaweedfs"), buckets=("lake", "results"))
     store.start()

@@ -2,6 +2,8 @@
 
 - ``storage`` (the lakehouse and its bookkeeping) imports neither ``processes`` nor ``console``;
 - ``processes`` (work on workers) never imports ``console`` (the project and its surfaces);
+- neither imports ``devtools`` (the SeaweedFS launcher and demo builder), and of ``console`` only
+  the management commands that start the demo do;
 - the plain layers (``storage/io``, ``storage/spec``, ``storage/formats``, ``storage/results``)
   import no Django and nothing of Lakewarden's Django apps;
 - no import hides inside a function to dodge a cycle between Lakewarden's own modules, and no two
@@ -19,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("console", "processes", "storage")
 PLAIN_LAYERS = ("storage/io", "storage/spec", "storage/formats", "storage/results", "storage/plugins.py")
 FORBIDDEN = {
-    "storage": ("console", "processes"),
-    "processes": ("console",),
+    "storage": ("console", "processes", "devtools"),
+    "processes": ("console", "devtools"),
 }
 PLAIN_FORBIDDEN = (
     "django",
@@ -82,6 +84,18 @@ def _offenders(roots, forbidden) -> list[str]:
 def test_domain_never_imports_a_layer_above(package):
     offenders = _offenders([package], FORBIDDEN[package])
     assert offenders == [], "imports against the layering:\n" + "\n".join(offenders)
+
+
+def test_dev_tools_stay_out_of_the_product():
+    """``devtools`` (the SeaweedFS launcher, the demo builder) is reached only by the management
+    commands that start the demo; the console's pages, API and tasks never import it."""
+    commands = ROOT / "console" / "management" / "commands"
+    offenders = [
+        line
+        for line in _offenders(["console"], ("devtools",))
+        if not (ROOT / line.split(":", 1)[0]).is_relative_to(commands)
+    ]
+    assert offenders == [], "the product importing dev tools:\n" + "\n".join(offenders)
 
 
 def test_plain_layers_import_no_django_and_no_app():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from console.demo import LEFT_FOR_PREVIEW, NAMESPACE, demo_lakehouse_build
+from devtools.demo import LEFT_FOR_PREVIEW, NAMESPACE, demo_lakehouse_build
 from processes.models import Process
 from processes.scheduler import schedule_tick
 from processes.services import process_preview

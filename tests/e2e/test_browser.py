@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from console.demo import demo_lakehouse_build
+from devtools.demo import demo_lakehouse_build
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from console.seaweedfs import relocate_iceberg
+from devtools.seaweedfs import relocate_iceberg
 from storage.io import StoreOptions
 from storage.spec import load_table
 from tests.conftest import shared_fixtures_root, upload_folder

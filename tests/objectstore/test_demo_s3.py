@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pytest
 
-from console.demo import (
+from devtools.demo import (
     EPOCH,
     LAKE_CATALOG,
     LEFT_FOR_PREVIEW,
@@ -229,7 +229,7 @@ def test_a_busy_fixed_port_is_named_before_anything_starts(tmp_path):
     import random
     import socket
 
-    from console.seaweedfs import PortsBusy, demo_store
+    from devtools.seaweedfs import PortsBusy, demo_store
 
     with socket.socket() as taken:
         # A port the demo accepts (its gRPC neighbour at +10000 must exist too): not an ephemeral
@@ -251,7 +251,7 @@ def test_a_busy_fixed_port_is_named_before_anything_starts(tmp_path):
 
 
 def test_demo_ports_and_credentials_are_fixed_and_made_once(tmp_path):
-    from console.seaweedfs import demo_credentials, demo_ports, demo_storage
+    from devtools.seaweedfs import demo_credentials, demo_ports, demo_storage
 
     assert demo_ports({}) == {
         "s3": 8333,

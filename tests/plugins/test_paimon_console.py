@@ -53,7 +53,7 @@ def test_a_paimon_table_without_the_plugin_is_named(warehouse):
 
 
 def test_the_demo_builds_and_registers_the_paimon_table_once(installed, db, warehouse):  # noqa: F811
-    from console.demo import _build_plugin_formats, _sync
+    from devtools.demo import _build_plugin_formats, _sync
     from storage.models import Table
 
     catalogs = [c for c in _build_plugin_formats(warehouse, 4, lambda message: None) if "paimon" in c.name]

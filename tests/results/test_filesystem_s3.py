@@ -163,7 +163,7 @@ def test_a_missing_bucket_is_named(seaweedfs):
 
 
 def test_an_unreachable_endpoint_fails_within_the_timeouts(seaweedfs, root):
-    from console.seaweedfs import free_port
+    from devtools.seaweedfs import free_port
 
     refused = build_storage(
         _descriptor(seaweedfs, root, **{"s3.endpoint": f"http://127.0.0.1:{free_port()}"})

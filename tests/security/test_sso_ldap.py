@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from console.roles import user_role
-from console.seaweedfs import free_port
+from devtools.seaweedfs import free_port
 from tests.security.sso_support.configure import sso_settings_apply
 from tests.security.sso_support.slapd import ADMIN_DN, GROUPS, PEOPLE, Slapd, group_dn, slapd_binary
 

@@ -16,7 +16,7 @@ from django.test import Client
 from django.urls import reverse
 
 from console.roles import user_role
-from console.seaweedfs import free_port
+from devtools.seaweedfs import free_port
 from tests.conftest import REPO_ROOT
 from tests.security.sso_support.browser import provider_sign_in, sign_in_start, state_of
 from tests.security.sso_support.configure import sso_settings_apply

@@ -5,8 +5,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from console.demo import demo_lakehouse_build, demo_lakehouse_build_s3
-from console.seaweedfs import DEMO_STORAGES, PortsBusy, demo_storage, demo_store
+from devtools.demo import demo_lakehouse_build, demo_lakehouse_build_s3
+from devtools.seaweedfs import DEMO_STORAGES, PortsBusy, demo_storage, demo_store
 
 
 class Command(BaseCommand):

@@ -11,7 +11,7 @@ start and exit is logged with the pid and exit code. Only Ctrl-C or SIGTERM stop
 signal is forwarded to every child, and a child still running after ``--stop-timeout`` seconds is
 killed with everything it started (each child runs in its own process group).
 
-With ``LAKEWARDEN_DEMO_STORAGE=s3`` the demo's SeaweedFS (``console.seaweedfs.demo_store``: data
+With ``LAKEWARDEN_DEMO_STORAGE=s3`` the demo's SeaweedFS (``devtools.seaweedfs.demo_store``: data
 under ``var/seaweedfs``, fixed ports checked free first) is one more supervised child, started first
 and waited for (its S3 API answering, its buckets there) before the others, which reach the demo
 tables through it. It lives here rather than in the Makefile so that it is restarted like any other
@@ -32,7 +32,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from console.preflight import missing_services
-from console.seaweedfs import PortsBusy, SeaweedFS, demo_storage, demo_store
+from devtools.seaweedfs import PortsBusy, SeaweedFS, demo_storage, demo_store
 
 #: Restart back-off: the first restart waits this long, each quick crash doubles it up to the cap.
 FIRST_BACKOFF_SECONDS = 1.0

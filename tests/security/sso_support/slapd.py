@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from console.seaweedfs import free_port
+from devtools.seaweedfs import free_port
 from tests.security.sso_support.processes import spawn, stop
 
 SUFFIX = "dc=lakewarden,dc=test"
