@@ -154,7 +154,7 @@ def connect_server(tmp_path_factory):
         # The class-data archive scripts/setup.sh trained for local drivers fits this driver too.
         f"spark.driver.extraJavaOptions=-Duser.timezone=UTC {driver_java_options()}".strip(),
         "--conf",
-        "spark.sql.reflect.allowList=(?!)",  # as the README tells deployments to start it
+        "spark.sql.reflect.allowList=(?!)",  # as docs/operating/spark.md tells deployments to start it
         # Task kills are cooperative: a task notices one when it asks its input for the next row
         # (or batch). The slow queries below spend ~1 s of CPU per input row, and the vectorized
         # reader hands a whole 60-row file over as one batch, so a killed task ran on for up to a
@@ -604,7 +604,7 @@ def test_each_spark_mode_gets_the_settings_it_needs(settings):
         if k.startswith("spark.sql.") and not k.startswith(STATIC_SQL_PREFIXES)
     }
     assert connect["spark.sql.session.timeZone"] == "UTC"
-    # The reflect allow-list is static: the Connect server must be started with it (README).
+    # The reflect allow-list is static: the Connect server must start with it (docs/operating/spark.md).
     assert local["spark.sql.reflect.allowList"] == "(?!)" and "spark.sql.reflect.allowList" not in connect
     assert (
         connect["spark.sql.variable.substitute"] == "false" and connect["spark.sql.runSQLOnFiles"] == "false"
