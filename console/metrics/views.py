@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 
 from django.http import HttpRequest, HttpResponse
@@ -12,6 +13,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from console.errorpages import text_error
 from console.metrics.access import scrape_refusal
+from console.metrics.http import samples_folder
 from console.metrics.rows import backlog_family, cache_families, process_families, table_lines
 from console.metrics.runtime import BrokerProbe
 
@@ -34,16 +36,29 @@ def metrics_text() -> bytes:
     families = [*process_families(), backlog_family(now), *cache_families()]
     tables = "".join(table_lines(now)).encode()
     registry = CollectorRegistry(auto_describe=False)
-    MultiProcessCollector(registry)
+    MultiProcessCollector(registry, path=samples_folder())
     registry.register(_Families([*families, *probe.families()]))
     return generate_latest(registry) + tables
 
 
+def _get_only(view):
+    """``require_GET`` with a plain-text 405 (Django's own is an empty HTML answer); like
+    Django's decorator it keeps the methods it allows in ``request_method_list``."""
+    request_method_list = ["GET"]
+
+    @functools.wraps(view)
+    def inner(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if request.method not in request_method_list:
+            response = text_error(f"{request.method} is not allowed here: metrics answer GET", 405)
+            response["Allow"] = ", ".join(request_method_list)
+            return response
+        return view(request, *args, **kwargs)
+
+    return inner
+
+
+@_get_only
 def metrics(request: HttpRequest) -> HttpResponse:
-    if request.method != "GET":  # (Django's own 405 is an empty HTML answer)
-        response = text_error(f"{request.method} is not allowed here: metrics answer GET", 405)
-        response["Allow"] = "GET"
-        return response
     refusal = scrape_refusal(request)
     if refusal is not None:
         response = text_error(refusal.message, refusal.status)

@@ -164,7 +164,7 @@ RULES: dict[str, Rule] = {
     "table-splits": _read(API, "table"),
     "table-partitions": _read(API, "table"),
     "table-changes": _read(API, "table"),
-    "table-record-list": Rule(API, {"GET": VIEWER}, obj="table", query="key=1&column=id"),
+    "table-record-list": Rule(API, {"GET": VIEWER, "POST": VIEWER}, obj="table", query="key=1&column=id"),
     "process-list": Rule(
         API,
         {"GET": VIEWER, "POST": OPERATOR},
