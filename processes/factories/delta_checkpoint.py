@@ -42,10 +42,11 @@ from processes.factories.delta_commit import (
     open_version,
     table_shape,
 )
-from processes.factories.delta_rewrite import delta_table, store_options
+from processes.factories.delta_rewrite import delta_table
 from processes.factories.delta_vacuum import interval_hours
 from processes.factories.retention import summary_list
 from processes.factories.schemas import DRY_RUN, INTERVAL, MAX_COUNT, PARALLELISM, with_defaults
+from processes.factories.targets import store_options
 from processes.plugin import (
     CHECKPOINT,
     Preview,

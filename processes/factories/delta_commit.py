@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from processes.factories.compaction import RewriteConflict
-from storage.formats.delta._dv import unique_id
+from storage.formats.delta import unique_id
 from storage.io import StoreError, StoreOptions, filesystem
 from storage.io.stores import S3_SCHEMES
 

@@ -66,6 +66,7 @@ from processes.factories.delta_commit import (
 from processes.factories.group_writer import GroupWriter, WrittenGroup
 from processes.factories.outputs import RewriteOutputs, rewrite_outputs
 from processes.factories.schemas import with_defaults
+from processes.factories.targets import store_options
 from processes.plugin import (
     PURGE_DELETION_VECTORS,
     REWRITE,
@@ -75,8 +76,7 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
-from storage.formats.delta._dv import unique_id
-from storage.formats.delta._evolve import has_variant
+from storage.formats.delta import has_variant, unique_id
 from storage.io import StoreOptions, filesystem, is_local
 from storage.spec.models import FileSlice
 
@@ -128,12 +128,6 @@ def delta_table(location: str, storage: StoreOptions | None = None) -> Any:
     if is_local(location):
         return DeltaTable(location)
     return DeltaTable(location, storage_options=(storage or StoreOptions.from_env()).delta_options())
-
-
-def store_options(context: ProcessContext) -> StoreOptions | None:
-    """The table's object-store credentials (None for a local table or outside the console)."""
-    options = getattr(context.runtime, "store_options", None)
-    return options() if callable(options) else None
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,8 @@ class DeltaVacuumProcess(TableProcess):
         return math.ceil(hours)
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
-        from processes.factories.delta_rewrite import delta_table, store_options
+        from processes.factories.delta_rewrite import delta_table
+        from processes.factories.targets import store_options
 
         storage = store_options(context)
         table = delta_table(context.runtime.location, storage)

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from processes.factories.compaction import CompactionSettings
-from storage.formats.iceberg._lineage import (
+from storage.formats.iceberg import (
     LAST_UPDATED_FIELD_ID,
     LAST_UPDATED_SEQUENCE_NUMBER,
     ROW_ID,

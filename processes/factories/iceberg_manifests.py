@@ -40,8 +40,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from processes.factories.compaction import InputError
-from processes.factories.iceberg_rewrite import _catalog_table
-from processes.factories.rewrite_preview import iceberg_catalog_table
 from processes.factories.schemas import (
     INTERVAL,
     MAX_COUNT,
@@ -50,6 +48,7 @@ from processes.factories.schemas import (
     PARALLELISM,
     with_defaults,
 )
+from processes.factories.targets import iceberg_catalog_table, iceberg_commit_target
 from processes.plugin import (
     REWRITE_MANIFESTS,
     Preview,
@@ -286,7 +285,7 @@ class IcebergRewriteManifestsProcess(TableProcess):
         return int(configured) if configured else DEFAULT_TARGET_MANIFEST_SIZE
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
-        table = _catalog_table(context.table, context.guard)
+        table = iceberg_commit_target(context.table, context.guard)
         table.refresh()
         metadata = table.metadata
         _check_table(metadata, self.spec_id)

@@ -48,6 +48,7 @@ from processes.factories.retention import (
     trash_retention,
 )
 from processes.factories.schemas import DRY_RUN, INTERVAL, PARALLELISM, with_defaults
+from processes.factories.targets import store_options
 from processes.plugin import (
     CLEAN_ORPHAN_FILES,
     Preview,
@@ -221,8 +222,7 @@ def find_orphans(
 
 def iceberg_store_options(runtime: Any, table: Any) -> StoreOptions | None:
     """The console's credentials for the table, else those of the table's own file IO."""
-    options = getattr(runtime, "store_options", None)
-    found = options() if callable(options) else None
+    found = store_options(runtime)
     if found is None and is_object_store(table.location()):
         found = StoreOptions.from_properties(
             {k: v for k, v in (table.io.properties or {}).items() if isinstance(v, str)}

@@ -51,14 +51,11 @@ from processes.factories.compaction import (
     REWRITE_PROPERTIES_SCHEMA,
     CompactionPlan,
     CompactionSettings,
-    Ordering,
     RewriteConflict,
-    clustered_snapshots,
     iceberg_strategy,
 )
 from processes.factories.group_writer import GroupWriter, WrittenGroup
 from processes.factories.iceberg_commit import (
-    DVKey,
     OutputPartitioner,
     RewriteFiles,
     check_v3_metadata,
@@ -83,8 +80,17 @@ from processes.factories.iceberg_commit.validation import (
     validate_rewrite,
 )
 from processes.factories.iceberg_lineage import rewrite_inputs
+from processes.factories.iceberg_plan import (
+    OUTPUT_SPEC_ID,
+    output_spec,
+    plan_rewrite,
+    planned_vectors,
+    spec_view,
+)
 from processes.factories.outputs import RewriteOutputs, rewrite_outputs, sweep_leftovers
+from processes.factories.rewrite_preview import iceberg_inputs, iceberg_preview
 from processes.factories.schemas import MAX_INT32, with_defaults
+from processes.factories.targets import iceberg_commit_target, store_options
 from processes.plugin import (
     REWRITE,
     ProcessCancelled,
@@ -96,12 +102,9 @@ from processes.plugin import (
     TriggerStrategy,
 )
 from storage.io import is_object_store
-from storage.io.guard import OutsideTable, PathGuard
-from storage.spec.models import FileContent
 
 logger = logging.getLogger(__name__)
 
-OUTPUT_SPEC_ID = "output-spec-id"
 ICEBERG_REWRITE_PARAMS_SCHEMA: dict[str, Any] = {
     **REWRITE_PARAMS_SCHEMA,
     "properties": {
@@ -165,11 +168,11 @@ class IcebergRewriteProcess(TableProcess):
         (a seam for tests that simulate a concurrent writer or a late cancel)."""
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
-        table = _catalog_table(context.table, context.guard)
+        table = iceberg_commit_target(context.table, context.guard)
         spec_id = output_spec(table, self.params.get(OUTPUT_SPEC_ID))  # refused before anything is done
         self.ordering = iceberg_strategy(table.metadata, spec_id, self.settings, spec_view(table).schema)
         check_v3_metadata(table)
-        swept = _sweep(table, context)
+        swept = sweep_ended_rewrites(table, context)
         self.progress = PartialProgress()
         return planned_twice(lambda attempt: self._attempt(context, table, attempt), swept)
 
@@ -225,7 +228,7 @@ class IcebergRewriteProcess(TableProcess):
         outputs = rewrite_outputs(
             run.table.location(),
             context.staging_dir / f"attempt-{run.attempt}-batch-{number}",
-            _store_options(context),
+            store_options(context),
             context.process_id,
             context.guard,
         )
@@ -291,7 +294,7 @@ class IcebergRewriteProcess(TableProcess):
         )
 
 
-def _sweep(table: Any, context: ProcessContext) -> list[str]:
+def sweep_ended_rewrites(table: Any, context: ProcessContext) -> list[str]:
     """On an object store: delete what an ended rewrite of this table wrote and never committed
     (``outputs.sweep_leftovers``; referenced = anything any snapshot's manifests name)."""
     finished = getattr(context.runtime, "finished_processes", None)
@@ -302,19 +305,13 @@ def _sweep(table: Any, context: ProcessContext) -> list[str]:
     table.refresh()
     return sweep_leftovers(
         f"{table.location()}/data",
-        _store_options(context),
+        store_options(context),
         current=context.process_id,
         finished=finished,
         referenced=lambda: referenced_paths(table),
         comparable=normalise,
         guard=context.guard,
     )
-
-
-def _store_options(context: ProcessContext) -> Any:
-    """The table's object-store credentials (None for local tables or outside the console)."""
-    options = getattr(context.runtime, "store_options", None)
-    return options() if callable(options) else None
 
 
 def portable_io(io: Any) -> Any:
@@ -325,119 +322,9 @@ def portable_io(io: Any) -> Any:
     return type(io)(properties)
 
 
-def _catalog_table(spec_table: Any, guard: PathGuard | None = None) -> Any:
-    """The pyiceberg table to commit to; with ``guard`` (a running process's), also refused
-    unless the table's location and where new data and metadata files go (its location
-    provider: ``write.data.path``, ``write.metadata.path``) are places the guard allows."""
-    from pyiceberg.table import StaticTable
-
-    table = getattr(spec_table, "pyiceberg_table", None)
-    if table is None or isinstance(table, StaticTable):
-        raise compaction.InputError(
-            "this Iceberg table is registered by location without a catalog, or its catalog serves"
-            " legacy v1 metadata pyiceberg cannot write back (read-only): rewrites need a catalog to"
-            " commit atomically (a second writer could overwrite or lose a metadata version)"
-        )
-    if guard is not None:
-        provider = table.location_provider()
-        places = {
-            "the table location": table.location(),
-            "new data files": provider.new_data_location("lakewarden-probe.parquet"),
-            "new metadata files": provider.new_metadata_location("lakewarden-probe.avro"),
-        }
-        try:
-            guard.check_location()
-            for what, where in places.items():
-                guard.check(where, f"write {what} at")
-        except OutsideTable as refused:
-            raise compaction.InputError(f"{refused}; nothing was written") from None
-    return table
-
-
-def spec_view(table: Any) -> Any:
-    """A spec view of the pyiceberg table as it is now (a spec table caches its listings, so
-    each plan takes a new one)."""
-    from storage.formats.iceberg import IcebergSpecTable
-
-    return IcebergSpecTable(table, table.location(), ".".join(table.name()))
-
-
 def _codec(settings: CompactionSettings, properties: dict[str, str]) -> str:
     codec = settings.compression_codec or properties.get("write.parquet.compression-codec") or "zstd"
     return "none" if codec == "uncompressed" else codec
-
-
-def output_spec(table: Any, requested: int | None) -> int:
-    """The partition spec the rewritten files are written in: ``requested``, else the table's
-    default spec; ``ValueError`` for a spec the table does not have."""
-    specs = table.metadata.specs()
-    if requested is None:
-        return int(table.metadata.default_spec_id)
-    if requested not in specs:
-        raise compaction.InputError(
-            f"output-spec-id {requested} is not a partition spec of this table"
-            f" (its specs: {', '.join(str(s) for s in sorted(specs))}); nothing was rewritten"
-        )
-    return int(requested)
-
-
-def plan_rewrite(
-    spec: Any,
-    settings: CompactionSettings,
-    *,
-    output_spec_id: int | None = None,
-    ordering: Ordering | None = None,
-) -> CompactionPlan:
-    """The compaction plan at the table's current snapshot. Files of every partition spec are
-    planned, grouped by (spec, partition); a file of another spec than the output spec (default:
-    the table's default spec) is always rewritten, into the output spec. Data files with deletion
-    vectors are planned like any other (the commit removes their vectors)."""
-    metadata = spec.pyiceberg_table.metadata
-    snapshot = metadata.current_snapshot()
-    if snapshot is None:
-        return CompactionPlan(instant=None)
-    output = metadata.default_spec_id if output_spec_id is None else output_spec_id
-
-    def spec_of(file_slice: Any) -> int:
-        return int(file_slice.base_file.extra.get("spec_id", output))
-
-    return compaction.plan_compaction(
-        spec.file_index().list_files_at(snapshot.snapshot_id),
-        settings,
-        instant=snapshot.snapshot_id,
-        eligible=_removable,
-        partition_key=lambda s: (spec_of(s), s.partition.path),
-        always=lambda s: spec_of(s) != output,
-        clustered=clustered_snapshots(metadata, ordering),
-        ordering=ordering,
-    )
-
-
-def _removable(file_slice: Any) -> bool:
-    """Whether the commit can remove the slice's deletion vectors exactly: a vector entry without
-    ``referenced_data_file`` (out of spec) cannot be told from the other vectors of its Puffin
-    file, so its data file is left out (and logged)."""
-    for delete_file in file_slice.delete_files:
-        if delete_file.content is FileContent.DELETION_VECTOR and not delete_file.extra.get(
-            "referenced_data_file"
-        ):
-            logger.warning(
-                "%s is not rewritten: its deletion vector entry lacks referenced_data_file",
-                file_slice.base_file.path,
-            )
-            return False
-    return True
-
-
-def planned_vectors(plan: CompactionPlan) -> set[DVKey]:
-    """The deletion vectors of the planned data files, as the commit removes them."""
-    return {
-        (d.path, d.extra.get("referenced_data_file"), d.extra.get("content_offset"))
-        for group in plan.groups
-        for file_slice in group.slices
-        for d in file_slice.delete_files
-        if d.content is FileContent.DELETION_VECTOR
-    }
 
 
 def group_partitioner(table: Any, spec_id: int) -> Any:
@@ -580,11 +467,7 @@ class IcebergRewriteFactory(ProcessFactory):
         return IcebergRewriteProcess(dict(record.params), runtime.config)
 
     def validate(self, runtime: Any, action: str, params: dict[str, Any]) -> None:
-        from processes.factories.rewrite_preview import iceberg_inputs
-
         iceberg_inputs(runtime, params)  # output-spec-id, sort/z-order columns (rewrite_preview)
 
     def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Any:
-        from processes.factories.rewrite_preview import iceberg_preview
-
         return iceberg_preview(runtime, params)

@@ -35,6 +35,8 @@ from processes.factories.compaction import (
     iceberg_strategy,
 )
 from processes.factories.delta_commit import CommitRefused, open_version
+from processes.factories.iceberg_plan import OUTPUT_SPEC_ID, output_spec, plan_rewrite, spec_view
+from processes.factories.targets import iceberg_catalog_table
 from processes.plugin import PURGE_DELETION_VECTORS, Preview
 from storage.io import is_local
 from storage.spec.models import FileContent
@@ -136,27 +138,12 @@ class IcebergRewriteInputs:
     ordering: Ordering | None
 
 
-def iceberg_catalog_table(runtime: Any, *, strict: bool = False) -> Any:
-    """The table's pyiceberg table with a catalog to commit through; for one registered by location
-    None (its run refuses it, saying why) or, ``strict``, an ``InputError`` saying why."""
-    from processes.factories.iceberg_rewrite import _catalog_table
-
-    try:
-        return _catalog_table(runtime.load())
-    except ValueError as error:
-        if strict:
-            raise InputError(str(error)) from None
-        return None
-
-
 def iceberg_inputs(
     runtime: Any, params: dict[str, Any], *, strict: bool = False
 ) -> IcebergRewriteInputs | None:
     """What an Iceberg rewrite with ``params`` resolves before reading a file; ``InputError`` for
     parameters the table cannot take; None for a table without a catalog (``strict``: an
     ``InputError``)."""
-    from processes.factories.iceberg_rewrite import OUTPUT_SPEC_ID, output_spec, spec_view
-
     settings = CompactionSettings.from_config({**runtime.config, **params})
     table = iceberg_catalog_table(runtime, strict=strict)
     if table is None:
@@ -170,8 +157,6 @@ def iceberg_inputs(
 
 
 def iceberg_preview(runtime: Any, params: dict[str, Any]) -> Preview:
-    from processes.factories.iceberg_rewrite import plan_rewrite, spec_view
-
     inputs = iceberg_inputs(runtime, params, strict=True)
     assert inputs is not None
     spec = spec_view(inputs.table)

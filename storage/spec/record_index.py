@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from storage.spec.errors import FilterError, SpecError
 from storage.spec.expressions import And, In
 from storage.spec.expressions.binding import Columns, coerce_literal
-from storage.spec.expressions.evaluate import _cmp
+from storage.spec.expressions.evaluate import compare
 from storage.spec.models import FileSlice, Instant
 
 if TYPE_CHECKING:
@@ -233,9 +233,9 @@ class RecordIndex:
         low, high = lower.get(first), upper.get(first)
         start, stop = 0, len(ordered)
         try:
-            if low is not None and _cmp(low, ordered[0][0]) is not None:
+            if low is not None and compare(low, ordered[0][0]) is not None:
                 start = bisect.bisect_left(firsts, _sort_key(low))
-            if high is not None and _cmp(high, ordered[0][0]) is not None:
+            if high is not None and compare(high, ordered[0][0]) is not None:
                 stop = bisect.bisect_right(firsts, _sort_key(high))
         except TypeError:
             start, stop = 0, len(ordered)
@@ -244,9 +244,9 @@ class RecordIndex:
     def _within(self, key: Key, lower: Any, upper: Any) -> bool:
         for column, value in zip(self._columns, key, strict=True):
             low, high = lower.get(column.name), upper.get(column.name)
-            if low is not None and (_cmp(value, low) or 0) < 0:
+            if low is not None and (compare(value, low) or 0) < 0:
                 return False
-            if high is not None and (_cmp(value, high) or 0) > 0:
+            if high is not None and (compare(value, high) or 0) > 0:
                 return False
         return True
 

@@ -7,7 +7,9 @@
 - the plain layers (``storage/io``, ``storage/spec``, ``storage/formats``, ``storage/results``)
   import no Django and nothing of Lakewarden's Django apps;
 - no import hides inside a function to dodge a cycle between Lakewarden's own modules, and no two
-  modules import each other.
+  modules import each other, whether at module level or inside functions;
+- no module imports another package's private name or module (``_name``): what a package offers
+  others is public (``storage.formats.iceberg`` exports what maintenance needs of the format).
 """
 
 from __future__ import annotations
@@ -181,3 +183,79 @@ def test_no_module_over_600_lines_and_no_function_over_60_outside_tests():
         timeout=120,
     )
     assert done.returncode == 0, done.stdout
+
+
+def test_no_import_cycle_even_through_function_level_imports():
+    """Two modules importing each other, one of them inside a function, is still a cycle."""
+    top, inner = _graph()
+    edges = {name: set(targets) for name, targets in top.items()}
+    for importer, imported, _ in inner:
+        edges.setdefault(importer, set()).add(imported)
+    cycles = sorted(
+        f"{a} <-> {b}" for a, targets in edges.items() for b in targets if a < b and _reaches(edges, b, a)
+    )
+    assert cycles == [], "\n".join(cycles)
+
+
+PLUGIN_PACKAGES = ("plugins/lakewarden-lance/lakewarden_lance", "plugins/lakewarden-paimon/lakewarden_paimon")
+OWN = ("console", "processes", "storage", "devtools", "lakewarden_lance", "lakewarden_paimon")
+
+
+def _own_modules():
+    """(dotted name, file) of every Lakewarden module, the plugins' under their import names."""
+    for file in _modules(*PACKAGES, "devtools"):
+        yield _module_name(file), file
+    for package in PLUGIN_PACKAGES:
+        base = (ROOT / package).parent
+        for file in _modules(package):
+            parts = list(file.relative_to(base).with_suffix("").parts)
+            yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), file
+
+
+def _private_offences(name: str, tree: ast.AST, packages: set[str]) -> list[str]:
+    """Imports in module ``name`` of another package's private module (``pkg._mod``: only modules
+    inside ``pkg`` may) or of a module's private name (``mod._name``: only the modules inside
+    ``mod``, when it is a package, may)."""
+    found = []
+    for imported, node, _ in _imports(tree):
+        if not _starts(imported, OWN):
+            continue  # a library's private name is the library's business (and ours to pin)
+        names = [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else []
+        parts = imported.split(".")
+        private = next((i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("__")), None)
+        if private is not None:
+            owner = ".".join(parts[:private])
+            if not (name == owner or name.startswith(owner + ".")):
+                found.append(
+                    f"{name}:{node.lineno} imports the private module {'.'.join(parts[: private + 1])}"
+                )
+            continue
+        for alias in names:
+            if alias.startswith("_") and not alias.startswith("__"):
+                if not (imported in packages and name.startswith(imported + ".")):
+                    found.append(f"{name}:{node.lineno} imports the private name {imported}.{alias}")
+    return found
+
+
+def test_no_module_imports_another_packages_private_names():
+    modules = dict(_own_modules())
+    packages = {name for name, file in modules.items() if file.name == "__init__.py"}
+    offenders = []
+    for name, file in modules.items():
+        offenders += _private_offences(name, ast.parse(file.read_text(), filename=str(file)), packages)
+    assert offenders == [], "private names used across packages:\n" + "\n".join(offenders)
+
+
+def test_the_private_name_check_sees_an_offence():
+    tree = ast.parse(
+        "from storage.formats.iceberg._puffin import x\n"
+        "from processes.factories.iceberg_rewrite import _catalog_table\n"
+        "from storage.formats.iceberg._lineage import y\n"
+    )
+    found = _private_offences("processes.factories.example", tree, set())
+    assert len(found) == 3, found
+    inside = _private_offences("storage.formats.iceberg.read", tree, set())
+    assert [f for f in inside if "_lineage" in f or "_puffin" in f] == []
+    helper = ast.parse("from lakewarden_paimon import _meta\nfrom storage.spec import _thing\n")
+    own = _private_offences("lakewarden_paimon.adapter", helper, {"lakewarden_paimon", "storage.spec"})
+    assert own == ["lakewarden_paimon.adapter:2 imports the private name storage.spec._thing"]

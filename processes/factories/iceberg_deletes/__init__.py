@@ -64,12 +64,11 @@ from processes.factories.iceberg_commit.validation import planned_twice
 from processes.factories.iceberg_deletes.commit import commit_deletes
 from processes.factories.iceberg_deletes.state import (
     EQUALITY,
-    POSITION,
-    VECTOR,
     DeleteState,
     LiveDelete,
     find_dangling,
     read_state,
+    removed_summary,
 )
 from processes.factories.iceberg_deletes.vectors import plan_vectors
 from processes.factories.iceberg_deletes.writing import (
@@ -79,10 +78,11 @@ from processes.factories.iceberg_deletes.writing import (
     position_groups,
     rewrite_group,
 )
-from processes.factories.iceberg_rewrite import _catalog_table, _store_options, _sweep, spec_view
+from processes.factories.iceberg_plan import spec_view
+from processes.factories.iceberg_rewrite import sweep_ended_rewrites
 from processes.factories.outputs import rewrite_outputs
-from processes.factories.retention import summary_list
 from processes.factories.schemas import INTERVAL, MAX_COUNT, PARALLELISM, with_defaults
+from processes.factories.targets import iceberg_commit_target, store_options
 from processes.plugin import (
     CONVERT_EQUALITY_DELETES,
     REMOVE_DANGLING_DELETES,
@@ -156,10 +156,16 @@ class DeleteFilesProcess(TableProcess):
         check_v3_metadata(table)
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
-        table = _catalog_table(context.table, context.guard)
+        table = iceberg_commit_target(context.table, context.guard)
         self.check_table(table)
-        swept = _sweep(table, context) if self.writes_files else []
+        swept = sweep_ended_rewrites(table, context) if self.writes_files else []
         return planned_twice(lambda attempt: self._attempt(context, table, attempt), swept)
+
+    def _outputs(self, context: ProcessContext, table: Any, attempt: int) -> Any:
+        staging = context.staging_dir / f"attempt-{attempt}"
+        return rewrite_outputs(
+            table.location(), staging, store_options(context), context.process_id, context.guard
+        )
 
     def _attempt(self, context: ProcessContext, table: Any, attempt: int) -> dict[str, Any] | None:
         """One plan, write and commit: the run's summary, or None to plan again."""
@@ -174,18 +180,11 @@ class DeleteFilesProcess(TableProcess):
             }
         context.report_progress(0, 3, "planning")
         plan = self.plan(table, snapshot)
-        summary = {"planned_snapshot_id": plan.snapshot_id, "dry_run": self.dry_run, **_removed(plan.removed)}
+        summary = {"planned_snapshot_id": plan.snapshot_id, "dry_run": self.dry_run}
+        summary.update(removed_summary(plan.removed))
         if not plan.removed or self.dry_run:
             return {**summary, **plan.summary, "snapshot_id": plan.snapshot_id, "attempts": attempt}
-        outputs = None
-        if self.writes_files:
-            outputs = rewrite_outputs(
-                table.location(),
-                context.staging_dir / f"attempt-{attempt}",
-                _store_options(context),
-                context.process_id,
-                context.guard,
-            )
+        outputs = self._outputs(context, table, attempt) if self.writes_files else None
         try:
             writer = DeleteFileWriter(outputs) if outputs is not None else None
             staged = self.write(context, table, plan, writer) if writer is not None else []
@@ -220,19 +219,6 @@ class DeleteFilesProcess(TableProcess):
             "attempts": attempt,
             "commit_attempts": commits,
         }
-
-
-def _removed(removed: list[LiveDelete]) -> dict[str, Any]:
-    kinds = {POSITION: 0, EQUALITY: 0, VECTOR: 0}
-    for live in removed:
-        kinds[live.kind] += 1
-    return {
-        "removed_delete_files": len(removed),
-        "removed_position_delete_files": kinds[POSITION],
-        "removed_equality_delete_files": kinds[EQUALITY],
-        "removed_deletion_vectors": kinds[VECTOR],
-        "removed_files": summary_list([live.path for live in removed]),
-    }
 
 
 def _has_delete_files(snapshot: Any) -> bool:

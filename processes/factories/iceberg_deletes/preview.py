@@ -23,7 +23,8 @@ from typing import Any
 
 from processes.factories.compaction import InputError
 from processes.factories.iceberg_commit import CONTENT_SIZE
-from processes.factories.iceberg_deletes.state import VECTOR, LiveDelete
+from processes.factories.iceberg_deletes.state import VECTOR, LiveDelete, removed_summary
+from processes.factories.targets import iceberg_commit_target
 from processes.plugin import CONVERT_EQUALITY_DELETES, REWRITE_POSITION_DELETES, Preview
 
 NOTHING_TO_DO = {
@@ -37,14 +38,12 @@ def delete_validate(process_class: Any, runtime: Any, params: dict[str, Any], *,
     """The process for ``params`` (``InputError`` for a parameter of another action) checked
     against the table when it has a catalog; returns (process, catalog table or None: without a
     catalog the run says why; ``strict``: ``InputError`` saying so)."""
-    from processes.factories.iceberg_rewrite import _catalog_table
-
     try:
         process = process_class(dict(params), runtime.config)
     except ValueError as error:
         raise InputError(str(error)) from None
     try:
-        table = _catalog_table(runtime.load())
+        table = iceberg_commit_target(runtime.load())
     except ValueError as error:
         if strict:
             raise InputError(str(error)) from None
@@ -58,8 +57,6 @@ def delete_validate(process_class: Any, runtime: Any, params: dict[str, Any], *,
 
 def delete_preview(process_class: Any, runtime: Any, params: dict[str, Any]) -> Preview:
     """What the action would do now (module docstring); ``InputError`` for what the run refuses."""
-    from processes.factories.iceberg_deletes import _removed
-
     process, table = delete_validate(process_class, runtime, params, strict=True)
     snapshot = table.metadata.current_snapshot()
     if snapshot is None:
@@ -72,7 +69,7 @@ def delete_preview(process_class: Any, runtime: Any, params: dict[str, Any]) -> 
         bytes_in=sum(_size(live) for live in plan.removed),
         files_out=files_out,
         details={
-            **_removed(plan.removed),
+            **removed_summary(plan.removed),
             **plan.summary,
             "planned_snapshot_id": plan.snapshot_id,
             "entries_in": sum(int(live.data_file.record_count) for live in plan.removed),

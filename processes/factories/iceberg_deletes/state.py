@@ -34,7 +34,8 @@ from processes.factories.iceberg_commit import (
     read_entries,
     read_manifest_list,
 )
-from processes.factories.iceberg_rewrite import spec_view
+from processes.factories.iceberg_plan import spec_view
+from processes.factories.retention import summary_list
 from storage.spec.errors import CorruptTable
 from storage.spec.models import FileContent, FileSlice
 
@@ -268,3 +269,17 @@ def snapshots_since(metadata: Any, head: Any, planned_snapshot_id: int) -> set[i
             f"the planned snapshot {planned_snapshot_id} is no longer an ancestor of the head"
         )
     return since
+
+
+def removed_summary(removed: list[LiveDelete]) -> dict[str, Any]:
+    """The summary's facts about the delete files a plan removes, per kind."""
+    kinds = {POSITION: 0, EQUALITY: 0, VECTOR: 0}
+    for live in removed:
+        kinds[live.kind] += 1
+    return {
+        "removed_delete_files": len(removed),
+        "removed_position_delete_files": kinds[POSITION],
+        "removed_equality_delete_files": kinds[EQUALITY],
+        "removed_deletion_vectors": kinds[VECTOR],
+        "removed_files": summary_list([live.path for live in removed]),
+    }

@@ -32,7 +32,7 @@ from processes.factories.iceberg_commit import (
     NewDeleteFile,
 )
 from processes.factories.iceberg_deletes.state import VECTOR, DeleteState, LiveDelete
-from storage.formats.iceberg._puffin import DV_BLOB_TYPE, DV_MAGIC, decode_blob
+from storage.formats.iceberg import DV_BLOB_TYPE, DV_MAGIC, decode_blob
 from storage.spec.errors import CorruptTable
 
 #: The field id of the row position metadata column (the field a deletion vector covers).

@@ -40,7 +40,7 @@ from processes.factories.iceberg_deletes.state import (
     read_positions,
 )
 from processes.factories.outputs import RewriteOutputs
-from storage.formats.iceberg.read import SliceReader, _equality_hits
+from storage.formats.iceberg.read import SliceReader, equality_hits
 from storage.io import filesystem, is_local, uri
 from storage.spec.errors import CorruptTable
 from storage.spec.models import FileSlice
@@ -258,7 +258,7 @@ def deleted_positions(io: Any, schema: pa.Schema, target: FileSlice) -> np.ndarr
     The data file is read by our reader without deletes (only the equality columns, by field id,
     types widened, a missing column filled as the reader fills it), every row in file order, and
     each equality delete is matched the way the reader matches it (``SliceReader._equality_set``
-    and ``read._equality_hits``: nulls equal to nulls), so the positions are exactly the rows a
+    and ``read.equality_hits``: nulls equal to nulls), so the positions are exactly the rows a
     read drops for those deletes."""
     for delete_file in target.delete_files:
         if not delete_file.extra.get("equality_ids"):
@@ -273,7 +273,7 @@ def deleted_positions(io: Any, schema: pa.Schema, target: FileSlice) -> np.ndarr
     for batch in reader.read(FileSlice(target.partition, base, ())):
         hit = None
         for names, values in matchers:
-            matched = _equality_hits(batch, names, values)
+            matched = equality_hits(batch, names, values)
             hit = matched if hit is None else pc.or_(hit, matched)
         if hit is not None:
             found.append(np.flatnonzero(hit.to_numpy(zero_copy_only=False)) + offset)

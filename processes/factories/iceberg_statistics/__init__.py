@@ -44,7 +44,7 @@ import uuid
 from typing import Any
 
 from processes.factories.compaction import InputError, local_path
-from processes.factories.iceberg_rewrite import _catalog_table, spec_view
+from processes.factories.iceberg_plan import spec_view
 from processes.factories.iceberg_statistics.puffin import puffin_file, statistics_file
 from processes.factories.iceberg_statistics.scan import (
     ColumnPlan,
@@ -55,8 +55,8 @@ from processes.factories.iceberg_statistics.scan import (
     spark_cores,
 )
 from processes.factories.iceberg_statistics.sketches import ThetaSketch
-from processes.factories.rewrite_preview import iceberg_catalog_table
 from processes.factories.schemas import INTERVAL, MAX_INT64, MIN_INT64, PARALLELISM, with_defaults
+from processes.factories.targets import iceberg_catalog_table, iceberg_commit_target
 from processes.plugin import (
     COMPUTE_STATISTICS,
     Preview,
@@ -91,7 +91,7 @@ class IcebergStatisticsProcess(TableProcess):
         self.engine = merged["engine"]
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
-        table = _catalog_table(context.table, context.guard)
+        table = iceberg_commit_target(context.table, context.guard)
         table.refresh()
         metadata = table.metadata
         snapshot = self._snapshot(metadata)

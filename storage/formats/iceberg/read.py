@@ -353,7 +353,7 @@ class SliceReader:
                 table_batch = fill_lineage(table_batch, lineage, base, offset)
                 keep = keep_mask(deleted_positions, offset, count)
                 for columns, values in equality_sets:
-                    survives = pc.invert(_equality_hits(table_batch, columns, values))
+                    survives = pc.invert(equality_hits(table_batch, columns, values))
                     keep = survives if keep is None else pc.and_(keep, survives)
                 offset += count
                 if keep is not None:
@@ -572,7 +572,7 @@ class TupleSet:
         return pa.array(found, pa.bool_())
 
 
-def _equality_hits(batch: pa.RecordBatch, columns: list[str], values: Any) -> pa.Array:
+def equality_hits(batch: pa.RecordBatch, columns: list[str], values: Any) -> pa.Array:
     if isinstance(values, pa.Array):
         # skip_nulls=False: a null in the delete file deletes null rows (Iceberg equality)
         return pc.is_in(batch.column(columns[0]), value_set=values, skip_nulls=False)

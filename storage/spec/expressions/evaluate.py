@@ -77,7 +77,7 @@ def _comparable(a: Any, b: Any) -> tuple[Any, Any] | None:
 _SIMPLE_TYPES = frozenset({int, float, str, bytes, dt.date, decimal.Decimal})
 
 
-def _cmp(a: Any, b: Any) -> int | None:
+def compare(a: Any, b: Any) -> int | None:
     """-1, 0 or 1 comparing ``a`` with ``b``; None when they cannot be compared."""
     kind = type(a)
     if kind is type(b) and kind in _SIMPLE_TYPES:
@@ -228,7 +228,7 @@ def _upper_admits(upper: Any, value: Any, strict: bool, exact: bool) -> bool:
     """Might some value <= ``upper`` (the true maximum) be > (or >=) ``value``?"""
     if not exact and _starts_with(value, upper):
         return True  # upper may be a truncated prefix of a larger maximum
-    order = _cmp(upper, value)
+    order = compare(upper, value)
     return order is None or order > 0 or (order == 0 and not strict)
 
 
@@ -241,7 +241,7 @@ def _starts_with(value: Any, prefix: Any) -> bool:
 
 def _compare(op: str, value: Any, lower: Any, upper: Any, exact: bool) -> bool:
     if op in ("<", "<="):
-        order = None if lower is None else _cmp(lower, value)
+        order = None if lower is None else compare(lower, value)
         return order is None or order < 0 or (order == 0 and op == "<=")
     if op in (">", ">="):
         return upper is None or _upper_admits(upper, value, op == ">", exact)
@@ -252,15 +252,15 @@ def _compare(op: str, value: Any, lower: Any, upper: Any, exact: bool) -> bool:
         return True
     if not exact and isinstance(value, str | bytes):
         return True  # equal truncated bounds do not prove equal values
-    return not (_cmp(lower, value) == 0 and _cmp(upper, value) == 0)
+    return not (compare(lower, value) == 0 and compare(upper, value) == 0)
 
 
 def _some_value_outside(values: tuple[Any, ...], lower: Any, upper: Any, exact: bool) -> bool:
-    if lower is None or upper is None or _cmp(lower, upper) != 0:
+    if lower is None or upper is None or compare(lower, upper) != 0:
         return True
     if not exact and isinstance(lower, str | bytes):
         return True
-    return not any(_cmp(lower, v) == 0 for v in values)
+    return not any(compare(lower, v) == 0 for v in values)
 
 
 def _some_value_with_prefix(prefix: Any, lower: Any, upper: Any, exact: bool) -> bool:
