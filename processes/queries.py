@@ -15,17 +15,19 @@ from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
+from processes.duckdb_translation import duckdb_refusal
 from processes.models import Query, QueryEngine, QueryStatus
 from processes.query_duckdb import (
+    AUTO,
     DEFAULT_MAX_SCAN_BYTES,
     DUCKDB,
     ENGINES,
     DuckDbRun,
-    ScanEstimate,
+    EngineChoice,
     arrow_rows,
     choose_engine,
-    duckdb_sql,
     refuse_duckdb_statements,
+    scan_estimate,
 )
 from processes.spark.session import interrupt_jobs, spark_session, tag_jobs, untag_jobs
 from processes.sql_policy import SqlPolicyError, SqlUnparsable, check_query
@@ -64,7 +66,9 @@ def query_submit(
     engine: str = QueryEngine.SPARK,
 ) -> Query:
     """Validate now (bad SQL and unknown tables answer at once), run later on a worker on
-    ``engine`` (spark, duckdb, or auto: DuckDB below ``LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES``)."""
+    ``engine``: spark; duckdb (refused at once when DuckDB would not answer as Spark does); or
+    auto (DuckDB when it answers as Spark does and scans at most
+    ``LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES``, else Spark)."""
     if engine not in ENGINES:
         raise InvalidInput(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}", field="engine")
     limit = row_limit or settings.LAKEWARDEN_QUERY_ROW_LIMIT
@@ -76,6 +80,13 @@ def query_submit(
         )
     _check_policy(sql)
     plan = query_plan(sql)
+    if engine == DUCKDB:
+        refusal = duckdb_refusal(plan.spark_sql)
+        if refusal is not None:
+            raise InvalidInput(
+                f"DuckDB would not answer this query as Spark does: {refusal}. Run it on spark or auto.",
+                field="engine",
+            )
     query = Query.objects.create(
         sql=sql.strip(),
         cache=cache,
@@ -127,12 +138,12 @@ def query_run(*, query_id: int, spark=None) -> str:
         _check_policy(query.sql)  # again on the worker: a row written by other means is checked too
         plan = query_plan(query.sql)
         limit = getattr(settings, "LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES", DEFAULT_MAX_SCAN_BYTES)
-        engine, reason, estimate = choose_engine(query.engine, plan, limit)
+        choice = choose_engine(query.engine, plan, limit)
     except Exception as error:
         return _record_failure(query_id, error, started)
-    Query.objects.filter(pk=query_id).update(engine_used=engine, engine_reason=reason)
-    if engine == DUCKDB and estimate is not None:
-        return _run_on_duckdb(query, plan, estimate, started, spark)
+    Query.objects.filter(pk=query_id).update(engine_used=choice.engine, engine_reason=choice.reason)
+    if choice.engine == DUCKDB:
+        return _run_on_duckdb(query, plan, choice, started, spark)
     return _run_on_spark(query, plan, started, spark)
 
 
@@ -173,22 +184,36 @@ def _run(spark, query: Query, plan: QueryPlan, started: float) -> str:
     return _record_success(query, plan, (rows, columns, total), served, result, started)
 
 
-def _run_on_duckdb(query: Query, plan: QueryPlan, estimate: ScanEstimate, started: float, spark) -> str:
-    """The query on an in-process DuckDB fed from the planned splits; a cancel interrupts it."""
+def _run_on_duckdb(query: Query, plan: QueryPlan, choice: EngineChoice, started: float, spark) -> str:
+    """The query on an in-process DuckDB fed from the planned splits; a cancel interrupts it.
+    Under ``auto`` a query DuckDB fails runs again on Spark, whose answer (or error) stands."""
     query_id = query.pk
     run = DuckDbRun()
     watch = _cancel_watch(query_id, run.interrupt)
+    failed: Exception | None = None
     try:
-        return _run_duckdb(run, query, plan, estimate, started, spark)
+        return _run_duckdb(run, query, plan, choice, started, spark)
     except Exception as error:
-        return _record_failure(query_id, error, started)
+        if query.engine != AUTO or watch.cancelled.is_set() or _cancel_requested(query_id):
+            return _record_failure(query_id, error, started)
+        failed = error
     finally:
         watch.stop()
         run.close()
+    first_line = (str(failed).strip().splitlines() or [type(failed).__name__])[0][:80]
+    logger.info("query %s: DuckDB failed (%s); running it on Spark", query_id, first_line)
+    Query.objects.filter(pk=query_id).update(
+        engine_used=QueryEngine.SPARK, engine_reason=f"auto: DuckDB failed ({first_line}); Spark ran it"[:200]
+    )
+    return _run_on_spark(query, plan, started, spark)
+
+
+def _cancel_requested(query_id: int) -> bool:
+    return Query.objects.filter(pk=query_id, cancel_requested=True).exists()
 
 
 def _run_duckdb(
-    run: DuckDbRun, query: Query, plan: QueryPlan, estimate: ScanEstimate, started: float, spark
+    run: DuckDbRun, query: Query, plan: QueryPlan, choice: EngineChoice, started: float, spark
 ) -> str:
     backend = (query.backend or storage_backend_default()) if query.cache else None
     if backend is not None:
@@ -197,9 +222,8 @@ def _run_duckdb(
             result, storage = found
             frame = storage.read(spark if spark is not None else spark_session(), result.properties)
             return _record_success(query, plan, _collect(frame, query.row_limit), True, result, started)
-    sql = duckdb_sql(plan)
-    run.register(plan, estimate, sql)
-    table, total = run.fetch(sql, query.row_limit, whole=backend is not None)
+    run.register(plan, choice.estimate or scan_estimate(plan), choice.sql)
+    table, total = run.fetch(choice.sql, query.row_limit, whole=backend is not None)
     result = None
     if backend is not None:
         spark = spark if spark is not None else spark_session()
@@ -233,7 +257,7 @@ def _record_success(
 
 
 def _record_failure(query_id: int, error: Exception, started: float) -> str:
-    cancelled = Query.objects.filter(pk=query_id, cancel_requested=True).exists()
+    cancelled = _cancel_requested(query_id)
     status = QueryStatus.CANCELED if cancelled else QueryStatus.FAILED
     Query.objects.filter(pk=query_id).update(
         status=status,

@@ -9,8 +9,13 @@ dialect; the DuckDB text is checked again (only the registered views and a few g
 functions may be read), and the connection runs with external access disabled and its
 configuration locked, so no file, URL, extension or database can be reached from the SQL.
 
-``choose_engine`` decides for ``engine=auto``: DuckDB when the plan's scanned bytes (the planned
-splits' sizes) are at most ``LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES``, Spark above.
+The translation is ``processes.duckdb_translation``: DuckDB runs only what is on its allow-list
+of constructs and functions that answer as Spark's do (each held by the parity corpus).
+
+``choose_engine`` decides: ``engine=auto`` runs DuckDB when the translation allows the query and
+the plan's scanned bytes (the planned splits' sizes) are at most
+``LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES``, Spark otherwise; ``engine=duckdb`` refuses, with the reason,
+what the translation does not allow.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from processes.duckdb_translation import NotOnAllowList, duckdb_refusal, duckdb_translate
 from processes.sql_policy import SqlNotAllowed, SqlUnparsable
 from storage.cache import PlannedTable, QueryPlan
 from storage.selectors import jsonable
@@ -55,11 +61,20 @@ def refuse_duckdb_statements(sql: str) -> None:
 
 @dataclass
 class ScanEstimate:
-    """The planned splits of every table of a plan (by table pk) and their total size."""
+    """The planned splits of every table of a plan (by view: one table read at two instants is two
+    views) and their total size."""
 
-    splits: dict[int, list[Any]] = field(default_factory=dict)
-    tables: dict[int, Any] = field(default_factory=dict)
+    splits: dict[str, list[Any]] = field(default_factory=dict)
+    tables: dict[str, Any] = field(default_factory=dict)
     bytes: int = 0
+
+    def schemas(self, plan: QueryPlan) -> dict[str, pa.Schema]:
+        """Each view's Arrow schema at the plan's instant (what DuckDB's translation types by)."""
+        return {p.view: _schema_at(self.tables[p.view], p.instant) for p in plan.tables}
+
+
+def _schema_at(spec: Any, instant_id: str) -> pa.Schema:
+    return spec.schema_at(spec.timeline().get(instant_id)) if instant_id else spec.schema
 
 
 def scan_estimate(plan: QueryPlan) -> ScanEstimate:
@@ -69,36 +84,65 @@ def scan_estimate(plan: QueryPlan) -> ScanEstimate:
         spec = table_open(planned.table)
         instant = spec.timeline().get(planned.instant) if planned.instant else None
         splits = [] if not planned.instant else list(spec.plan_splits(instant))
-        estimate.tables[planned.table.pk] = spec
-        estimate.splits[planned.table.pk] = splits
+        estimate.tables[planned.view] = spec
+        estimate.splits[planned.view] = splits
         estimate.bytes += sum(split.size_bytes for split in splits)
     return estimate
 
 
-def choose_engine(
-    requested: str, plan: QueryPlan, max_scan_bytes: int
-) -> tuple[str, str, ScanEstimate | None]:
-    """(engine, reason, estimate): the engine that runs ``plan`` and why it was chosen."""
+@dataclass(frozen=True)
+class EngineChoice:
+    """The engine that runs a plan, why, and for DuckDB its scan and its translated SQL."""
+
+    engine: str
+    reason: str
+    estimate: ScanEstimate | None = None
+    sql: str = ""
+
+
+class DuckDbRefused(Exception):
+    """``engine=duckdb`` asked for a query DuckDB would not answer as Spark does."""
+
+
+def choose_engine(requested: str, plan: QueryPlan, max_scan_bytes: int) -> EngineChoice:
+    """The engine that runs ``plan`` and why: DuckDB only for what its translation allows
+    (``DuckDbRefused`` when it was asked for anything else), and under ``auto`` only up to
+    ``max_scan_bytes`` scanned."""
     if requested == SPARK:
-        return SPARK, "requested", None
-    estimate = scan_estimate(plan)
-    scanned = _mib(estimate.bytes)
+        return EngineChoice(SPARK, "requested")
+    refusal = duckdb_refusal(plan.spark_sql)
+    estimate = None
+    sql = ""
+    if refusal is None:
+        estimate = scan_estimate(plan)
+        try:
+            sql = duckdb_sql(plan, estimate)
+        except NotOnAllowList as error:
+            refusal = str(error)
     if requested == DUCKDB:
-        return DUCKDB, f"requested; scans {scanned}", estimate
+        if refusal is not None:
+            raise DuckDbRefused(
+                f"DuckDB would not answer this query as Spark does: {refusal}. Run it on spark or auto."
+            )
+        return EngineChoice(DUCKDB, f"requested; scans {_mib(estimate.bytes)}", estimate, sql)
+    if refusal is not None:
+        return EngineChoice(SPARK, f"auto: {refusal}"[:200])
+    scanned = _mib(estimate.bytes)
     if estimate.bytes <= max_scan_bytes:
-        return DUCKDB, f"auto: scans {scanned}, at most the DuckDB limit of {_mib(max_scan_bytes)}", estimate
-    return SPARK, f"auto: scans {scanned}, above the DuckDB limit of {_mib(max_scan_bytes)}", estimate
+        reason = f"auto: scans {scanned}, at most the DuckDB limit of {_mib(max_scan_bytes)}"
+        return EngineChoice(DUCKDB, reason, estimate, sql)
+    return EngineChoice(SPARK, f"auto: scans {scanned}, above the DuckDB limit of {_mib(max_scan_bytes)}")
 
 
 def _mib(size: int) -> str:
     return f"{size / (1024 * 1024):.1f} MiB"
 
 
-def duckdb_sql(plan: QueryPlan) -> str:
-    """The plan's Spark SQL in DuckDB's dialect, checked to read only the plan's views."""
+def duckdb_sql(plan: QueryPlan, estimate: ScanEstimate) -> str:
+    """The plan's Spark SQL in DuckDB's dialect with Spark's answers (``NotOnAllowList`` when it
+    cannot be), checked to read only the plan's views."""
+    text = duckdb_translate(plan.spark_sql, estimate.schemas(plan))
     try:
-        statement = sqlglot.parse_one(plan.spark_sql, read="spark")
-        text = statement.sql(dialect="duckdb")
         rendered = sqlglot.parse_one(text, read="duckdb")
     except SqlglotError as error:
         raise SqlUnparsable(f"the query cannot be translated for DuckDB: {error}") from None
@@ -140,16 +184,15 @@ def table_arrow(
 ) -> pa.Table:
     """The table at the plan's instant, read split by split through the spec API; only the
     columns in ``names`` (all when None; at least one, so the rows are still counted)."""
-    spec = estimate.tables[planned.table.pk]
-    instant = spec.timeline().get(planned.instant) if planned.instant else None
-    schema = spec.schema_at(instant) if instant is not None else spec.schema
+    spec = estimate.tables[planned.view]
+    schema = _schema_at(spec, planned.instant)
     columns = None
     if names is not None:
         columns = [n for n in schema.names if n.lower() in names] or schema.names[:1]
         schema = pa.schema([schema.field(n) for n in columns])
     batches = [
         conform_batch(batch, schema)
-        for split in estimate.splits[planned.table.pk]
+        for split in estimate.splits[planned.view]
         for batch in spec.read(split, columns=columns)
         if batch.num_rows
     ]
@@ -170,8 +213,13 @@ class DuckDbRun:
         """Each table of ``plan`` as an Arrow table (only the columns ``sql`` may read), then
         external access off and the configuration locked."""
         names = referenced_names(sql) if sql is not None else None
-        for planned in plan.tables:
-            self.connection.register(planned.view, table_arrow(planned, estimate, names))
+        self.register_arrow({p.view: table_arrow(p, estimate, names) for p in plan.tables})
+
+    def register_arrow(self, tables: dict[str, pa.Table]) -> None:
+        """Each Arrow table under its view name, then Spark's session zone (UTC), external access
+        off and the configuration locked."""
+        for view, table in tables.items():
+            self.connection.register(view, table)
         self.connection.execute("SET TimeZone = 'UTC'")
         self.connection.execute("SET enable_external_access = false")
         self.connection.execute("SET autoload_known_extensions = false")
@@ -236,7 +284,9 @@ __all__ = [
     "DUCKDB",
     "ENGINES",
     "SPARK",
+    "DuckDbRefused",
     "DuckDbRun",
+    "EngineChoice",
     "ScanEstimate",
     "arrow_rows",
     "choose_engine",

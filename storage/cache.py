@@ -5,11 +5,13 @@ on Spark is processes/queries.py.
 A query's fingerprint is its normalised text plus the snapshot ids of the tables it reads, so a
 result is reused exactly while its sources are unchanged. Managed tables are addressed in SQL by
 their catalog identifier (``demo.orders``) or name; each becomes a Spark view of the table at its
-current instant, read through the spec API.
+current instant, or at the instant ``VERSION AS OF`` / ``TIMESTAMP AS OF`` names, read through the
+spec API. A ``TABLESAMPLE`` stays on its view.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import logging
@@ -31,15 +33,20 @@ from storage.services import (
     storage_open,
     table_open,
 )
+from storage.spec.errors import InstantNotFound
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class PlannedTable:
+    """A table as the query reads it: at ``instant`` (the latest, ``current``, unless the query
+    travels in time with ``VERSION AS OF`` / ``TIMESTAMP AS OF``), as the view ``view``."""
+
     table: Table
     instant: str
     view: str
+    current: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,8 @@ def query_plan(sql: str) -> QueryPlan:
     normalised = statement.sql(dialect="spark", normalize=True, pretty=False)  # before the views
     cte_names = {cte.alias_or_name.lower() for cte in statement.find_all(exp.CTE)}
     lookup = _table_lookup()
-    planned: dict[int, PlannedTable] = {}
+    planned: dict[tuple[int, str], PlannedTable] = {}
+    _check_samples(statement)
     for node in list(statement.find_all(exp.Table)):
         if node.find_ancestor(exp.Hint) is not None:
             continue  # /*+ BROADCAST(c) */ names an alias, not a table
@@ -99,15 +107,75 @@ def query_plan(sql: str) -> QueryPlan:
         if table is None:
             known = ", ".join(sorted(lookup)) or "none registered"
             raise InvalidInput(f"unknown table {reference!r}; managed tables are: {known}", field="sql")
-        if table.pk not in planned:
-            planned[table.pk] = PlannedTable(table, _current_instant(table), f"lw_table_{table.pk}")
+        current = _current_instant(table)
+        instant = _travelled_instant(table, node.args.get("version"), reference) or current
+        key = (table.pk, instant)
+        if key not in planned:
+            same_table = sum(1 for pk, _ in planned if pk == table.pk)
+            view = f"lw_table_{table.pk}" + (f"_{same_table}" if same_table else "")
+            planned[key] = PlannedTable(table, instant, view, current)
         alias = node.alias or node.name
-        node.replace(exp.to_table(planned[table.pk].view).as_(alias, quoted=True))
+        view_node = exp.to_table(planned[key].view).as_(alias, quoted=True)
+        if node.args.get("sample") is not None:
+            view_node.set("sample", node.args["sample"])  # TABLESAMPLE samples the view
+        node.replace(view_node)
     if not planned:
         raise InvalidInput("the query reads no managed table", field="sql")
     sources = sorted((str(p.table.pk), p.instant) for p in planned.values())
     fingerprint = hashlib.sha256(json.dumps([normalised, sources]).encode()).hexdigest()
     return QueryPlan(normalised, statement.sql(dialect="spark"), tuple(planned.values()), fingerprint)
+
+
+def _check_samples(statement: exp.Expression) -> None:
+    """TABLESAMPLE belongs right after a table (or subquery), before its alias, as Spark writes
+    it; sqlglot keeps one written after the alias on the SELECT, where it would be lost."""
+    for node in statement.find_all(exp.TableSample):
+        if not isinstance(node.parent, (exp.Table, exp.Subquery)):
+            raise InvalidInput(
+                "TABLESAMPLE goes right after the table name, before its alias: "
+                "FROM t TABLESAMPLE (10 PERCENT) AS x",
+                field="sql",
+            )
+        if node.args.get("seed") is not None:
+            raise InvalidInput("TABLESAMPLE ... REPEATABLE (seed) is not supported", field="sql")
+
+
+def _travelled_instant(table: Table, version: exp.Expression | None, reference: str) -> str | None:
+    """The instant ``VERSION AS OF <id>`` or ``TIMESTAMP AS OF '<time>'`` names (None without
+    one): an instant of the table's timeline, or a 400 saying which exist."""
+    if version is None:
+        return None
+    value = version.expression
+    kind = str(version.this).upper()
+    if version.text("kind").upper() != "AS OF" or not isinstance(value, exp.Literal):
+        raise InvalidInput(
+            f"{reference}: time travel takes a literal, as in VERSION AS OF 3 or "
+            "TIMESTAMP AS OF '2024-01-01 00:00:00' (UTC)",
+            field="sql",
+        )
+    timeline = table_open(table).timeline()
+    try:
+        if kind == "TIMESTAMP":
+            moment = _timestamp(value.this, reference)
+            return str(timeline.latest_at(moment).id)
+        return str(timeline.get(value.this).id)
+    except InstantNotFound as error:
+        ids = [str(i.id) for i in timeline.instants()]
+        shown = ", ".join(ids[:10]) + (f" ... ({len(ids)} in all)" if len(ids) > 10 else "")
+        raise InvalidInput(
+            f"{reference}: {error}; its versions, oldest first: {shown or 'none'}", field="sql"
+        ) from None
+
+
+def _timestamp(text: str, reference: str) -> dt.datetime:
+    try:
+        moment = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(
+            f"{reference}: TIMESTAMP AS OF {text!r} is not a timestamp (yyyy-mm-dd[ hh:mm:ss], UTC)",
+            field="sql",
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
 def _current_instant(table: Table) -> str:
@@ -159,7 +227,9 @@ def cached_result_begin(
                 backend=backend,
                 name=name,
                 sql=plan.normalised_sql,
-                source_snapshots={str(p.table.pk): p.instant for p in plan.tables},
+                # what invalidation compares with the table's latest instant (a result read at an
+                # older one by time travel stays valid until the table moves on)
+                source_snapshots={str(p.table.pk): p.current or p.instant for p in plan.tables},
             )
     except IntegrityError:
         return None

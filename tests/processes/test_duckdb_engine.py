@@ -101,7 +101,7 @@ def test_time_travel_reads_the_older_snapshot_alike_on_both_engines(tables, spar
     run = DuckDbRun()
     try:
         run.register(old, estimate)
-        table, total = run.fetch(duckdb_sql(old), 100, whole=False)
+        table, total = run.fetch(duckdb_sql(old, estimate), 100, whole=False)
     finally:
         run.close()
     on_duckdb = arrow_rows(table, 100)
@@ -212,10 +212,11 @@ def _one_more_order():
 
 def test_duckdb_reads_only_the_columns_the_query_names(tables):
     plan = query_plan("select region, count(*) as n from orders o where o.id > 3 group by region")
-    sql = duckdb_sql(plan)
+    estimate = scan_estimate(plan)
+    sql = duckdb_sql(plan, estimate)
     run = DuckDbRun()
     try:
-        run.register(plan, scan_estimate(plan), sql)
+        run.register(plan, estimate, sql)
         loaded = run.connection.sql(f"select * from {plan.tables[0].view} limit 0").columns
         table, _ = run.fetch(sql, 10, whole=False)
     finally:

@@ -1,0 +1,474 @@
+"""The typed rules of DuckDB's translation: for each allowed construct whose answer depends on
+types, the check that it answers as Spark does and, where DuckDB's own function differs, the
+DuckDB expression that gives Spark's answer (an int where DuckDB says bigint, an error where it
+says NULL...). ``TYPED_RULES`` maps sqlglot's class to its rule; a rule returns the replacement
+node, or None to keep the node. Plain Python (sqlglot)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from processes.duckdb_translation.dates import DATE_RULES
+from processes.duckdb_translation.typed import (
+    ARRAYS,
+    BOOLEANS,
+    DATES,
+    DECIMALS,
+    FLOATS,
+    INTEGERS,
+    LOCAL_TIMESTAMPS,
+    NULLS,
+    NUMBERS,
+    STRINGS,
+    TIMES,
+    TIMESTAMPS,
+    NotOnAllowList,
+    Typed,
+    construct_name,
+    duckdb_call,
+    duckdb_error,
+)
+
+
+def _nonzero(divisor: exp.Expression, value: exp.Expression, message: str) -> exp.Expression:
+    return exp.Case(
+        ifs=[
+            exp.If(
+                this=exp.EQ(this=divisor.copy(), expression=exp.Literal.number(0)), true=duckdb_error(message)
+            )
+        ],
+        default=value,
+    )
+
+
+def _div(node: exp.Div, typed: Typed) -> exp.Expression:
+    left, right = node.this, node.expression
+    for side in (left, right):
+        typed.require(side, INTEGERS | FLOATS, "division (decimals divide to Spark's own precision)")
+    quotient = exp.Div(this=left, expression=right)
+    return _nonzero(right, quotient, "[DIVIDE_BY_ZERO] Division by zero")
+
+
+def _mod(node: exp.Mod, typed: Typed) -> exp.Expression:
+    left, right = node.this, node.expression
+    for side in (left, right):
+        typed.require(side, INTEGERS, "% (Spark's remainder of decimals and doubles)")
+    return _nonzero(right, exp.Mod(this=left, expression=right), "[REMAINDER_BY_ZERO] Remainder by zero")
+
+
+def _int_div(node: exp.IntDiv, typed: Typed) -> exp.Expression:
+    left, right = node.this, node.expression
+    for side in (left, right):
+        typed.require(side, INTEGERS, "div")
+    quotient = exp.cast(exp.IntDiv(this=left, expression=right), "BIGINT")
+    return _nonzero(right, quotient, "[DIVIDE_BY_ZERO] Division by zero")
+
+
+#: (source family, target type) pairs a Spark CAST answers alike on DuckDB (rendered by
+#: ``_cast``); anything else runs on Spark.
+CASTS: dict[frozenset, frozenset] = {
+    INTEGERS: INTEGERS | FLOATS | DECIMALS | STRINGS | BOOLEANS,
+    FLOATS: INTEGERS | FLOATS | DECIMALS,
+    DECIMALS: INTEGERS | FLOATS | DECIMALS | STRINGS,
+    STRINGS: STRINGS | FLOATS | DECIMALS | DATES,
+    DATES: DATES | STRINGS | TIMESTAMPS | LOCAL_TIMESTAMPS,
+    TIMESTAMPS: TIMESTAMPS | DATES | LOCAL_TIMESTAMPS,
+    LOCAL_TIMESTAMPS: LOCAL_TIMESTAMPS | DATES | TIMESTAMPS | STRINGS,
+    BOOLEANS: BOOLEANS | INTEGERS | STRINGS,
+    NULLS: INTEGERS | FLOATS | DECIMALS | STRINGS | TIMES | BOOLEANS,
+}
+
+
+def _cast(node: exp.Cast, typed: Typed) -> exp.Expression:
+    """Spark's CAST (ANSI: a value that does not convert fails) or ``try_cast`` (NULL instead)."""
+    source = typed.kind(node.this)
+    target = node.to.this
+    if target not in CASTS.get(source, frozenset()):
+        raise NotOnAllowList(
+            f"CAST from {typed.of(node.this)} to {target} is not on DuckDB's list: Spark converts it its own way"
+        )
+    value = node.this
+    if source in (FLOATS, DECIMALS) and target in INTEGERS:
+        value = duckdb_call("trunc", value)  # Spark truncates toward zero; DuckDB rounds
+    to = node.to.copy()
+    if target in TIMESTAMPS:
+        to = exp.DataType.build("TIMESTAMPTZ")
+    safe = isinstance(node, exp.TryCast) and bool(node.args.get("safe"))
+    return (exp.TryCast if safe else exp.Cast)(this=value, to=to)
+
+
+def _same_families(nodes: list[exp.Expression], typed: Typed, what: str) -> None:
+    families = {typed.family(n) for n in nodes} - {NULLS}
+    if len(families) > 1:
+        shown = ", ".join(sorted(str(typed.of(n)) for n in nodes))
+        raise NotOnAllowList(f"{what} mixes types ({shown}): Spark and DuckDB coerce them differently")
+
+
+def _comparison(node: exp.Expression, typed: Typed) -> None:
+    left, right = node.this, node.expression
+    if _string_literal(left) or _string_literal(right):
+        other = right if _string_literal(left) else left
+        if typed.family(other) in (DATES, TIMESTAMPS, LOCAL_TIMESTAMPS, STRINGS, NULLS):
+            return None  # a date or timestamp literal written as a string: both engines parse it
+    _same_families([left, right], typed, f"the comparison {node.sql(dialect='spark')}")
+    return None
+
+
+def _string_literal(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Literal) and node.is_string
+
+
+def _in(node: exp.In, typed: Typed) -> None:
+    if node.args.get("query") is not None:
+        return None
+    _same_families([node.this, *node.expressions], typed, "IN")
+    return None
+
+
+def _between(node: exp.Between, typed: Typed) -> None:
+    bounds = [b for b in (node.args["low"], node.args["high"]) if not _string_literal(b)]
+    if len(bounds) < 2 and typed.family(node.this) not in (
+        DATES,
+        TIMESTAMPS,
+        LOCAL_TIMESTAMPS,
+        STRINGS,
+        NULLS,
+    ):
+        bounds = [node.args["low"], node.args["high"]]  # a string bound is a date only beside a date
+    _same_families([node.this, *bounds], typed, "BETWEEN")
+    return None
+
+
+def _case(node: exp.Case, typed: Typed) -> None:
+    results = [branch.args["true"] for branch in node.args.get("ifs") or []]
+    if node.args.get("default") is not None:
+        results.append(node.args["default"])
+    _same_families(results, typed, "CASE")
+    return None
+
+
+def _if(node: exp.If, typed: Typed) -> None:
+    if isinstance(node.parent, exp.Case):
+        return None  # a CASE branch: the CASE checks its results
+    _same_families([node.args["true"], node.args.get("false") or exp.Null()], typed, "IF")
+    return None
+
+
+def _coalesce(node: exp.Expression, typed: Typed) -> None:
+    _same_families([node.this, *node.expressions], typed, construct_name(node))
+    return None
+
+
+def _set_operation(node: exp.SetOperation, typed: Typed) -> None:
+    left, right = node.left, node.right
+    if isinstance(left, exp.Select) and isinstance(right, exp.Select):
+        if len(left.selects) == len(right.selects):
+            for a, b in zip(left.selects, right.selects, strict=True):
+                _same_families([a.unalias(), b.unalias()], typed, node.key.upper())
+    return None
+
+
+def _numbers(*indexes: str, allowed: frozenset = NUMBERS) -> Callable[[exp.Expression, Typed], None]:
+    def rule(node: exp.Expression, typed: Typed) -> None:
+        for key in indexes or ("this",):
+            argument = node.args.get(key)
+            if isinstance(argument, list):
+                for item in argument:
+                    typed.require(item, allowed, construct_name(node))
+            elif argument is not None:
+                typed.require(argument, allowed, construct_name(node))
+
+    return rule
+
+
+def _strings(*keys: str) -> Callable[[exp.Expression, Typed], None]:
+    return _numbers(*keys, allowed=STRINGS)
+
+
+def _avg(node: exp.Avg, typed: Typed) -> None:
+    typed.require(
+        node.this.unnest() if isinstance(node.this, exp.Distinct) else node.this, INTEGERS | FLOATS, "avg"
+    )
+    return None
+
+
+def _floor_ceil(node: exp.Expression, typed: Typed) -> exp.Expression:
+    """Spark's floor and ceil answer a bigint for whole numbers and doubles (DuckDB: the input's
+    type), a decimal of scale 0 for decimals (as DuckDB does)."""
+    typed.require(node.this, NUMBERS, construct_name(node))
+    if node.args.get("decimals") is not None or node.args.get("expression") is not None:
+        raise NotOnAllowList(f"{construct_name(node)} with a scale is not on DuckDB's list")
+    return node if typed.kind(node.this) == DECIMALS else exp.cast(node, "BIGINT")
+
+
+def _round(node: exp.Round, typed: Typed) -> exp.Expression:
+    typed.require(node.this, INTEGERS | DECIMALS, "round (of a double: Spark rounds its decimal value)")
+    scale = node.args.get("decimals")
+    if scale is not None and not _number_literal(scale.this if isinstance(scale, exp.Neg) else scale):
+        raise NotOnAllowList("round with a scale that is not a number literal is not on DuckDB's list")
+    return node
+
+
+def _number_literal(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Literal) and not node.is_string
+
+
+def _sign(node: exp.Sign, typed: Typed) -> exp.Expression:
+    typed.require(node.this, NUMBERS, "signum")
+    return exp.cast(node, "DOUBLE")
+
+
+def _literal_ints(node: exp.Expression, keys: tuple[str, ...], minimum: int) -> None:
+    for key in keys:
+        value = node.args.get(key)
+        if value is None:
+            continue
+        if not (isinstance(value, exp.Literal) and not value.is_string and value.this.lstrip("-").isdigit()):
+            raise NotOnAllowList(
+                f"{construct_name(node)} runs on DuckDB only with number literals as its {key}"
+            )
+        if int(value.this) < minimum:
+            raise NotOnAllowList(
+                f"{construct_name(node)} with a {key} below {minimum} is not on DuckDB's list"
+            )
+
+
+def _substring(node: exp.Substring, typed: Typed) -> None:
+    typed.require(node.this, STRINGS, "substring")
+    _literal_ints(node, ("start",), 1)
+    _literal_ints(node, ("length",), 0)
+    return None
+
+
+def _left_right(node: exp.Expression, typed: Typed) -> None:
+    typed.require(node.this, STRINGS, construct_name(node))
+    _literal_ints(node, ("expression",), 0)
+    return None
+
+
+def _pad(node: exp.Pad, typed: Typed) -> None:
+    typed.require(node.this, STRINGS, construct_name(node))
+    _literal_ints(node, ("expression",), 0)
+    fill = node.args.get("fill_pattern")
+    if fill is None or not _string_literal(fill) or not fill.this:
+        raise NotOnAllowList("lpad/rpad run on DuckDB only with a non-empty literal fill")
+    return None
+
+
+def _repeat(node: exp.Repeat, typed: Typed) -> None:
+    typed.require(node.this, STRINGS, "repeat")
+    _literal_ints(node, ("times",), 0)
+    return None
+
+
+def _split_part(node: exp.SplitPart, typed: Typed) -> None:
+    typed.require(node.this, STRINGS, "split_part")
+    delimiter = node.args.get("delimiter")
+    if not _string_literal(delimiter) or not delimiter.this:
+        raise NotOnAllowList("split_part runs on DuckDB only with a non-empty literal delimiter")
+    _literal_ints(node, ("part_index",), 1)
+    return None
+
+
+def _str_position(node: exp.StrPosition, typed: Typed) -> None:
+    typed.require(node.this, STRINGS, "instr/locate")
+    typed.require(node.args["substr"], STRINGS, "instr/locate")
+    if node.args.get("position") is not None:
+        raise NotOnAllowList("locate with a start position is not on DuckDB's list")
+    return None
+
+
+def _concat(node: exp.Concat, typed: Typed) -> None:
+    for item in node.expressions:
+        typed.require(item, STRINGS, "concat (Spark turns other types into text its own way)")
+    return None
+
+
+def _sha2(node: exp.SHA2, typed: Typed) -> None:
+    typed.require(node.this, STRINGS, "sha2")
+    length = node.args.get("length")
+    if length is not None and not (isinstance(length, exp.Literal) and str(length.this) == "256"):
+        raise NotOnAllowList("sha2 runs on DuckDB only with 256 bits")
+    return None
+
+
+def _int_result(check: Callable[[exp.Expression, Typed], object]):
+    """A function Spark answers as an int and DuckDB as a bigint (length, instr...)."""
+
+    def rule(node: exp.Expression, typed: Typed) -> exp.Expression:
+        check(node, typed)
+        return exp.cast(node, "INT")
+
+    return rule
+
+
+def _array_size(node: exp.ArraySize, typed: Typed) -> exp.Expression:
+    typed.require(node.this, ARRAYS, "size")
+    return exp.cast(duckdb_call("len", node.this), "INT")
+
+
+def _array_contains(node: exp.ArrayContains, typed: Typed) -> exp.Expression:
+    typed.require(node.this, ARRAYS, "array_contains")
+    if typed.of(node.expression) in NULLS:
+        raise NotOnAllowList("array_contains of NULL is not on DuckDB's list")
+    # Spark: NULL when not found and the array holds a NULL; DuckDB answers false.
+    array, value = node.this, node.expression
+    unknown = exp.or_(
+        exp.Is(this=array.copy(), expression=exp.null()), exp.Is(this=value.copy(), expression=exp.null())
+    )
+    found = duckdb_call("list_contains", array, value)
+    holds_null = duckdb_call(
+        "list_contains", duckdb_call("list_transform", array.copy(), _is_null_lambda()), exp.true()
+    )
+    return exp.Case(
+        ifs=[
+            exp.If(this=unknown, true=exp.null()),
+            exp.If(this=found, true=exp.true()),
+            exp.If(this=holds_null, true=exp.null()),
+        ],
+        default=exp.false(),
+    )
+
+
+def _is_null_lambda() -> exp.Expression:
+    return exp.Lambda(
+        this=exp.Is(this=exp.column("lw_x"), expression=exp.null()), expressions=[exp.to_identifier("lw_x")]
+    )
+
+
+def _group(node: exp.Group, typed: Typed) -> exp.Expression:
+    """``GROUP BY a, b WITH ROLLUP`` (or CUBE): DuckDB writes ``GROUP BY ROLLUP (a, b)``."""
+    for key, kind in (("rollup", exp.Rollup), ("cube", exp.Cube)):
+        marker = node.args.get(key)
+        if marker and all(not m.expressions for m in marker):
+            return exp.Group(expressions=[kind(expressions=list(node.expressions))])
+    return node
+
+
+def _logarithm(node: exp.Expression, typed: Typed) -> exp.Expression:
+    """Spark's ln/log answer NULL for an argument (or base) at or below zero; DuckDB NaN or -inf."""
+    arguments = [node.this] + ([node.expression] if node.args.get("expression") is not None else [])
+    for argument in arguments:
+        typed.require(argument, NUMBERS, construct_name(node))
+    positive = [exp.GT(this=a.copy(), expression=exp.Literal.number(0)) for a in arguments]
+    return exp.Case(ifs=[exp.If(this=exp.and_(*positive), true=node)], default=exp.null())
+
+
+def _aggregate_numbers(node: exp.Expression, typed: Typed) -> None:
+    typed.require(node.this, INTEGERS | FLOATS, construct_name(node))
+    for item in node.expressions if hasattr(node, "expressions") else []:
+        typed.require(item, INTEGERS | FLOATS, construct_name(node))
+    if node.args.get("expression") is not None:
+        typed.require(node.expression, INTEGERS | FLOATS, construct_name(node))
+    return None
+
+
+def _literal(node: exp.Literal, typed: Typed) -> exp.Expression | None:
+    """Spark reads ``-2147483648`` as an int (DuckDB: a bigint); an integer literal beyond 64 bits
+    is a decimal on Spark and a 128-bit integer on DuckDB."""
+    if node.is_string or not str(node.this).isdigit():
+        return None
+    value = int(node.this)
+    if value >= 2**63:
+        raise NotOnAllowList(f"the literal {value} (a decimal on Spark) is not on DuckDB's list")
+    return None
+
+
+def _neg(node: exp.Neg, typed: Typed) -> exp.Expression | None:
+    typed.require(node.this, NUMBERS, "-")
+    if _number_literal(node.this) and str(node.this.this) == str(2**31):
+        return exp.cast(exp.Literal.number(-(2**31)), "INT")
+    return None
+
+
+RANKINGS = (exp.RowNumber, exp.Rank, exp.DenseRank, exp.Ntile)
+
+
+def _window(node: exp.Window, typed: Typed) -> exp.Expression | None:
+    """row_number, rank, dense_rank and ntile: an int on Spark, a bigint on DuckDB."""
+    return exp.cast(node, "INT") if isinstance(node.this, RANKINGS) else None
+
+
+TYPED_RULES: dict[type[exp.Expression], Callable[[exp.Expression, Typed], exp.Expression | None]] = {
+    **DATE_RULES,
+    exp.Div: _div,
+    exp.Mod: _mod,
+    exp.IntDiv: _int_div,
+    exp.Cast: _cast,
+    exp.TryCast: _cast,
+    exp.EQ: _comparison,
+    exp.NEQ: _comparison,
+    exp.GT: _comparison,
+    exp.GTE: _comparison,
+    exp.LT: _comparison,
+    exp.LTE: _comparison,
+    exp.NullSafeEQ: _comparison,
+    exp.NullSafeNEQ: _comparison,
+    exp.In: _in,
+    exp.Between: _between,
+    exp.Case: _case,
+    exp.If: _if,
+    exp.Coalesce: _coalesce,
+    exp.Greatest: _coalesce,
+    exp.Least: _coalesce,
+    exp.Union: _set_operation,
+    exp.Intersect: _set_operation,
+    exp.Except: _set_operation,
+    exp.Add: _numbers("this", "expression"),
+    exp.Sub: _numbers("this", "expression"),
+    exp.Mul: _numbers("this", "expression"),
+    exp.Neg: _neg,
+    exp.Literal: _literal,
+    exp.Window: _window,
+    exp.Abs: _numbers(),
+    exp.Sum: _numbers(),
+    exp.Avg: _avg,
+    exp.Floor: _floor_ceil,
+    exp.Ceil: _floor_ceil,
+    exp.Round: _round,
+    exp.Sign: _sign,
+    exp.Sqrt: _numbers(),
+    exp.Exp: _numbers(),
+    exp.Pow: _numbers("this", "expression"),
+    exp.Ln: _logarithm,
+    exp.Log: _logarithm,
+    exp.Stddev: _aggregate_numbers,
+    exp.StddevSamp: _aggregate_numbers,
+    exp.StddevPop: _aggregate_numbers,
+    exp.Variance: _aggregate_numbers,
+    exp.VariancePop: _aggregate_numbers,
+    exp.Corr: _aggregate_numbers,
+    exp.CovarSamp: _aggregate_numbers,
+    exp.CovarPop: _aggregate_numbers,
+    exp.Median: _aggregate_numbers,
+    exp.Upper: _strings(),
+    exp.Lower: _strings(),
+    exp.Length: _int_result(_strings()),
+    exp.Trim: _strings(),
+    exp.Reverse: _strings(),
+    exp.Ascii: _int_result(_strings()),
+    exp.MD5: _strings(),
+    exp.StartsWith: _strings("this", "expression"),
+    exp.EndsWith: _strings("this", "expression"),
+    exp.Contains: _strings("this", "expression"),
+    exp.Replace: _strings("this", "expression", "replacement"),
+    exp.Translate: _strings("this", "from_", "to"),
+    exp.Like: _strings("this"),
+    exp.ILike: _strings("this"),
+    exp.ConcatWs: _strings("expressions"),
+    exp.Concat: _concat,
+    exp.DPipe: _strings("this", "expression"),
+    exp.Substring: _substring,
+    exp.Left: _left_right,
+    exp.Right: _left_right,
+    exp.Pad: _pad,
+    exp.Repeat: _repeat,
+    exp.SplitPart: _split_part,
+    exp.StrPosition: _int_result(_str_position),
+    exp.SHA2: _sha2,
+    exp.ArraySize: _array_size,
+    exp.ArrayContains: _array_contains,
+    exp.Group: _group,
+}
