@@ -1,8 +1,11 @@
-"""The Celery app: configuration from Django settings (CELERY_*), tasks from each app's tasks.py."""
+"""The Celery app: configuration from Django settings (CELERY_*, among them the one beat schedule,
+``CELERY_BEAT_SCHEDULE``), tasks from each app's tasks.py, and the router of heavy tasks."""
 
 from __future__ import annotations
 
 import os
+from fnmatch import fnmatchcase
+from typing import Any
 
 from celery import Celery, signals
 
@@ -11,6 +14,18 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 app = Celery("lakewarden")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+def route_task(name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any) -> dict | None:
+    """Celery router (``CELERY_TASK_ROUTES``): tasks matching ``HEAVY_TASKS`` to
+    ``LAKEWARDEN_HEAVY_QUEUE``, both read when the task is sent (so a changed setting, as in tests,
+    is honoured); None leaves the rest on the default queue. A queue given to ``apply_async``
+    explicitly still wins over this."""
+    from django.conf import settings
+
+    if any(fnmatchcase(name, pattern) for pattern in settings.HEAVY_TASKS):
+        return {"queue": settings.LAKEWARDEN_HEAVY_QUEUE}
+    return None
 
 
 @signals.worker_init.connect

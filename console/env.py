@@ -1,4 +1,8 @@
-"""Typed environment helpers that fail loudly: a bad value stops start-up with the variable named."""
+"""Typed environment helpers that fail loudly: a bad value stops start-up with the variable named.
+
+Read by ``console/settings.py`` (and the helpers it calls); they read ``os.environ`` only, never
+write it, and never import the settings.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,14 @@ _FALSE = {"0", "false", "no", "off", ""}
 def env_str(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return default if value is None or value == "" else value
+
+
+def env_required(name: str, why: str) -> str:
+    """A string that must be set (``why``: when, e.g. "when LAKEWARDEN_OIDC_CLIENT_ID is set")."""
+    value = env_str(name)
+    if value is None:
+        raise ImproperlyConfigured(f"{name} must be set {why}")
+    return value
 
 
 def env_bool(name: str, default: bool = False) -> bool:

@@ -1,11 +1,14 @@
-"""Login (and at least the viewer role) required everywhere but the exempt paths; outbound HTTP
-bounded to a few seconds inside a request."""
+"""Static files (WhiteNoise), login (and at least the viewer role) required everywhere but the
+exempt paths; outbound HTTP bounded to a few seconds inside a request."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.shortcuts import render
+from whitenoise.middleware import WhiteNoiseMiddleware
 
 from console.roles import VIEWER, has_role
 from storage import outbound
@@ -13,6 +16,15 @@ from storage import outbound
 # The API authenticates itself (session or token) and answers 401/403 as JSON; /metrics takes its
 # own bearer token or address allow-list (console/metrics/access.py).
 EXEMPT_PREFIXES = ("/healthz", "/metrics", "/accounts/login/", "/api/", "/static/", "/favicon.ico")
+
+
+class StaticFilesMiddleware(WhiteNoiseMiddleware):
+    """WhiteNoise, with ``STATIC_ROOT`` (under the var folder) made on first use: WhiteNoise warns
+    about a missing folder, and importing the settings makes none. ``collectstatic`` fills it."""
+
+    def __init__(self, get_response=None, settings=settings):
+        Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
+        super().__init__(get_response, settings)
 
 
 class LoginRequiredMiddleware:

@@ -70,7 +70,7 @@ class SecretMaskingFilter(logging.Filter):
     """Masks secrets in a record before any handler formats it: the message with its arguments
     merged in, the exception text, and ``extra`` attributes named like secrets.
 
-    Installed on every handler of ``LOGGING`` (see console/settings_security.py); it changes the
+    Installed on every handler of ``LOGGING`` (see LOGGING in console/settings.py); it changes the
     record itself, so handlers after it (on the same logger) see the masked record too.
     """
 

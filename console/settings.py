@@ -1,8 +1,17 @@
 """Lakewarden settings: everything configurable comes from environment variables (see README).
 
-The other settings modules never import this one: ``console.settings_scale`` and
-``console.settings_security`` read the environment through ``console.env`` and this module takes
-their values (star imports of their ``__all__``) and calls their helpers with its own values.
+One module, read top to bottom: each setting is assigned here by name, from a typed helper of
+``console.env`` that stops start-up naming the variable when its value is bad. The larger rules
+live beside what they configure and never import this module: the secret key file
+(``console.secret_key``), single sign-on (``console.sso.config``), who may scrape metrics
+(``console.metrics.access``), web workers (``console.gunicorn_conf``), the database URL
+(``console.database_url``), the heavy-task router (``console.celery``).
+
+Importing it has no side effect: it creates no folder and sets no environment variable. The var
+folder's contents are made by ``scripts/setup.sh``, ``manage.py lakewarden_serve`` or on first
+use (the secret key when Django first signs, ``STATIC_ROOT`` when WhiteNoise starts, the metrics
+samples when the latency middleware starts; ``ConsoleConfig.ready()`` exports
+``PROMETHEUS_MULTIPROC_DIR`` for prometheus-client).
 """
 
 from __future__ import annotations
@@ -12,15 +21,18 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from console import settings_security
 from console.database_url import database_url
-from console.env import env_bool, env_int, env_path, env_roots, env_str, env_url
+from console.env import env_bool, env_int, env_networks, env_path, env_roots, env_str, env_url
+from console.gunicorn_conf import available_cores, default_web_workers
+from console.metrics.access import allowed_networks, metrics_token
+from console.secret_key import secret_key_on_first_use
+from console.sso.config import authentication_backends, ldap_settings, oidc_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DEBUG", False)
 #: Local state of this installation: the secret key file, static files, the demo warehouse, beat's
-#: schedule, the admin password.
+#: schedule, the admin password, the metrics samples.
 LAKEWARDEN_VAR_DIR = env_path("LAKEWARDEN_VAR_DIR", "./var", base=BASE_DIR)
 SECRET_KEY = env_str("SECRET_KEY")
 if SECRET_KEY is None:
@@ -29,10 +41,8 @@ if SECRET_KEY is None:
     # One key for every process of this installation (each gunicorn worker, the Celery workers,
     # manage.py), made once and kept in var/secret_key: sessions stay valid across workers and
     # restarts. Production may rely on it too (one machine, var/ kept); several web hosts need the
-    # same SECRET_KEY set on each.
-    SECRET_KEY = settings_security.persistent_secret_key(
-        LAKEWARDEN_VAR_DIR / settings_security.SECRET_KEY_FILE_NAME
-    )
+    # same SECRET_KEY set on each. Read (or made) the first time Django signs something.
+    SECRET_KEY = secret_key_on_first_use(LAKEWARDEN_VAR_DIR / "secret_key")
 
 ALLOWED_HOSTS = [
     h.strip() for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
@@ -55,11 +65,18 @@ INSTALLED_APPS = [
     "console",
     "processes",
     "storage",
+    # The audit trail (console/audit): its signal handlers and admin page.
+    "console.audit.apps.AuditConfig",
 ]
 
 MIDDLEWARE = [
+    # Outermost, so the request latency it measures covers every other middleware (console/metrics).
+    "console.metrics.http.RequestLatencyMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Content-Security-Policy right after Django's own security headers (console/security.py).
+    "console.security.ContentSecurityPolicyMiddleware",
+    # WhiteNoise, making STATIC_ROOT when it starts.
+    "console.middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -69,6 +86,9 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "console.middleware.LoginRequiredMiddleware",
     "console.middleware.OutboundBoundsMiddleware",
+    # Last: inside the authentication (the session's and, through DRF, the API token's) so it sees
+    # who acted, and around the view so it sees the answer (console/audit).
+    "console.audit.middleware.AuditMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -112,7 +132,6 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = LAKEWARDEN_VAR_DIR / "static"
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns about a missing folder
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -120,6 +139,88 @@ STORAGES = {
 # Serve static files from the app folders without collectstatic in development and tests.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
+
+# --- Security: Django's deploy checklist, Content-Security-Policy -------------------------------
+# LAKEWARDEN_HTTPS=1: the console is served over HTTPS (production): secure cookies, HSTS,
+# HTTP -> HTTPS redirect. Off by default: the local demo runs over http.
+LAKEWARDEN_HTTPS = env_bool("LAKEWARDEN_HTTPS", False)
+
+SESSION_COOKIE_SECURE = LAKEWARDEN_HTTPS
+CSRF_COOKIE_SECURE = LAKEWARDEN_HTTPS
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+# htmx takes the CSRF token from the page (base.html's hx-headers), so no script reads the cookie;
+# as Django's docs say, HttpOnly on the CSRF cookie would add no protection.
+CSRF_COOKIE_HTTPONLY = False
+CSRF_COOKIE_SAMESITE = "Lax"
+
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+if LAKEWARDEN_HTTPS:
+    SECURE_SSL_REDIRECT = True
+    # Load balancers probe health over plain http.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SECURE_HSTS_SECONDS = env_int("LAKEWARDEN_HSTS_SECONDS", 365 * 24 * 3600, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("LAKEWARDEN_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("LAKEWARDEN_HSTS_PRELOAD", True)
+# LAKEWARDEN_BEHIND_PROXY=1: trust X-Forwarded-Proto from the reverse proxy that terminates TLS.
+if env_bool("LAKEWARDEN_BEHIND_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Content-Security-Policy on every response (console.security.ContentSecurityPolicyMiddleware).
+# The console has no inline script; Swagger UI (/api/docs/) starts itself with one.
+LAKEWARDEN_CSP_OVERRIDES = {"/api/docs/": {"script-src": "'self' 'unsafe-inline'"}}
+LAKEWARDEN_CSP_REPORT_ONLY = env_bool("LAKEWARDEN_CSP_REPORT_ONLY", False)
+
+# Login throttling: this many failures per window (counted in the cache below).
+LAKEWARDEN_LOGIN_MAX_FAILURES = env_int("LAKEWARDEN_LOGIN_MAX_FAILURES", 5, minimum=1)
+LAKEWARDEN_LOGIN_WINDOW_SECONDS = env_int("LAKEWARDEN_LOGIN_WINDOW_SECONDS", 15 * 60, minimum=1)
+
+# --- Single sign-on: OpenID Connect and LDAP (console/sso/config.py lists their variables) -------
+# Both inert unless LAKEWARDEN_OIDC_CLIENT_ID / LAKEWARDEN_LDAP_SERVER_URI are set; local accounts
+# keep working beside them (Django's ModelBackend stays first).
+_oidc = oidc_settings()
+_ldap = ldap_settings()
+LAKEWARDEN_OIDC_ENABLED = bool(_oidc)
+LAKEWARDEN_LDAP_ENABLED = bool(_ldap)
+AUTHENTICATION_BACKENDS = authentication_backends(oidc=LAKEWARDEN_OIDC_ENABLED, ldap=LAKEWARDEN_LDAP_ENABLED)
+if LAKEWARDEN_OIDC_ENABLED:
+    OIDC_OP_AUTHORIZATION_ENDPOINT = _oidc["OIDC_OP_AUTHORIZATION_ENDPOINT"]
+    OIDC_OP_TOKEN_ENDPOINT = _oidc["OIDC_OP_TOKEN_ENDPOINT"]
+    OIDC_OP_USER_ENDPOINT = _oidc["OIDC_OP_USER_ENDPOINT"]
+    OIDC_OP_JWKS_ENDPOINT = _oidc["OIDC_OP_JWKS_ENDPOINT"]
+    OIDC_RP_CLIENT_ID = _oidc["OIDC_RP_CLIENT_ID"]
+    OIDC_RP_CLIENT_SECRET = _oidc["OIDC_RP_CLIENT_SECRET"]
+    OIDC_RP_SIGN_ALGO = _oidc["OIDC_RP_SIGN_ALGO"]
+    OIDC_RP_SCOPES = _oidc["OIDC_RP_SCOPES"]
+    OIDC_USE_PKCE = _oidc["OIDC_USE_PKCE"]
+    OIDC_TIMEOUT = _oidc["OIDC_TIMEOUT"]
+    OIDC_VERIFY_SSL = _oidc["OIDC_VERIFY_SSL"]
+    OIDC_CREATE_USER = _oidc["OIDC_CREATE_USER"]
+    LAKEWARDEN_OIDC_ISSUER = _oidc["LAKEWARDEN_OIDC_ISSUER"]
+    LAKEWARDEN_OIDC_USERNAME_CLAIM = _oidc["LAKEWARDEN_OIDC_USERNAME_CLAIM"]
+    LAKEWARDEN_OIDC_GROUPS_CLAIM = _oidc["LAKEWARDEN_OIDC_GROUPS_CLAIM"]
+    LAKEWARDEN_OIDC_PROVIDER_NAME = _oidc["LAKEWARDEN_OIDC_PROVIDER_NAME"]
+    LAKEWARDEN_OIDC_ROLE_GROUPS = _oidc["LAKEWARDEN_OIDC_ROLE_GROUPS"]
+if LAKEWARDEN_LDAP_ENABLED:
+    AUTH_LDAP_SERVER_URI = _ldap["AUTH_LDAP_SERVER_URI"]
+    AUTH_LDAP_BIND_DN = _ldap["AUTH_LDAP_BIND_DN"]
+    AUTH_LDAP_BIND_PASSWORD = _ldap["AUTH_LDAP_BIND_PASSWORD"]
+    AUTH_LDAP_START_TLS = _ldap["AUTH_LDAP_START_TLS"]
+    AUTH_LDAP_CONNECTION_OPTIONS = _ldap["AUTH_LDAP_CONNECTION_OPTIONS"]
+    AUTH_LDAP_USER_ATTR_MAP = _ldap["AUTH_LDAP_USER_ATTR_MAP"]
+    AUTH_LDAP_ALWAYS_UPDATE_USER = _ldap["AUTH_LDAP_ALWAYS_UPDATE_USER"]
+    AUTH_LDAP_GROUP_SEARCH = _ldap["AUTH_LDAP_GROUP_SEARCH"]
+    AUTH_LDAP_GROUP_TYPE = _ldap["AUTH_LDAP_GROUP_TYPE"]
+    LAKEWARDEN_LDAP_ROLE_GROUPS = _ldap["LAKEWARDEN_LDAP_ROLE_GROUPS"]
+    # Users are bound directly by a DN template, or searched for.
+    if "AUTH_LDAP_USER_DN_TEMPLATE" in _ldap:
+        AUTH_LDAP_USER_DN_TEMPLATE = _ldap["AUTH_LDAP_USER_DN_TEMPLATE"]
+    else:
+        AUTH_LDAP_USER_SEARCH = _ldap["AUTH_LDAP_USER_SEARCH"]
 
 # --- Lakewarden ---------------------------------------------------------------------------------
 LAKEWARDEN_WAREHOUSE = env_path("LAKEWARDEN_WAREHOUSE", str(LAKEWARDEN_VAR_DIR / "warehouse"), base=BASE_DIR)
@@ -131,8 +232,41 @@ if LAKEWARDEN_SPARK_REMOTE is not None and not LAKEWARDEN_SPARK_REMOTE.startswit
     raise ImproperlyConfigured(f"LAKEWARDEN_SPARK_REMOTE={LAKEWARDEN_SPARK_REMOTE!r} must be an sc:// URL")
 #: Drivers started here map the JVM class-data archive scripts/setup.sh trains (processes/spark/cds.py).
 LAKEWARDEN_SPARK_CDS = env_bool("LAKEWARDEN_SPARK_CDS", True)
+#: Extra Spark settings for every session, ``key=value`` pairs separated by spaces or newlines
+#: (``spark.cores.max=4 spark.hadoop.fs.s3a.endpoint=http://minio:9000``). With Spark Connect only
+#: runtime SQL settings can be sent; the rest belong to the Connect server's own configuration.
+LAKEWARDEN_SPARK_CONF = env_str("LAKEWARDEN_SPARK_CONF", "")
+#: Executor memory asked of a standalone (``spark://``) cluster.
+LAKEWARDEN_SPARK_EXECUTOR_MEMORY = env_str("LAKEWARDEN_SPARK_EXECUTOR_MEMORY", "1g")
+#: The Python interpreter of the executors (it needs Lakewarden, pyarrow and the format libraries
+#: installed); by default the one running the worker, so the same virtualenv path on every node.
+LAKEWARDEN_SPARK_PYTHON = env_str("LAKEWARDEN_SPARK_PYTHON", "")
 LAKEWARDEN_PAGE_SIZE = env_int("LAKEWARDEN_PAGE_SIZE", 50, minimum=1)
 LAKEWARDEN_QUERY_ROW_LIMIT = env_int("LAKEWARDEN_QUERY_ROW_LIMIT", 1000, minimum=1)
+# DuckDB query engine: engine=auto runs a query on DuckDB when it scans at most this many bytes.
+LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES = env_int("LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES", 256 * 1024 * 1024, minimum=0)
+
+# --- Serving: worker processes ------------------------------------------------------------------
+#: Processes of the heavy queue each started in a worker (each holds one Spark driver or Spark
+#: Connect client): ``manage.py lakewarden_serve`` and the deployment examples use it.
+LAKEWARDEN_WORKER_CONCURRENCY = env_int("LAKEWARDEN_WORKER_CONCURRENCY", 2, minimum=1)
+#: Processes of the light queue's worker (scheduler ticks, reaper, kills, refreshes).
+LAKEWARDEN_LIGHT_CONCURRENCY = env_int("LAKEWARDEN_LIGHT_CONCURRENCY", 2, minimum=1)
+#: gunicorn worker processes started by ``manage.py lakewarden_serve``: one per core, 2 to 8.
+LAKEWARDEN_WEB_WORKERS = env_int("LAKEWARDEN_WEB_WORKERS", default_web_workers(available_cores()), minimum=1)
+#: Threads per gunicorn worker: a slow page (a big table's files) does not hold up the rest.
+LAKEWARDEN_WEB_THREADS = env_int("LAKEWARDEN_WEB_THREADS", 1, minimum=1)
+
+# --- Alerts (issue 16): channel delivery (processes/alerts) and the evaluation tick -------------
+#: Webhooks to private, loopback or link-local addresses (on-premises receivers are common): on.
+LAKEWARDEN_ALERT_ALLOW_PRIVATE = env_bool("LAKEWARDEN_ALERT_ALLOW_PRIVATE", True)
+#: With private targets off, these networks (``10.1.2.0/24,192.0.2.7``) are still allowed.
+LAKEWARDEN_ALERT_ALLOWED_NETWORKS = env_networks("LAKEWARDEN_ALERT_ALLOWED_NETWORKS")
+LAKEWARDEN_ALERT_TIMEOUT_SECONDS = env_int("LAKEWARDEN_ALERT_TIMEOUT_SECONDS", 10, minimum=1)
+#: Attempts per delivery; the n-th retry waits BACKOFF * 2**(n-1) seconds.
+LAKEWARDEN_ALERT_MAX_ATTEMPTS = env_int("LAKEWARDEN_ALERT_MAX_ATTEMPTS", 5, minimum=1)
+LAKEWARDEN_ALERT_BACKOFF_SECONDS = env_int("LAKEWARDEN_ALERT_BACKOFF_SECONDS", 30, minimum=1)
+LAKEWARDEN_ALERT_SECONDS = env_int("LAKEWARDEN_ALERT_SECONDS", 60, minimum=5)
 
 # --- Celery -------------------------------------------------------------------------------------
 CELERY_BROKER_URL = env_url(
@@ -149,6 +283,17 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # queues so a long compaction never delays the scheduler.
 CELERY_TASK_DEFAULT_QUEUE = env_str("LAKEWARDEN_DEFAULT_QUEUE", "lakewarden")
 LAKEWARDEN_HEAVY_QUEUE = env_str("LAKEWARDEN_HEAVY_QUEUE", f"{CELERY_TASK_DEFAULT_QUEUE}.heavy")
+#: Tasks that run Spark (or may run for long): ``console.celery.route_task`` sends them to the heavy
+#: queue; everything else (scheduler tick, reaper, kills, metadata refresh) stays on the light one.
+HEAVY_TASKS = (
+    "processes.tasks.run_process_task",
+    "processes.tasks.run_query_task",
+    "processes.tasks.test_storage_task",
+)
+CELERY_TASK_ROUTES = ("console.celery.route_task",)
+# A worker reserves one task per free process: a long compaction never sits in the prefetch buffer
+# of a busy worker while another worker idles.
+CELERY_WORKER_PREFETCH_MULTIPLIER = env_int("LAKEWARDEN_PREFETCH_MULTIPLIER", 1, minimum=1)
 LAKEWARDEN_HEARTBEAT_SECONDS = env_int("LAKEWARDEN_HEARTBEAT_SECONDS", 5, minimum=1)
 LAKEWARDEN_SCHEDULER_SECONDS = env_int("LAKEWARDEN_SCHEDULER_SECONDS", 30, minimum=1)
 LAKEWARDEN_KILL_GRACE_SECONDS = env_int("LAKEWARDEN_KILL_GRACE_SECONDS", 30, minimum=0)
@@ -166,6 +311,7 @@ LAKEWARDEN_BROKER_VISIBILITY_SECONDS = env_int(
     "LAKEWARDEN_BROKER_VISIBILITY_SECONDS", max(900, 2 * _LONGEST_COUNTDOWN), minimum=2 * _LONGEST_COUNTDOWN
 )
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": LAKEWARDEN_BROKER_VISIBILITY_SECONDS}
+# The one beat schedule (the Celery app reads it as ``beat_schedule``); every tick is light work.
 CELERY_BEAT_SCHEDULE = {
     "refresh-tables": {
         "task": "storage.tasks.refresh_tables_task",
@@ -185,9 +331,45 @@ CELERY_BEAT_SCHEDULE = {
         "task": "processes.trash_tasks.purge_trash_task",
         "schedule": env_int("LAKEWARDEN_TRASH_PURGE_SECONDS", 3600, minimum=60),
     },
+    # Alerts (issue 16): evaluate the rules, deliver to their channels.
+    "evaluate-alerts": {
+        "task": "console.alerts.evaluate_alerts_task",
+        "schedule": LAKEWARDEN_ALERT_SECONDS,
+    },
 }
 # Task modules outside an app's tasks.py that workers must register.
-CELERY_IMPORTS = ["processes.trash_tasks"]
+CELERY_IMPORTS = ["processes.trash_tasks", "console.alerts", "processes.alerts.tasks"]
+
+# --- Cache: login throttling counters, among others -----------------------------------------------
+# LAKEWARDEN_CACHE_URL: redis://... (default: the broker's Redis when it is Redis), or locmem://
+# for a per-process cache.
+_cache_url = env_str(
+    "LAKEWARDEN_CACHE_URL",
+    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else "locmem://",
+)
+if _cache_url.startswith("locmem://"):
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "lakewarden"}
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": _cache_url,
+            # Shares the broker's Redis: keys are prefixed so they never meet Celery's.
+            "KEY_PREFIX": env_str("LAKEWARDEN_CACHE_PREFIX", "lakewarden-cache"),
+            "TIMEOUT": 300,
+            "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+        }
+    }
+
+# --- Metrics: who may scrape /metrics (console/metrics/access.py), where samples are kept ------
+# Neither set: /metrics answers 403 saying how to turn it on. Both set: a scrape needs both.
+LAKEWARDEN_METRICS_TOKEN = metrics_token()
+LAKEWARDEN_METRICS_ALLOWED_IPS = allowed_networks()
+#: Where each web process writes its request-latency samples (prometheus-client's multiprocess
+#: mode); ``lakewarden_serve`` wipes it before the web server starts.
+PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR") or str(LAKEWARDEN_VAR_DIR / "prometheus")
 
 # --- REST API -----------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -218,7 +400,8 @@ SPECTACULAR_SETTINGS = {
     ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # The schema and its docs need the viewer role like every other read.
+    "SERVE_PERMISSIONS": ["console.permissions.RolePermission"],
     # Swagger UI assets come from the sidecar package so the docs work offline.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -229,32 +412,22 @@ SPECTACULAR_SETTINGS = {
         "AlertChannelKindEnum": "processes.alerts.models.ChannelKind",
         "AlertRuleKindEnum": "processes.alerts.models.RuleKind",
     },
+    # Error responses ({"error", "field"}) on every operation, see console/api/schema.py.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "console.api.schema.postprocess_error_responses",
+    ],
 }
 
+# --- Logging: secrets never reach a handler (console.security.SecretMaskingFilter) ---------------
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"mask_secrets": {"()": "console.security.SecretMaskingFilter"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["mask_secrets"]}
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"py4j": {"level": "WARNING"}},
 }
-
-from console.settings_scale import *  # noqa: E402,F403  (queue routing, worker concurrency, web workers)
-from console.settings_security import *  # noqa: E402,F403  (security headers, cookies, throttling)
-
-MIDDLEWARE = settings_security.with_security_middleware(MIDDLEWARE)
-CACHES = settings_security.cache_settings(CELERY_BROKER_URL)
-SPECTACULAR_SETTINGS = settings_security.with_role_protected_schema(SPECTACULAR_SETTINGS)
-LOGGING = settings_security.with_masked_secrets(LOGGING)
-# Alerts (issue 16): channel delivery settings and the evaluation tick (processes/alerts, console/alerts.py).
-from console.settings_alerts import *  # noqa: E402,F403
-from console.settings_audit import *  # noqa: E402,F403  (audit trail: its app and middleware, console/audit)
-from console.settings_observability import *  # noqa: E402,F403  (/metrics access, request-latency middleware)
-from console.settings_sso import *  # noqa: E402,F403  (OpenID Connect and LDAP sign-in; inert unless LAKEWARDEN_OIDC_*/LAKEWARDEN_LDAP_* set)
-
-CELERY_BEAT_SCHEDULE.update(ALERTS_BEAT_SCHEDULE)  # noqa: F405
-CELERY_IMPORTS = [*CELERY_IMPORTS, *ALERTS_CELERY_IMPORTS]  # noqa: F405
-
-# --- DuckDB query engine: engine=auto runs a query on DuckDB when it scans at most this many bytes ---
-LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES = env_int("LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES", 256 * 1024 * 1024, minimum=0)

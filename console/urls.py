@@ -78,7 +78,7 @@ urlpatterns = [
 ]
 
 # Single sign-on (console/sso): OpenID Connect sign-in and its callback, under /accounts/login/ so
-# they need no session; both answer 404 unless LAKEWARDEN_OIDC_* is set (console/settings_sso.py).
+# they need no session; both answer 404 unless LAKEWARDEN_OIDC_* is set (console/sso/config.py).
 urlpatterns += [
     path("accounts/login/oidc/", oidc_login.oidc_authenticate, name="oidc_authentication_init"),
     path("accounts/login/oidc/callback/", oidc_login.oidc_callback, name="oidc_authentication_callback"),

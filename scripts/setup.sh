@@ -118,7 +118,7 @@ fi
 KEY_FILE="${LAKEWARDEN_VAR_DIR:-var}/secret_key"
 if [ -z "${SECRET_KEY:-}" ] && [ ! -s "$KEY_FILE" ]; then
   say "creating the secret key $KEY_FILE"
-  "$VENV/bin/python" -c 'import sys; from pathlib import Path; from console.settings_security import persistent_secret_key; persistent_secret_key(Path(sys.argv[1]))' "$KEY_FILE"
+  "$VENV/bin/python" -c 'import sys; from pathlib import Path; from console.secret_key import persistent_secret_key; persistent_secret_key(Path(sys.argv[1]))' "$KEY_FILE"
 fi
 
 # --- schema --------------------------------------------------------------------------------------

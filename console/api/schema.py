@@ -1,7 +1,7 @@
 """OpenAPI schema additions: the error responses every operation can give, with the one error body
 of the API (console/api/errors.py): ``{"error": message, "field": name or null, "details": ...}``.
 
-Registered in ``SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]`` (console/settings_security.py).
+Registered in ``SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]`` (console/settings.py).
 Responses a view declares itself (e.g. 409 on process actions) are kept as they are.
 """
 

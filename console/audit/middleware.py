@@ -1,6 +1,6 @@
 """``AuditMiddleware``: one audit row per state-changing request by a signed-in user.
 
-Placed last (console/settings_audit.py): it sees the user the console's session or the API's token
+Placed last (MIDDLEWARE in console/settings.py): it sees the user the console's session or the API's token
 authenticated (DRF sets it on the request) and writes the row after the response, so the outcome
 (the HTTP status) is known; a form answered with its errors (the admin re-renders a refused change
 at 200) is recorded as the 400 it is, with the errors. The request's fields are kept with secrets masked; a JSON body is read

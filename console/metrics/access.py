@@ -2,6 +2,12 @@
 
 Nothing configured is a 403 that says how to turn metrics on: the scrape shows every table's name,
 so it is never open by default.
+
+Environment (read by ``console/settings.py`` through ``metrics_token()`` and ``allowed_networks()``):
+  LAKEWARDEN_METRICS_TOKEN        a bearer token (at least 16 characters) a scrape must send as
+                                  ``Authorization: Bearer <token>``
+  LAKEWARDEN_METRICS_ALLOWED_IPS  addresses or networks (``10.0.0.5, 10.1.0.0/16, ::1``) allowed
+                                  to scrape, compared with the connection's address (REMOTE_ADDR)
 """
 
 from __future__ import annotations
@@ -11,9 +17,39 @@ import ipaddress
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
+from console.env import env_str
+
 REALM = 'Bearer realm="lakewarden-metrics"'
+METRICS_TOKEN_MIN_LENGTH = 16
+
+
+def metrics_token(name: str = "LAKEWARDEN_METRICS_TOKEN") -> str | None:
+    token = env_str(name)
+    if token is None:
+        return None
+    token = token.strip()
+    if len(token) < METRICS_TOKEN_MIN_LENGTH or any(c.isspace() for c in token):
+        raise ImproperlyConfigured(
+            f"{name} must be at least {METRICS_TOKEN_MIN_LENGTH} characters without spaces "
+            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+    return token
+
+
+def allowed_networks(name: str = "LAKEWARDEN_METRICS_ALLOWED_IPS") -> list[str]:
+    """Normalised networks (``10.0.0.5/32``); a value that is no address or network stops start-up."""
+    networks = []
+    for part in (env_str(name) or "").replace(",", " ").split():
+        try:
+            networks.append(str(ipaddress.ip_network(part, strict=False)))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: {part!r} is not an IP address or network (use 10.0.0.5 or 10.0.0.0/24)"
+            ) from None
+    return networks
 
 
 @dataclass(frozen=True)

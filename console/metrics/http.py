@@ -2,16 +2,21 @@
 
 gunicorn runs several worker processes, so the histogram lives in prometheus-client's
 multiprocess mode: each process writes its samples to a small memory-mapped file in
-``PROMETHEUS_MULTIPROC_DIR`` (set by ``console.settings_observability`` before this module is
-imported) and a scrape, answered by any one process, sums the files of all of them.
+``PROMETHEUS_MULTIPROC_DIR`` and a scrape, answered by any one process, sums the files of all of
+them. prometheus-client picks that mode from the environment variable when it is first imported,
+so ``ConsoleConfig.ready()`` exports the setting before any module imports it; the folder itself
+is made on first use (``samples_folder()``: the middleware starting, a scrape, lakewarden_serve).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import Histogram
 
@@ -24,6 +29,16 @@ REQUEST_LATENCY = Histogram(
     ["view", "method", "status"],
     buckets=LATENCY_BUCKETS,
 )
+
+
+def samples_folder() -> str:
+    """The folder prometheus-client writes this process's samples to, made if it is missing."""
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or settings.PROMETHEUS_MULTIPROC_DIR
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ImproperlyConfigured(f"cannot create PROMETHEUS_MULTIPROC_DIR {folder}: {error}") from None
+    return folder
 
 
 def view_label(request: HttpRequest) -> str:
@@ -39,6 +54,7 @@ class RequestLatencyMiddleware:
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
+        samples_folder()
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         started = time.perf_counter()

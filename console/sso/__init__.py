@@ -1,5 +1,5 @@
 """Single sign-on: OpenID Connect (``oidc_login``, mozilla-django-oidc) and LDAP (``ldap_login``,
-django-auth-ldap), each switched on by ``console/settings_sso.py``.
+django-auth-ldap), each switched on by ``console/sso/config.py``.
 
 Both map the provider's groups to Lakewarden's roles the same way (``accounts``): the user gets the
 highest role any of their groups maps to, written into their role groups at every sign-in (so a

@@ -96,7 +96,7 @@ def test_the_allow_list_admits_listed_addresses_only_and_still_wants_the_token_w
 def test_bad_metrics_settings_stop_start_up_naming_the_variable(monkeypatch):
     from django.core.exceptions import ImproperlyConfigured
 
-    from console.settings_observability import allowed_networks, metrics_token
+    from console.metrics.access import allowed_networks, metrics_token
 
     monkeypatch.setenv("LAKEWARDEN_METRICS_TOKEN", "short")
     monkeypatch.setenv("LAKEWARDEN_METRICS_ALLOWED_IPS", "10.0.0.1, example.com")

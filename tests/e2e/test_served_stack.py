@@ -388,7 +388,7 @@ def test_lakewarden_serve_runs_gthread_gunicorn_sized_by_the_settings(settings):
 
 
 def test_the_web_worker_default_follows_the_cores_within_a_cap():
-    from console.settings_scale import MAX_DEFAULT_WEB_WORKERS, default_web_workers
+    from console.gunicorn_conf import MAX_DEFAULT_WEB_WORKERS, default_web_workers
 
     assert [default_web_workers(cores) for cores in (1, 2, 3)] == [2, 2, 3]
     assert default_web_workers(64) == MAX_DEFAULT_WEB_WORKERS

@@ -111,8 +111,7 @@ def test_the_admin_channel_form_checks_the_url():
 
 
 def test_the_evaluation_tick_is_scheduled_and_alert_tasks_stay_on_the_light_queue(settings):
-    from console.celery import app
-    from console.settings_scale import route_task
+    from console.celery import app, route_task
 
     entry = settings.CELERY_BEAT_SCHEDULE["evaluate-alerts"]
     assert {"console.alerts", "processes.alerts.tasks", "processes.trash_tasks"} <= set(

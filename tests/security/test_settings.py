@@ -110,7 +110,7 @@ def test_the_login_cache_is_the_brokers_redis_with_a_prefix_or_locmem_on_request
 KEY_RACER = """
 import sys, time
 from pathlib import Path
-from console.settings_security import persistent_secret_key
+from console.secret_key import persistent_secret_key
 go = Path(sys.argv[2])
 while not go.exists():
     time.sleep(0.005)
@@ -174,11 +174,13 @@ def test_https_without_secret_key_uses_the_key_file_unless_a_key_is_required(tmp
 
 
 def test_the_settings_modules_import_each_other_one_way_only():
-    """console.settings imports settings_scale and settings_security; they never import it back
-    (a cycle made each see the other half-built, depending on which was imported first)."""
+    """console.settings imports the helpers it reads (console.env, console.secret_key...); they
+    never import it back (a cycle made each see the other half-built, depending on which was
+    imported first)."""
     import ast
 
-    for module in ("settings_security", "settings_scale", "env"):
+    helpers = ("env", "secret_key", "gunicorn_conf", "database_url", "sso/config", "metrics/access")
+    for module in helpers:
         tree = ast.parse((REPO_ROOT / "console" / f"{module}.py").read_text())
         imported = {
             node.module if isinstance(node, ast.ImportFrom) else alias.name
@@ -190,8 +192,9 @@ def test_the_settings_modules_import_each_other_one_way_only():
     probe = _run(
         [
             "-c",
-            "import sys, console.settings_security, console.settings_scale; "
-            "print('console.settings' in sys.modules)",
+            "import sys, "
+            + ", ".join(f"console.{module.replace('/', '.')}" for module in helpers)
+            + "; print('console.settings' in sys.modules)",
         ],
         {},
     )

@@ -8,7 +8,7 @@ import os
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from console import settings_sso
+from console.sso import config as sso_config
 
 OIDC = {
     "LAKEWARDEN_OIDC_CLIENT_ID": "lakewarden",
@@ -41,9 +41,9 @@ def environ(monkeypatch):
 
 
 def test_without_sso_variables_only_local_accounts_sign_in(environ):
-    assert settings_sso.oidc_settings() == {}
-    assert settings_sso.ldap_settings() == {}
-    assert settings_sso.authentication_backends(oidc=False, ldap=False) == [
+    assert sso_config.oidc_settings() == {}
+    assert sso_config.ldap_settings() == {}
+    assert sso_config.authentication_backends(oidc=False, ldap=False) == [
         "django.contrib.auth.backends.ModelBackend"
     ]
 
@@ -51,7 +51,7 @@ def test_without_sso_variables_only_local_accounts_sign_in(environ):
 def test_oidc_settings_map_groups_and_keep_local_accounts_first(environ):
     environ(OIDC)
 
-    values = settings_sso.oidc_settings()
+    values = sso_config.oidc_settings()
 
     assert values["OIDC_RP_CLIENT_ID"] == "lakewarden"
     assert values["OIDC_OP_USER_ENDPOINT"] == "https://idp.example.org/userinfo"
@@ -61,7 +61,7 @@ def test_oidc_settings_map_groups_and_keep_local_accounts_first(environ):
         "operator": [],
         "admin": [],
     }
-    assert settings_sso.authentication_backends(oidc=True, ldap=True) == [
+    assert sso_config.authentication_backends(oidc=True, ldap=True) == [
         "django.contrib.auth.backends.ModelBackend",
         "console.sso.ldap_login.LakewardenLDAPBackend",
         "console.sso.oidc_login.LakewardenOIDCBackend",
@@ -76,7 +76,7 @@ def test_ldap_settings_bind_by_template_and_split_group_dns_on_semicolons(enviro
         }
     )
 
-    values = settings_sso.ldap_settings()
+    values = sso_config.ldap_settings()
 
     assert values["AUTH_LDAP_USER_DN_TEMPLATE"] == "uid=%(user)s,ou=people,dc=example,dc=org"
     assert "AUTH_LDAP_USER_SEARCH" not in values
@@ -108,5 +108,5 @@ def test_an_incomplete_configuration_stops_start_up_naming_the_variable(environ,
     environ({**base, **change})
 
     with pytest.raises(ImproperlyConfigured) as refused:
-        settings_sso.oidc_settings() if base is OIDC else settings_sso.ldap_settings()
+        sso_config.oidc_settings() if base is OIDC else sso_config.ldap_settings()
     assert message in str(refused.value)

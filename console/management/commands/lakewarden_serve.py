@@ -244,6 +244,16 @@ class Command(BaseCommand):
             ],
         }
 
+    def prepare_var_dir(self) -> None:
+        """What the children share, made once here before they start (importing the settings
+        makes nothing): the var folder, the secret key file when ``SECRET_KEY`` is unset, and the
+        request-latency samples folder."""
+        from console.metrics.http import samples_folder
+
+        os.makedirs(settings.LAKEWARDEN_VAR_DIR, exist_ok=True)
+        str(settings.SECRET_KEY)  # reads, or makes, <var dir>/secret_key
+        samples_folder()
+
     def demo_store(self) -> SeaweedFS | None:
         """The demo's SeaweedFS when ``LAKEWARDEN_DEMO_STORAGE=s3``, its ports checked free."""
         try:
@@ -294,7 +304,7 @@ class Command(BaseCommand):
             web_workers=web_workers,
             web_threads=web_threads,
         )
-        os.makedirs(settings.LAKEWARDEN_VAR_DIR, exist_ok=True)
+        self.prepare_var_dir()
         children = [Child(name, command) for name, command in commands.items()]
         store = self.demo_store()
         if store is not None:
@@ -344,9 +354,9 @@ class Command(BaseCommand):
         # forwards them, and a stuck child is killed with everything it started.
         if child.name == "web":
             # Request-latency samples of the previous web processes (prometheus-client multiprocess mode).
-            from console.metrics.http import reset_samples
+            from console.metrics.http import reset_samples, samples_folder
 
-            reset_samples(settings.PROMETHEUS_MULTIPROC_DIR)
+            reset_samples(samples_folder())
         output = open(child.log, "ab") if child.log else None  # noqa: SIM115 - handed to the child
         try:
             child.process = subprocess.Popen(
