@@ -1,4 +1,4 @@
-"""schemathesis against the running API (pytest-django's live server), as an admin and as a viewer,
+"""schemathesis against the running API (pytest-django's live server), as a viewer, an operator and an admin,
 with a token: every operation of the OpenAPI schema served at /api/schema/, with requests that fit
 the schema and requests that do not. Checks: no 5xx, every response (errors included) matches the
 schema, and every response with a body is JSON (never an HTML error page).
@@ -21,7 +21,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 from schemathesis.transport.requests import ManagedCookiesSession
 
-from console.roles import ADMIN, VIEWER
+from console.roles import ADMIN, OPERATOR, VIEWER
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,7 +87,9 @@ def _strategy(operation, real_ids: dict[str, int]):
     return st.one_of(strategies)
 
 
-ROLES = (VIEWER, ADMIN)  # the viewer first: it cannot change what the admin's writes would change
+# The viewer first (it cannot change what the others' writes would change), then the operator (runs
+# processes and queries, no settings), then the admin.
+ROLES = (VIEWER, OPERATOR, ADMIN)
 
 
 def _generate_and_call(strategy, call, cases: list) -> None:
@@ -129,6 +131,20 @@ def _fuzz_every_operation(schema, strategy_for, callers: dict) -> tuple[int, dic
     return operations, failures
 
 
+class _SizedBodySession(ManagedCookiesSession):
+    """requests sends an empty body (an empty form: ``key=[]``) chunked, as ``0\\r\\n\\r\\n``;
+    the live server (Django's development server) reads no chunked body, so the ``0`` was left on the
+    kept-alive connection, taken for the next request and answered with http.server's HTML error
+    page, which the next case read as its own answer (BadStatusLine, a failure of this harness, not
+    of the API; gunicorn reads chunked bodies). An empty body goes with ``Content-Length: 0``."""
+
+    def prepare_request(self, request):
+        prepared = super().prepare_request(request)
+        if prepared.body in ("", b"") and "Content-Length" not in prepared.headers:
+            prepared.headers["Content-Length"] = "0"
+        return prepared
+
+
 @pytest.fixture
 def keep_alive_without_delays(live_server, monkeypatch):
     """The live server answers with several small writes (status line, headers, body); on a kept-alive
@@ -141,7 +157,7 @@ def keep_alive_without_delays(live_server, monkeypatch):
 
 @pytest.fixture
 def fuzz_report(live_server, keep_alive_without_delays, lake, users, no_waiting_for_workers):
-    """One bounded run of every operation as the viewer and as the admin, each with a token:
+    """One bounded run of every operation as each role of ``ROLES``, each with a token:
     (operation count, failures per role, seconds taken per role's share)."""
     import requests
     from rest_framework.authtoken.models import Token
@@ -155,7 +171,9 @@ def fuzz_report(live_server, keep_alive_without_delays, lake, users, no_waiting_
         ).json()
         for role in ROLES
     }
-    assert documents[ADMIN] == documents[VIEWER], "the roles see different schemas: fuzz them separately"
+    assert all(documents[role] == documents[VIEWER] for role in ROLES), (
+        "the roles see different schemas: fuzz them separately"
+    )
     schema = schemathesis.openapi.from_url(
         f"{live_server.url}/api/schema/", headers={**headers[VIEWER], **JSON}
     )
@@ -165,7 +183,7 @@ def fuzz_report(live_server, keep_alive_without_delays, lake, users, no_waiting_
     # connection, a new live-server thread and a new database connection (about half the cost of a
     # request). schemathesis drops a ManagedCookiesSession's cookies after each call, so every case
     # is still sent on its own, as with a fresh session.
-    sessions = {role: ManagedCookiesSession() for role in ROLES}
+    sessions = {role: _SizedBodySession() for role in ROLES}
     callers = {
         role: (
             lambda case, h=headers[role], s=sessions[role]: case.call_and_validate(
@@ -184,7 +202,7 @@ def fuzz_report(live_server, keep_alive_without_delays, lake, users, no_waiting_
 
 
 def test_the_api_answers_every_request_without_a_server_error_and_as_documented(fuzz_report):
-    """As the admin and as the viewer (one generation of cases, sent as each role)."""
+    """As the viewer, the operator and the admin (one generation of cases, sent as each role)."""
     operations, failures = fuzz_report
 
     assert operations >= 20, f"the schema lists only {operations} operations"
