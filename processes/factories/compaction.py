@@ -53,6 +53,11 @@ from storage.spec.models import FileSlice, PartitionDescriptor
 logger = logging.getLogger(__name__)
 
 
+#: The data files a rewrite takes as input (read through the spec readers, deletes applied);
+#: Iceberg tables written by Hive, Impala, Trino or Spark may hold ORC files beside parquet ones.
+REWRITTEN_FORMATS = ("parquet", "orc")
+
+
 class RewriteConflict(Exception):
     """The table changed under the rewrite in a way its plan cannot survive."""
 
@@ -318,7 +323,7 @@ def plan_compaction(
     threshold = settings.delete_file_threshold
     for file_slice in slices:
         base = file_slice.base_file
-        if base is None or base.file_format != "parquet" or not eligible(file_slice):
+        if base is None or base.file_format not in REWRITTEN_FORMATS or not eligible(file_slice):
             continue
         small = base.size_bytes < settings.small_file_size
         many_deletes = threshold > 0 and len(file_slice.delete_files) >= threshold
@@ -353,14 +358,14 @@ def plan_clustering(
     partition_key: Callable[[FileSlice], Any] = lambda s: s.partition.path,
     clustered: Callable[[FileSlice], bool] = lambda s: False,
 ) -> CompactionPlan:
-    """A sort or z-order plan: one group per partition holding every eligible parquet file of
-    it, whatever their sizes, except partitions whose files were all written by a clustering
+    """A sort or z-order plan: one group per partition holding every eligible parquet or ORC
+    file of it, whatever their sizes, except partitions whose files were all written by a clustering
     rewrite of the same ordering (``clustered``). The group is ordered as a whole (in one task's
     memory) and split into files of the target size."""
     members: dict[Any, list[FileSlice]] = defaultdict(list)
     for file_slice in slices:
         base = file_slice.base_file
-        if base is None or base.file_format != "parquet" or not eligible(file_slice):
+        if base is None or base.file_format not in REWRITTEN_FORMATS or not eligible(file_slice):
             continue
         members[partition_key(file_slice)].append(file_slice)
     plan = CompactionPlan(instant=instant)
@@ -454,10 +459,11 @@ def local_path(path: str) -> str:
 
 
 def publish(staged: Path, directory: str) -> str:
-    """Move a staged file into the table's data folder under a fresh name; returns its path.
-    A rename within the table location: cheap, and atomic on one filesystem."""
+    """Move a staged file into the table's data folder under a fresh name keeping its extension
+    (``.parquet``, ``.orc``, ``.puffin``); returns its path. A rename within the table location:
+    cheap, and atomic on one filesystem."""
     os.makedirs(directory, exist_ok=True)
-    target = os.path.join(directory, f"{uuid.uuid4()}-compacted.parquet")
+    target = os.path.join(directory, f"{uuid.uuid4()}-compacted{Path(staged).suffix or '.parquet'}")
     os.replace(staged, target)
     return target
 

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from processes.factories.compaction import MIB, SORT, CompactionSettings, Ordering, RewriteGroup, local_path
+from processes.factories.orc_output import ORC, PARQUET, OrcOutputFile
 from processes.factories.outputs import RewriteOutputs, StagingOutputs
 from processes.plugin import ProcessContext
 from storage.io import StoreOptions, filesystem, is_local, uri
@@ -68,6 +69,8 @@ class WrittenGroup:
     sizes: list[int] = field(default_factory=list)
     # per file: the partition key the group's partitioner gave its rows (None: not split)
     partitions: list[str | None] = field(default_factory=list)
+    # per file: an ORC file's metrics (``orc_output.OrcMetrics.dumps``), b"" for parquet
+    metrics: list[bytes] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.files = [str(f) for f in self.files]
@@ -75,6 +78,8 @@ class WrittenGroup:
             self.sizes = [os.path.getsize(f) for f in self.files]
         if not self.partitions:
             self.partitions = [None] * len(self.files)
+        if not self.metrics:
+            self.metrics = [b""] * len(self.files)
 
     @property
     def size_bytes(self) -> int:
@@ -94,11 +99,14 @@ def write_arrow_group(
     storage_json: str = "",
     partitioner: Callable[[pa.Table], list[tuple[str, pa.Table]]] | None = None,
     ordering: Ordering | None = None,
-) -> list[tuple[str, int, int, str | None]]:
+    file_format: str = PARQUET,
+) -> list[tuple[str, int, int, str | None, bytes]]:
     """Read ``slices`` (deletes applied) and write them as ``<name_prefix>part-NNNNN.parquet``
-    files of at most ``rows_per_file`` rows under ``out`` (a local folder, or an object-store prefix
-    reached with the ``StoreOptions`` in ``storage_json``): [(path or URI, bytes, rows, key)]. Field
-    ids travel in the schema's field metadata; timestamps are written as TIMESTAMP_MICROS. With a
+    (``.orc`` with ``file_format`` orc) files of at most ``rows_per_file`` rows under ``out`` (a
+    local folder, or an object-store prefix reached with the ``StoreOptions`` in
+    ``storage_json``): [(path or URI, bytes, rows, key, metrics)]. Field ids travel in the
+    schema's field metadata; parquet timestamps are written as TIMESTAMP_MICROS; an ORC file's
+    metrics are ``orc_output.OrcMetrics.dumps()`` (b"" for parquet: its footer has them). With a
     ``partitioner`` (rows -> [(key, rows)]) each key's rows go to files of their own, whose key is
     returned (None without one). With an ``ordering`` the group is ordered as a whole first."""
     storage = StoreOptions.from_json(storage_json) if storage_json else None
@@ -110,7 +118,7 @@ def write_arrow_group(
         if ordering is not None
         else _sorted_batches(reader(slices), sort_columns)
     )
-    files = _OutputFiles(fs, f"{root}/{name_prefix}", schema, compression, rows_per_file)
+    files = _OutputFiles(fs, f"{root}/{name_prefix}", schema, compression, rows_per_file, file_format)
 
     def flush(buffer: list[pa.RecordBatch]) -> None:
         # One write per row group: readers batch small files' 64k-row batches into few row groups.
@@ -133,35 +141,40 @@ def write_arrow_group(
     finally:
         files.close()
     written = files.written
-    sizes = [info.size for info in fs.get_file_info([path for path, _, _ in written])]
+    sizes = [info.size for info in fs.get_file_info([path for path, _, _, _ in written])]
     return [
-        (uri(out, path), int(size), rows, key) for (path, rows, key), size in zip(written, sizes, strict=True)
+        (uri(out, path), int(size), rows, key, file.metrics.dumps() if file_format == ORC else b"")
+        for (path, rows, key, file), size in zip(written, sizes, strict=True)
     ]
 
 
 class _OutputFiles:
-    """The files one task writes: ``<prefix>part-NNNNN.parquet``, one open per partition key, the
-    next one started when it holds ``rows_per_file`` rows; ``written``: [path, rows, key]."""
+    """The files one task writes: ``<prefix>part-NNNNN.parquet`` (or ``.orc``), one open per
+    partition key, the next one started when it holds ``rows_per_file`` rows; ``written``:
+    [path, rows, key, writer]."""
 
-    def __init__(self, fs: Any, prefix: str, schema: pa.Schema, compression: str, rows_per_file: int) -> None:
+    def __init__(
+        self, fs: Any, prefix: str, schema: pa.Schema, compression: str, rows_per_file: int, file_format: str
+    ) -> None:
         self.fs, self.prefix, self.schema = fs, prefix, schema
-        self.compression, self.rows_per_file = compression, rows_per_file
+        self.compression, self.rows_per_file, self.file_format = compression, rows_per_file, file_format
         self.written: list[list[Any]] = []
         self._open: dict[str | None, tuple[Any, list[Any]]] = {}
+
+    def _new(self, path: str) -> Any:
+        if self.file_format == ORC:
+            return OrcOutputFile(self.fs, path, self.schema, self.compression)
+        return pq.ParquetWriter(
+            path, self.schema, compression=self.compression, coerce_timestamps="us", filesystem=self.fs
+        )
 
     def write(self, key: str | None, table: pa.Table) -> None:
         offset = 0
         while offset < table.num_rows:
             if key not in self._open:
-                path = f"{self.prefix}part-{len(self.written):05d}.parquet"
-                parquet = pq.ParquetWriter(
-                    path,
-                    self.schema,
-                    compression=self.compression,
-                    coerce_timestamps="us",
-                    filesystem=self.fs,
-                )
-                self.written.append([path, 0, key])
+                path = f"{self.prefix}part-{len(self.written):05d}.{self.file_format}"
+                parquet = self._new(path)
+                self.written.append([path, 0, key, parquet])
                 self._open[key] = (parquet, self.written[-1])
             parquet, row = self._open[key]
             take = min(self.rows_per_file - row[1], table.num_rows - offset)
@@ -290,14 +303,14 @@ class ArrowGroupTask:
     """The body of the Spark task that rewrites one group with the spec reader and pyarrow;
     picklable, run in a Spark Python worker."""
 
-    RESULT_SCHEMA = "path string, size long, rows long, partition string"
+    RESULT_SCHEMA = "path string, size long, rows long, partition string, metrics binary"
 
     def __init__(
         self, reader: Any, slices: list[FileSlice], schema: pa.Schema, out: str, **options: Any
     ) -> None:
         self.reader, self.slices, self.schema, self.out, self.options = reader, slices, schema, out, options
 
-    def __call__(self, items: Iterator[Any]) -> Iterator[tuple[str, int, int, str | None]]:
+    def __call__(self, items: Iterator[Any]) -> Iterator[tuple[str, int, int, str | None, bytes]]:
         for _ in items:
             pass
         yield from write_arrow_group(self.reader, self.slices, self.schema, self.out, **self.options)
@@ -306,18 +319,22 @@ class ArrowGroupTask:
         """The same for ``mapInArrow`` (Spark Connect, where there are no RDDs)."""
         rows = list(self(batches))
         yield pa.RecordBatch.from_pylist(
-            [{"path": p, "size": size, "rows": n, "partition": key} for p, size, n, key in rows],
+            [
+                {"path": p, "size": size, "rows": n, "partition": key, "metrics": metrics}
+                for p, size, n, key, metrics in rows
+            ],
             schema=pa.schema(
                 [
                     ("path", pa.string()),
                     ("size", pa.int64()),
                     ("rows", pa.int64()),
                     ("partition", pa.string()),
+                    ("metrics", pa.binary()),
                 ]
             ),
         )
 
-    def run(self, spark: Any) -> list[tuple[str, int, int, str | None]]:
+    def run(self, spark: Any) -> list[tuple[str, int, int, str | None, bytes]]:
         """One Spark job of one task."""
         try:
             context = spark.sparkContext
@@ -327,7 +344,7 @@ class ArrowGroupTask:
             # An RDD task needs neither pandas nor Arrow on the JVM side.
             return context.parallelize([0], 1).mapPartitions(self).collect()
         frame = spark.range(1, numPartitions=1).mapInArrow(self.arrow, self.RESULT_SCHEMA)
-        return [(r["path"], r["size"], r["rows"], r["partition"]) for r in frame.collect()]
+        return [(r["path"], r["size"], r["rows"], r["partition"], r["metrics"]) for r in frame.collect()]
 
 
 class GroupWriter:
@@ -335,8 +352,10 @@ class GroupWriter:
     Spark job per group (see the module docstring). ``reader`` reads slices with deletes applied
     and must be picklable: it runs in Spark tasks. ``engine`` "arrow" (default) runs the spec
     reader and pyarrow in the task; "spark-sql" lets Spark's parquet reader and writer do groups
-    without deletes (local tables only). ``partitioner(group)`` may give a group a picklable
-    splitter of its rows by partition (``write_arrow_group``); such a group is written by arrow."""
+    of parquet files without deletes into parquet (local tables only). ``file_format`` "orc"
+    writes ORC files (``orc_output``; ``compression`` is then an ORC codec). ``partitioner(group)``
+    may give a group a picklable splitter of its rows by partition (``write_arrow_group``); such a
+    group is written by arrow."""
 
     def __init__(
         self,
@@ -351,8 +370,10 @@ class GroupWriter:
         compression: str = "snappy",
         partitioner: Callable[[RewriteGroup], Any] | None = None,
         ordering: Ordering | None = None,
+        file_format: str = PARQUET,
     ) -> None:
         self.context = context
+        self.file_format = file_format
         self.ordering = ordering
         self.reader = reader
         self.schema = schema
@@ -449,14 +470,16 @@ class GroupWriter:
             storage_json=storage.to_json() if storage is not None else "",
             partitioner=split,
             ordering=self.ordering,
+            file_format=self.file_format,
         )
         results = task.run(self.context.spark)
         return WrittenGroup(
             group,
-            [p for p, _, _, _ in results],
+            [p for p, _, _, _, _ in results],
             "arrow",
-            [int(n) for _, n, _, _ in results],
-            [key for _, _, _, key in results],
+            [int(n) for _, n, _, _, _ in results],
+            [key for _, _, _, key, _ in results],
+            [bytes(metrics or b"") for _, _, _, _, metrics in results],
         )
 
     def _spark_sql_can_write(self, group: RewriteGroup) -> bool:
@@ -466,6 +489,8 @@ class GroupWriter:
             self._spark_schema = spark_schema(self.schema, field_ids=self.field_ids) or False
         return (
             bool(self._spark_schema)
+            and self.file_format == PARQUET
+            and all(s.base_file.file_format == PARQUET for s in group.slices)
             and not group.has_deletes
             and not any(GLOB_CHARACTERS & set(local_path(p)) for p in group.paths)
         )

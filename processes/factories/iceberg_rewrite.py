@@ -87,6 +87,7 @@ from processes.factories.iceberg_plan import (
     planned_vectors,
     spec_view,
 )
+from processes.factories.orc_output import ORC, PARQUET, data_format, orc_codec, orc_data_file, orc_schema
 from processes.factories.outputs import RewriteOutputs, rewrite_outputs, sweep_leftovers
 from processes.factories.rewrite_preview import iceberg_inputs, iceberg_preview
 from processes.factories.schemas import MAX_INT32, with_defaults
@@ -171,6 +172,7 @@ class IcebergRewriteProcess(TableProcess):
         table = iceberg_commit_target(context.table, context.guard)
         spec_id = output_spec(table, self.params.get(OUTPUT_SPEC_ID))  # refused before anything is done
         self.ordering = iceberg_strategy(table.metadata, spec_id, self.settings, spec_view(table).schema)
+        self.output = output_format(table, self.settings)  # a format or type it cannot write: refused
         check_v3_metadata(table)
         swept = sweep_ended_rewrites(table, context)
         self.progress = PartialProgress()
@@ -272,9 +274,10 @@ class IcebergRewriteProcess(TableProcess):
             settings=settings,
             field_ids=True,
             sort_columns=spec.definition.sort_columns,
-            compression=_codec(self.settings, table.metadata.properties),
+            compression=self.output.compression,
             partitioner=group_partitioner(table, run.spec_id),
             ordering=self.ordering,
+            file_format=self.output.file_format,
         )
 
     def _summary(
@@ -322,9 +325,21 @@ def portable_io(io: Any) -> Any:
     return type(io)(properties)
 
 
-def _codec(settings: CompactionSettings, properties: dict[str, str]) -> str:
+class OutputFormat(NamedTuple):
+    file_format: str
+    compression: str
+
+
+def output_format(table: Any, settings: CompactionSettings) -> OutputFormat:
+    """The format and codec of the new files: the table's ``write.format.default`` (parquet
+    without one; ``orc_output``), its codec property or the ``compression-codec`` parameter.
+    ``InputError`` before anything is written for a format, codec or column type not written."""
+    properties = table.metadata.properties
+    if data_format(properties) == ORC:
+        orc_schema(rewrite_inputs(table.metadata, spec_view(table).schema, settings)[0])
+        return OutputFormat(ORC, orc_codec(settings.compression_codec, properties))
     codec = settings.compression_codec or properties.get("write.parquet.compression-codec") or "zstd"
-    return "none" if codec == "uncompressed" else codec
+    return OutputFormat(PARQUET, "none" if codec == "uncompressed" else codec)
 
 
 def group_partitioner(table: Any, spec_id: int) -> Any:
@@ -359,9 +374,11 @@ def commit_rewrite(
     live = validate_rewrite(table, plan)
     known = snapshot_ids(table)
     added_paths = [
-        (result, outputs.publish(path, result.group.paths[0]), size, key)
+        (result, outputs.publish(path, result.group.paths[0]), size, key, metrics)
         for result in written
-        for path, size, key in zip(result.files, result.sizes, result.partitions, strict=True)
+        for path, size, key, metrics in zip(
+            result.files, result.sizes, result.partitions, result.metrics, strict=True
+        )
     ]
     properties = {"lakewarden.process-id": str(process_id), "lakewarden.operation": "rewrite"}
     properties.update(plan.commit_properties)  # a clustering rewrite's ordering
@@ -400,7 +417,7 @@ def _commit_once(
     table: Any,
     plan: CompactionPlan,
     live: dict[str, Any],
-    added_paths: list[tuple[WrittenGroup, str, int, str | None]],
+    added_paths: list[tuple[WrittenGroup, str, int, str | None, bytes]],
     spec_id: int,
     properties: dict[str, str],
     state: dict[str, Any],
@@ -408,8 +425,10 @@ def _commit_once(
     """One catalog commit of the rewrite (``state`` keeps its transaction and producer, for
     the cleanup of a refused one)."""
     added = [
-        iceberg_data_file(table, path, _partition(result, key, live), spec_id, size)
-        for result, path, size, key in added_paths
+        orc_data_file(table.metadata, path, _partition(result, key, live), spec_id, size, metrics)
+        if metrics  # an ORC file: its metrics came from the writing task (``orc_output``)
+        else iceberg_data_file(table, path, _partition(result, key, live), spec_id, size)
+        for result, path, size, key, metrics in added_paths
     ]
     state["transaction"] = transaction = table.transaction()
     state["producer"] = producer = RewriteFiles(
@@ -457,6 +476,7 @@ class IcebergRewriteFactory(ProcessFactory):
         process = IcebergRewriteProcess({}, runtime.config)
         try:
             ordering = iceberg_strategy(table.metadata, None, process.settings, spec_table.schema)
+            output_format(table, process.settings)
         except ValueError:
             return None  # a manual run says why
         if plan_rewrite(spec_table, process.settings, ordering=ordering).empty:
@@ -467,7 +487,9 @@ class IcebergRewriteFactory(ProcessFactory):
         return IcebergRewriteProcess(dict(record.params), runtime.config)
 
     def validate(self, runtime: Any, action: str, params: dict[str, Any]) -> None:
-        iceberg_inputs(runtime, params)  # output-spec-id, sort/z-order columns (rewrite_preview)
+        inputs = iceberg_inputs(runtime, params)  # output-spec-id, sort/z-order columns (rewrite_preview)
+        if inputs is not None:
+            output_format(inputs.table, inputs.settings)  # write.format.default, codec, ORC types
 
     def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Any:
         return iceberg_preview(runtime, params)

@@ -103,8 +103,8 @@ REWRITE_PROPERTIES_SCHEMA: dict[str, Any] = {
         "compression-codec": {
             "type": "string",
             "enum": ["", "snappy", "zstd", "gzip", "lz4", "none"],
-            "description": "Parquet codec of the new files (empty: Iceberg write.parquet.compression-codec,"
-            " else zstd; Delta: snappy)",
+            "description": "Codec of the new files (empty: Iceberg write.parquet.compression-codec,"
+            " else zstd; ORC files: write.orc.compression-codec, else zlib; Delta: snappy)",
         },
         "engine": {
             "type": "string",

@@ -41,6 +41,12 @@ file, in one Puffin file; ``convert-equality-deletes`` merges the vector a data 
 no vector shadows them); ``remove-dangling-deletes`` handles v2 and v3. Tables
 registered by location without a catalog are refused (no atomic commit).
 
+Delete files may be parquet or ORC (Hive, Impala, Trino and Spark write ORC ones): both are read
+(position deletes by ``state``, equality deletes by the spec reader), and the new position delete
+files are written in the table's ``write.delete.format.default`` (default: its
+``write.format.default``, else parquet; ``orc_output``); any other format is refused
+before anything is written.
+
 ``validate`` and ``preview`` (``preview``) answer at submission what the run would refuse and what
 it would do, without writing anything.
 
@@ -80,6 +86,7 @@ from processes.factories.iceberg_deletes.writing import (
 )
 from processes.factories.iceberg_plan import spec_view
 from processes.factories.iceberg_rewrite import sweep_ended_rewrites
+from processes.factories.orc_output import ORC, PARQUET, delete_format, orc_codec
 from processes.factories.outputs import rewrite_outputs
 from processes.factories.schemas import INTERVAL, MAX_COUNT, PARALLELISM, with_defaults
 from processes.factories.targets import iceberg_commit_target, store_options
@@ -154,6 +161,17 @@ class DeleteFilesProcess(TableProcess):
                 " (the spec's deletion vectors replace them); this table is not changed"
             )
         check_v3_metadata(table)
+        self.file_format, self.compression = self.delete_output(table)
+
+    def delete_output(self, table: Any) -> tuple[str, str]:
+        """The format and codec of the position delete files written: the table's delete format
+        (``orc_output.delete_format``: parquet or ORC; ``InputError`` for another, before anything
+        is written). v3 tables get Puffin deletion vectors instead."""
+        if not self.writes_files or table.metadata.format_version >= 3:
+            return PARQUET, "zstd"
+        properties = table.metadata.properties
+        file_format = delete_format(properties)
+        return file_format, orc_codec("", properties) if file_format == ORC else "zstd"
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
         table = iceberg_commit_target(context.table, context.guard)
@@ -186,7 +204,9 @@ class DeleteFilesProcess(TableProcess):
             return {**summary, **plan.summary, "snapshot_id": plan.snapshot_id, "attempts": attempt}
         outputs = self._outputs(context, table, attempt) if self.writes_files else None
         try:
-            writer = DeleteFileWriter(outputs) if outputs is not None else None
+            writer = (
+                DeleteFileWriter(outputs, self.compression, self.file_format) if outputs is not None else None
+            )
             staged = self.write(context, table, plan, writer) if writer is not None else []
             self.before_commit(context, plan)
             context.report_progress(2, 3, "committing")
@@ -377,6 +397,10 @@ class IcebergDeletesFactory(ProcessFactory):
         process = PROCESSES[action]({}, runtime.config)
         if process.writes_files and not process.writes_vectors and table.metadata.format_version >= 3:
             return None
+        try:
+            process.delete_output(table)
+        except ValueError:
+            return None  # a delete format it cannot write: a manual run says why
         return process if process.due(table, snapshot) else None
 
     def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:

@@ -43,6 +43,9 @@ from storage.spec.models import FileContent, FileSlice
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
 
+#: The formats of the position delete files whose contents are read (and rewritten).
+READ_FORMATS = (FileFormat.PARQUET, FileFormat.ORC)
+
 POSITION = "position"
 EQUALITY = "equality"
 VECTOR = "deletion-vector"
@@ -169,11 +172,7 @@ def find_dangling(io: Any, state: DeleteState, *, read_contents: bool) -> tuple[
     read = 0
     if read_contents:
         for live in state.of_kind(POSITION):
-            if (
-                not live.applies_to
-                or live.names_one_file()
-                or live.data_file.file_format != FileFormat.PARQUET
-            ):
+            if not live.applies_to or live.names_one_file() or live.data_file.file_format not in READ_FORMATS:
                 continue
             read += 1
             if not named_paths(io, live) & live.applies_to:
@@ -181,27 +180,33 @@ def find_dangling(io: Any, state: DeleteState, *, read_contents: bool) -> tuple[
     return sorted(dangling, key=lambda d: str(d.key)), read
 
 
-def read_positions(io: Any, live: LiveDelete) -> pa.Table:
-    """The ``file_path`` and ``pos`` columns of a parquet position delete file."""
-    if live.data_file.file_format != FileFormat.PARQUET:
-        raise ValueError(
-            f"position delete file {live.path} is {live.data_file.file_format}; only parquet is read"
-        )
+def _read_columns(io: Any, live: LiveDelete, columns: list[str]) -> pa.Table:
+    """``columns`` of a parquet or ORC position delete file (by name, as the spec fixes them)."""
+    file_format = live.data_file.file_format
+    if file_format not in READ_FORMATS:
+        raise ValueError(f"position delete file {live.path} is {file_format}; only parquet and ORC are read")
     try:
         with io.new_input(live.path).open(seekable=True) as handle:
-            rows = pq.read_table(handle, columns=["file_path", "pos"])
+            if file_format == FileFormat.ORC:
+                import pyarrow.orc as orc
+
+                return orc.ORCFile(handle).read(columns=columns)
+            return pq.read_table(handle, columns=columns)
     except FileNotFoundError:
         raise CorruptTable(f"delete file {live.path} is missing") from None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        raise CorruptTable(f"delete file {live.path} cannot be read: {error}") from None
+
+
+def read_positions(io: Any, live: LiveDelete) -> pa.Table:
+    """The ``file_path`` and ``pos`` columns of a parquet or ORC position delete file."""
+    rows = _read_columns(io, live, ["file_path", "pos"])
     return pa.table({"file_path": rows["file_path"].cast(pa.string()), "pos": rows["pos"].cast(pa.int64())})
 
 
 def named_paths(io: Any, live: LiveDelete) -> set[str]:
-    """The data files a parquet position delete file names."""
-    try:
-        with io.new_input(live.path).open(seekable=True) as handle:
-            column = pq.read_table(handle, columns=["file_path"]).column("file_path")
-    except FileNotFoundError:
-        raise CorruptTable(f"delete file {live.path} is missing") from None
+    """The data files a parquet or ORC position delete file names."""
+    column = _read_columns(io, live, ["file_path"]).column("file_path")
     return set(column.unique().cast(pa.string()).to_pylist())
 
 

@@ -35,10 +35,12 @@ from processes.factories.iceberg_deletes.state import (
     FILE_PATH_ID,
     POS_ID,
     POSITION,
+    READ_FORMATS,
     DeleteState,
     LiveDelete,
     read_positions,
 )
+from processes.factories.orc_output import ORC, PARQUET, write_orc
 from processes.factories.outputs import RewriteOutputs
 from storage.formats.iceberg.read import SliceReader, equality_hits
 from storage.io import filesystem, is_local, uri
@@ -74,20 +76,27 @@ class StagedDeleteFile:
     spec_id: int
     metrics: dict[str, Any]
     data_sequence_number: int
+    file_format: str = PARQUET
 
     def delete_files(self, path: str) -> list[NewDeleteFile]:
         """The delete files to commit once the file is published at ``path``."""
-        data_file = position_delete_file(path, self.size, self.metrics, self.partition, self.spec_id)
+        data_file = position_delete_file(
+            path, self.size, self.metrics, self.partition, self.spec_id, self.file_format
+        )
         return [NewDeleteFile(data_file, self.data_sequence_number)]
 
 
 class DeleteFileWriter:
-    """Writes the position delete files of one attempt through its ``outputs``; ``publish`` moves
-    them into the table (just before the commit, as the data rewrite does)."""
+    """Writes the position delete files of one attempt through its ``outputs``, as parquet or,
+    with ``file_format`` orc, ORC (``orc_output``; ``compression`` an ORC codec then);
+    ``publish`` moves them into the table (just before the commit, as the data rewrite does)."""
 
-    def __init__(self, outputs: RewriteOutputs, compression: str = "zstd") -> None:
+    def __init__(
+        self, outputs: RewriteOutputs, compression: str = "zstd", file_format: str = PARQUET
+    ) -> None:
         self.outputs = outputs
         self.compression = compression
+        self.file_format = file_format
         self.written = 0
         self.bytes_written = 0
         outputs.prepare()
@@ -102,12 +111,23 @@ class DeleteFileWriter:
         fs, root = filesystem(out, self.outputs.storage)
         if is_local(out):
             os.makedirs(root, exist_ok=True)
-        fs_path = f"{root}/{prefix}position-deletes-{self.written:05d}.parquet"
-        pq.write_table(rows, fs_path, filesystem=fs, compression=self.compression)
+        fs_path = f"{root}/{prefix}position-deletes-{self.written:05d}.{self.file_format}"
+        if self.file_format == ORC:
+            write_orc(fs, fs_path, rows, self.compression)
+        else:
+            pq.write_table(rows, fs_path, filesystem=fs, compression=self.compression)
         size = int(fs.get_file_info(fs_path).size)
         self.bytes_written += size
+        metrics = position_metrics(rows)
         return StagedDeleteFile(
-            uri(out, fs_path), size, beside, partition, spec_id, position_metrics(rows), data_sequence_number
+            uri(out, fs_path),
+            size,
+            beside,
+            partition,
+            spec_id,
+            metrics,
+            data_sequence_number,
+            self.file_format,
         )
 
     def write_bytes(self, content: bytes, *, beside: str, suffix: str) -> tuple[str, int]:
@@ -154,14 +174,14 @@ def position_metrics(rows: pa.Table) -> dict[str, Any]:
 
 
 def position_delete_file(
-    path: str, size: int, metrics: dict[str, Any], partition: Any, spec_id: int
+    path: str, size: int, metrics: dict[str, Any], partition: Any, spec_id: int, file_format: str = PARQUET
 ) -> DataFile:
     """The pyiceberg ``DataFile`` of a position delete file (``position_metrics``)."""
     data_file = DataFile.from_args(
         _table_format_version=3,
         content=DataFileContent.POSITION_DELETES,
         file_path=path,
-        file_format=FileFormat.PARQUET,
+        file_format=FileFormat.ORC if file_format == ORC else FileFormat.PARQUET,
         partition=partition,
         file_size_in_bytes=size,
         **metrics,
@@ -192,10 +212,10 @@ class PositionGroup:
 
 
 def position_groups(state: DeleteState, min_files: int) -> list[PositionGroup]:
-    """The partitions holding at least ``min_files`` parquet position delete files."""
+    """The partitions holding at least ``min_files`` parquet or ORC position delete files."""
     by_scope: dict[tuple[int, str], list[LiveDelete]] = defaultdict(list)
     for live in state.of_kind(POSITION):
-        if live.data_file.file_format == FileFormat.PARQUET:
+        if live.data_file.file_format in READ_FORMATS:
             by_scope[live.scope].append(live)
     return [
         PositionGroup(scope, found) for scope, found in sorted(by_scope.items()) if len(found) >= min_files
