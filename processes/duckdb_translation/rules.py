@@ -32,15 +32,16 @@ from processes.duckdb_translation.typed import (
 )
 
 
-def _nonzero(divisor: exp.Expression, value: exp.Expression, message: str) -> exp.Expression:
-    return exp.Case(
-        ifs=[
-            exp.If(
-                this=exp.EQ(this=divisor.copy(), expression=exp.Literal.number(0)), true=duckdb_error(message)
-            )
-        ],
-        default=value,
+def _nonzero(
+    dividend: exp.Expression, divisor: exp.Expression, value: exp.Expression, message: str
+) -> exp.Expression:
+    """``value``, or Spark's error when ``divisor`` is zero and ``dividend`` is not NULL (Spark
+    answers NULL / 0 with NULL)."""
+    zero = exp.and_(
+        exp.EQ(this=divisor.copy(), expression=exp.Literal.number(0)),
+        exp.not_(exp.Is(this=dividend.copy(), expression=exp.null())),
     )
+    return exp.Case(ifs=[exp.If(this=zero, true=duckdb_error(message))], default=value)
 
 
 def _div(node: exp.Div, typed: Typed) -> exp.Expression:
@@ -48,14 +49,15 @@ def _div(node: exp.Div, typed: Typed) -> exp.Expression:
     for side in (left, right):
         typed.require(side, INTEGERS | FLOATS, "division (decimals divide to Spark's own precision)")
     quotient = exp.Div(this=left, expression=right)
-    return _nonzero(right, quotient, "[DIVIDE_BY_ZERO] Division by zero")
+    return _nonzero(left, right, quotient, "[DIVIDE_BY_ZERO] Division by zero")
 
 
 def _mod(node: exp.Mod, typed: Typed) -> exp.Expression:
     left, right = node.this, node.expression
     for side in (left, right):
         typed.require(side, INTEGERS, "% (Spark's remainder of decimals and doubles)")
-    return _nonzero(right, exp.Mod(this=left, expression=right), "[REMAINDER_BY_ZERO] Remainder by zero")
+    remainder = exp.Mod(this=left, expression=right)
+    return _nonzero(left, right, remainder, "[REMAINDER_BY_ZERO] Remainder by zero")
 
 
 def _int_div(node: exp.IntDiv, typed: Typed) -> exp.Expression:
@@ -63,7 +65,47 @@ def _int_div(node: exp.IntDiv, typed: Typed) -> exp.Expression:
     for side in (left, right):
         typed.require(side, INTEGERS, "div")
     quotient = exp.cast(exp.IntDiv(this=left, expression=right), "BIGINT")
-    return _nonzero(right, quotient, "[DIVIDE_BY_ZERO] Division by zero")
+    return _nonzero(left, right, quotient, "[DIVIDE_BY_ZERO] Division by zero")
+
+
+def _add_subtract(node: exp.Expression, typed: Typed) -> None:
+    """Spark adds decimals to decimal(max(p1 - s1, p2 - s2) + max(s1, s2) + 1, max(s1, s2)) and
+    rounds the scale away beyond 38 digits; within them both engines answer the same sum."""
+    left, right = node.this, node.expression
+    for side in (left, right):
+        typed.require(side, NUMBERS, construct_name(node))
+    shapes = [typed.decimal(side) for side in (left, right)]
+    if DECIMALS.isdisjoint({typed.of(left), typed.of(right)}) or any(shape is None for shape in shapes):
+        return None
+    (p1, s1), (p2, s2) = shapes
+    if max(p1 - s1, p2 - s2) + max(s1, s2) + 1 > 38:
+        raise NotOnAllowList(
+            f"{node.sql(dialect='spark')} needs more than 38 digits: Spark rounds it its own way"
+        )
+    return None
+
+
+def _multiply(node: exp.Mul, typed: Typed) -> exp.Expression | None:
+    """Spark multiplies decimals to decimal(p1 + p2 + 1, s1 + s2); DuckDB to at most 18 digits
+    unless told wider (it failed 99999999.99 * 99999999.99). Within 38 digits both answer the
+    same exact value; beyond, Spark rounds the scale away and the product runs on Spark."""
+    left, right = node.this, node.expression
+    for side in (left, right):
+        typed.require(side, NUMBERS, "*")
+    if DECIMALS.isdisjoint({typed.of(left), typed.of(right)}):
+        return None
+    shapes = [typed.decimal(side) for side in (left, right)]
+    if any(shape is None for shape in shapes):
+        return None  # a double times a decimal is a double on both
+    (p1, s1), (p2, s2) = shapes
+    if p1 + p2 + 1 > 38:
+        raise NotOnAllowList(
+            f"{node.sql(dialect='spark')} needs more than 38 digits: Spark rounds it its own way"
+        )
+    product = exp.Mul(
+        this=exp.cast(left, f"DECIMAL(38, {s1})"), expression=exp.cast(right, f"DECIMAL(38, {s2})")
+    )
+    return exp.cast(product, f"DECIMAL({p1 + p2 + 1}, {s1 + s2})")
 
 
 #: (source family, target type) pairs a Spark CAST answers alike on DuckDB (rendered by
@@ -280,9 +322,14 @@ def _str_position(node: exp.StrPosition, typed: Typed) -> None:
     return None
 
 
-def _concat(node: exp.Concat, typed: Typed) -> None:
-    for item in node.expressions:
+def _concat(node: exp.Expression, typed: Typed) -> None:
+    """concat and ||: strings only (Spark writes other types as text its own way); a NULL
+    literal is a NULL string (DuckDB would type the result as NULL)."""
+    items = node.expressions if isinstance(node, exp.Concat) else [node.this, node.expression]
+    for item in items:
         typed.require(item, STRINGS, "concat (Spark turns other types into text its own way)")
+        if isinstance(item, exp.Null):
+            item.replace(exp.cast(exp.null(), "VARCHAR"))
     return None
 
 
@@ -377,10 +424,13 @@ def _literal(node: exp.Literal, typed: Typed) -> exp.Expression | None:
 
 
 def _neg(node: exp.Neg, typed: Typed) -> exp.Expression | None:
+    """Spark's negation keeps the integer's type (and fails past it); DuckDB widens a constant
+    (-(-2147483648) answered 2147483648, a bigint)."""
     typed.require(node.this, NUMBERS, "-")
-    if _number_literal(node.this) and str(node.this.this) == str(2**31):
-        return exp.cast(exp.Literal.number(-(2**31)), "INT")
-    return None
+    if _number_literal(node.this):  # a negative literal: Spark types it by its value
+        return exp.cast(exp.Literal.number(-(2**31)), "INT") if str(node.this.this) == str(2**31) else None
+    kind = typed.of(node.this)
+    return exp.cast(node, exp.DataType.build(kind)) if kind in INTEGERS else None
 
 
 RANKINGS = (exp.RowNumber, exp.Rank, exp.DenseRank, exp.Ntile)
@@ -416,9 +466,9 @@ TYPED_RULES: dict[type[exp.Expression], Callable[[exp.Expression, Typed], exp.Ex
     exp.Union: _set_operation,
     exp.Intersect: _set_operation,
     exp.Except: _set_operation,
-    exp.Add: _numbers("this", "expression"),
-    exp.Sub: _numbers("this", "expression"),
-    exp.Mul: _numbers("this", "expression"),
+    exp.Add: _add_subtract,
+    exp.Sub: _add_subtract,
+    exp.Mul: _multiply,
     exp.Neg: _neg,
     exp.Literal: _literal,
     exp.Window: _window,
@@ -459,7 +509,7 @@ TYPED_RULES: dict[type[exp.Expression], Callable[[exp.Expression, Typed], exp.Ex
     exp.ILike: _strings("this"),
     exp.ConcatWs: _strings("expressions"),
     exp.Concat: _concat,
-    exp.DPipe: _strings("this", "expression"),
+    exp.DPipe: _concat,
     exp.Substring: _substring,
     exp.Left: _left_right,
     exp.Right: _left_right,

@@ -103,6 +103,22 @@ class Typed:
         found = self._types.get(id(node))
         return found.this if found is not None else T.UNKNOWN
 
+    def decimal(self, node: exp.Expression) -> tuple[int, int] | None:
+        """(precision, scale) of a decimal or whole number as Spark's decimal arithmetic sees
+        it (an int is decimal(10, 0), a bigint decimal(20, 0)); None for anything else."""
+        kind = self.of(node)
+        if isinstance(node, exp.Literal) and kind == T.DECIMAL:
+            digits = str(node.this).lstrip("-")
+            whole, _, fraction = digits.partition(".")
+            return max(len(whole.lstrip("0")) + len(fraction), len(fraction), 1), len(fraction)
+        if kind in (T.TINYINT, T.SMALLINT, T.INT, T.BIGINT):
+            return {T.TINYINT: (3, 0), T.SMALLINT: (5, 0), T.INT: (10, 0), T.BIGINT: (20, 0)}[kind]
+        found = self._types.get(id(node.this if isinstance(node, exp.Paren) else node))
+        if kind != T.DECIMAL or found is None or len(found.expressions) != 2:
+            return None
+        precision, scale = (int(param.this.this) for param in found.expressions)
+        return precision, scale
+
     def family(self, node: exp.Expression | None) -> frozenset:
         kind = self.of(node)
         for family in (*FAMILIES, NULLS):
