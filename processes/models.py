@@ -229,8 +229,19 @@ class Query(models.Model):
     error = models.TextField(blank=True)
     cancel_requested = models.BooleanField(default=False)
     celery_task_id = models.CharField(max_length=64, blank=True)
+    worker = models.CharField(max_length=255, blank=True, help_text="The worker that claimed it")
+    sent_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Last time its task was sent to the broker (the reaper re-sends lost ones)",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Last sign of life of the worker running it (the reaper fails it after)",
+    )
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     engine = models.CharField(max_length=10, choices=QueryEngine.choices, default=QueryEngine.SPARK)
