@@ -10,6 +10,7 @@ groups inside the files it does open.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -25,6 +26,8 @@ from storage.results.objectstore import ObjectStoreFolders, store_options
 from storage.results.parquet import check_columns, prune_files, quoted
 from storage.results.plugin import IntermediateResultStorage, WriteStats
 from storage.results.registry import StorageConfigError
+
+logger = logging.getLogger(__name__)
 
 STAGING_MARK = ".writing-"
 #: An object-store root's connection settings (StoreOptions' ``s3.*`` names), besides the timeouts.
@@ -191,11 +194,16 @@ class FilesystemStorage(IntermediateResultStorage):
         return all(os.path.isfile(f) for f in listed)
 
     def clean(self, table_names: list[str], properties: Mapping[str, Mapping[str, Any]]) -> None:
+        """Deletes each result folder; one outside the root (left by a move of the storage) is kept."""
         for name in table_names:
-            if self.store is not None:
-                self.store.clean(str(properties[name]["path"]))
+            try:
+                if self.store is not None:
+                    self.store.clean(str(properties[name]["path"]))
+                    continue
+                path = self._path(properties[name])
+            except ValueError as error:
+                logger.warning("kept result %s: %s", name, error)
                 continue
-            path = self._path(properties[name])
             shutil.rmtree(path, ignore_errors=True)
             # an interrupted write's staging folder, if any
             for leftover in path.parent.glob(f".{path.name}{STAGING_MARK}*"):

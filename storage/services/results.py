@@ -108,7 +108,10 @@ def storage_backend_update(
     if config is not None:
         # Masked secrets sent back unchanged keep their stored value.
         merged = registry.unmask_config(registry.storage_type(backend.type), config, backend.config)
-        backend.type, backend.config = _validated(StorageDescriptor(type=backend.type, config=merged))
+        storage_type, validated = _validated(StorageDescriptor(type=backend.type, config=merged))
+        if validated != backend.config:
+            _results_clean_before_moving(backend)
+        backend.type, backend.config = storage_type, validated
     if quota_bytes is not None:
         if quota_bytes <= 0:
             raise InvalidInput("quota_bytes must be positive", field="quota_bytes")
@@ -121,6 +124,19 @@ def storage_backend_update(
     if quota_bytes is not None:
         cached_results_evict(backend=backend)
     return backend
+
+
+def _results_clean_before_moving(backend: StorageBackend) -> None:
+    """What the storage holds under its old configuration (root, bucket, database) the new one
+    cannot reach: clean it with the old one first. Unreachable, it is forgotten where it is."""
+    live = list(backend.results.exclude(state=CachedResultState.CLEANED))
+    reason = f"storage {backend.name}: configuration changed"
+    try:
+        cached_results_clean(results=live, reason=reason)
+    except Exception:  # logged by cached_results_clean; the move goes ahead
+        CachedResult.objects.filter(pk__in=[r.pk for r in live]).update(
+            state=CachedResultState.CLEANED, state_reason=f"{reason}; left at the old location"[:255]
+        )
 
 
 def storage_backend_delete(*, backend: StorageBackend) -> None:

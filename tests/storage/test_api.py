@@ -152,3 +152,64 @@ def test_cached_results_can_be_invalidated_and_dropped_through_the_api(api_as, o
     assert not folder.exists()
     assert again.status_code == 409 and "only READY or POPULATING" in again.json()["error"]
     assert dropped.status_code == 204 and CachedResult.objects.count() == 0
+
+
+def _cached_result(backend: StorageBackend, folder, name: str) -> CachedResult:
+    folder.mkdir(parents=True)
+    (folder / "part-0.parquet").write_bytes(b"x" * 100)
+    return CachedResult.objects.create(
+        fingerprint=name[-1] * 64,
+        backend=backend,
+        name=name,
+        sql="select 1",
+        properties={"path": str(folder)},
+        state="READY",
+        size_bytes=100,
+    )
+
+
+def _filesystem_storage(root) -> StorageBackend:
+    from storage.results.plugin import StorageDescriptor
+
+    return console_services.storage_backend_register(
+        name="results", descriptor=StorageDescriptor(type="filesystem", config={"root": str(root)})
+    )
+
+
+def test_moving_a_storage_cleans_the_results_it_wrote_where_it_was(api_as, admin_user, warehouse):
+    """A new root (bucket, database) cannot reach what the old one holds: the results are cleaned
+    with the old configuration first. They were left behind, and cleaning them for the quota or
+    the storage's deletion then refused the path outside the new root: a 500 each (API fuzz)."""
+    backend = _filesystem_storage(warehouse / "old")
+    result = _cached_result(backend, warehouse / "old" / "result_r1", "result_r1")
+    api = api_as(admin_user)
+
+    moved = api.patch(
+        f"/api/v1/storages/{backend.pk}/",
+        {"config": {"root": str(warehouse / "new")}, "quota_bytes": 1},
+        format="json",
+    )
+    result.refresh_from_db()
+    deleted = api.delete(f"/api/v1/storages/{backend.pk}/")
+
+    assert moved.status_code == 200, moved.content
+    assert moved.json()["config"] == {"root": str(warehouse / "new")}
+    assert result.state == "CLEANED" and "configuration changed" in result.state_reason
+    assert not (warehouse / "old" / "result_r1").exists()
+    assert deleted.status_code == 204, deleted.content
+    assert not StorageBackend.objects.exists()
+
+
+def test_a_result_left_outside_a_moved_storage_is_kept_and_its_storage_can_go(api_as, admin_user, warehouse):
+    """A result an earlier move left behind (or a worker finished after it) lies outside the root:
+    the storage never deletes there, and no longer refuses its quota, invalidation or deletion."""
+    backend = _filesystem_storage(warehouse / "new")
+    result = _cached_result(backend, warehouse / "old" / "result_r2", "result_r2")
+    api = api_as(admin_user)
+
+    invalidated = api.post(f"/api/v1/cached-results/{result.pk}/invalidate/")
+    deleted = api.delete(f"/api/v1/storages/{backend.pk}/")
+
+    assert invalidated.status_code == 200, invalidated.content
+    assert deleted.status_code == 204, deleted.content
+    assert (warehouse / "old" / "result_r2" / "part-0.parquet").exists()
