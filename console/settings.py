@@ -326,6 +326,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "processes.tasks.reap_processes_task",
         "schedule": LAKEWARDEN_HEARTBEAT_SECONDS / 2,
     },
+    # Workbench queries whose worker or message was lost (issue 29): failed or sent again.
+    "reap-queries": {
+        "task": "processes.tasks.reap_queries_task",
+        "schedule": LAKEWARDEN_HEARTBEAT_SECONDS,
+    },
     # Trash (issue 14): purge trash batches whose retention has passed.
     "purge-trash": {
         "task": "processes.trash_tasks.purge_trash_task",

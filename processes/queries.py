@@ -12,7 +12,7 @@ from typing import Any
 from celery import current_app
 from celery.exceptions import TimeoutError as CeleryTimeout
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
 from django.utils import timezone
 
 from processes.duckdb_translation import duckdb_refusal
@@ -29,6 +29,7 @@ from processes.query_duckdb import (
     refuse_duckdb_statements,
     scan_estimate,
 )
+from processes.query_reaper import query_end_lost, query_send
 from processes.spark.session import interrupt_jobs, spark_session, tag_jobs, untag_jobs
 from processes.sql_policy import SqlPolicyError, SqlUnparsable, check_query
 from processes.watch import Watch
@@ -51,7 +52,6 @@ from storage.spec.spark_source import read_table
 logger = logging.getLogger(__name__)
 
 # Sent by name: processes/tasks.py wraps these functions (importing it here would be a cycle).
-RUN_QUERY_TASK = "processes.tasks.run_query_task"
 TEST_STORAGE_TASK = "processes.tasks.test_storage_task"
 CANCEL_POLL_SECONDS = 1.0
 
@@ -97,12 +97,7 @@ def query_submit(
         user=user if getattr(user, "is_authenticated", False) else None,
     )
     query_id = query.pk
-
-    def send() -> None:
-        result = current_app.send_task(RUN_QUERY_TASK, (query_id,), queue=settings.LAKEWARDEN_HEAVY_QUEUE)
-        Query.objects.filter(pk=query_id, celery_task_id="").update(celery_task_id=result.id)
-
-    transaction.on_commit(send)
+    transaction.on_commit(lambda: query_send(query_id=query_id))
     return query
 
 
@@ -116,6 +111,7 @@ def query_cancel(*, query: Query) -> Query:
         )
     elif query.status == QueryStatus.RUNNING:
         Query.objects.filter(pk=query.pk).update(cancel_requested=True)
+        query_end_lost(query_id=query.pk)  # its worker is gone: nothing else would end it
     else:
         raise Conflict(
             f"query {query.pk} is {query.status}; only PENDING or RUNNING queries can be cancelled"
@@ -124,11 +120,13 @@ def query_cancel(*, query: Query) -> Query:
     return query
 
 
-def query_run(*, query_id: int, spark=None) -> str:
-    """Run one query (on a worker): cached result when valid, else compute (and cache)."""
+def query_run(*, query_id: int, spark=None, worker: str = "") -> str:
+    """Run one query (on a worker): cached result when valid, else compute (and cache). The run
+    writes a heartbeat on the row (``processes.query_reaper`` ends it when that stops)."""
     close_old_connections()
+    now = timezone.now()
     claimed = Query.objects.filter(pk=query_id, status=QueryStatus.PENDING).update(
-        status=QueryStatus.RUNNING, started_at=timezone.now()
+        status=QueryStatus.RUNNING, started_at=now, heartbeat_at=now, worker=worker[:255]
     )
     if not claimed:
         return "not claimed"
@@ -141,19 +139,29 @@ def query_run(*, query_id: int, spark=None) -> str:
         choice = choose_engine(query.engine, plan, limit)
     except Exception as error:
         return _record_failure(query_id, error, started)
-    Query.objects.filter(pk=query_id).update(engine_used=choice.engine, engine_reason=choice.reason)
+    _update_running(query_id, engine_used=choice.engine, engine_reason=choice.reason)
     if choice.engine == DUCKDB:
         return _run_on_duckdb(query, plan, choice, started, spark)
     return _run_on_spark(query, plan, started, spark)
 
 
 def _cancel_watch(query_id: int, interrupt) -> Watch:
-    """A started watch that calls ``interrupt`` every tick once the query's cancel is requested."""
+    """A started watch that writes the query's heartbeat (about twice per heartbeat interval) and
+    calls ``interrupt`` every tick once the query's cancel is requested."""
+    every = settings.LAKEWARDEN_HEARTBEAT_SECONDS / 2
+    last = [time.monotonic()]
+
+    def beat() -> None:
+        if time.monotonic() - last[0] >= every:
+            Query.objects.filter(pk=query_id, status=QueryStatus.RUNNING).update(heartbeat_at=timezone.now())
+            last[0] = time.monotonic()
+
     watch = Watch(
-        name=f"query-cancel-{query_id}",
-        interval=CANCEL_POLL_SECONDS,
-        cancel_requested=lambda: Query.objects.filter(pk=query_id, cancel_requested=True).exists(),
+        name=f"query-{query_id}",
+        interval=min(CANCEL_POLL_SECONDS, every),
+        cancel_requested=lambda: _cancel_requested(query_id),
         interrupt=interrupt,
+        beat=beat,
     )
     watch.start()
     return watch
@@ -202,8 +210,10 @@ def _run_on_duckdb(query: Query, plan: QueryPlan, choice: EngineChoice, started:
         run.close()
     first_line = (str(failed).strip().splitlines() or [type(failed).__name__])[0][:80]
     logger.info("query %s: DuckDB failed (%s); running it on Spark", query_id, first_line)
-    Query.objects.filter(pk=query_id).update(
-        engine_used=QueryEngine.SPARK, engine_reason=f"auto: DuckDB failed ({first_line}); Spark ran it"[:200]
+    _update_running(
+        query_id,
+        engine_used=QueryEngine.SPARK,
+        engine_reason=f"auto: DuckDB failed ({first_line}); Spark ran it"[:200],
     )
     return _run_on_spark(query, plan, started, spark)
 
@@ -241,7 +251,8 @@ def _record_success(
     started: float,
 ) -> str:
     rows, columns, total = collected
-    Query.objects.filter(pk=query.pk).update(
+    _update_running(
+        query.pk,
         status=QueryStatus.SUCCESS,
         served_from_cache=served,
         cached_result=result,
@@ -257,15 +268,47 @@ def _record_success(
 
 
 def _record_failure(query_id: int, error: Exception, started: float) -> str:
-    cancelled = _cancel_requested(query_id)
+    cancelled = _with_database(lambda: _cancel_requested(query_id))
     status = QueryStatus.CANCELED if cancelled else QueryStatus.FAILED
-    Query.objects.filter(pk=query_id).update(
+    _update_running(
+        query_id,
         status=status,
         error="cancelled" if cancelled else _error_text(error),
         finished_at=timezone.now(),
         duration_ms=int((time.perf_counter() - started) * 1000),
     )
     return status
+
+
+#: How long a worker keeps trying to write a query's row while the database is away (a
+#: restart): longer than the reaper's patience would be pointless.
+DATABASE_RETRY_SECONDS = 30.0
+
+
+def _update_running(query_id: int, **fields: Any) -> int:
+    """Write ``fields`` on the query's row while it is RUNNING: a query the reaper ended (its
+    worker went silent) keeps the reaper's verdict."""
+    return _with_database(
+        lambda: Query.objects.filter(pk=query_id, status=QueryStatus.RUNNING).update(**fields)
+    )
+
+
+def _with_database(work):
+    """``work()``, again on a new connection while the database is away (a restart ends every
+    connection; Django does not reconnect a broken one by itself), up to
+    ``DATABASE_RETRY_SECONDS``."""
+    deadline = time.monotonic() + DATABASE_RETRY_SECONDS
+    pause = 0.2
+    while True:
+        try:
+            return work()
+        except (OperationalError, InterfaceError):
+            if time.monotonic() > deadline:
+                raise
+            logger.warning("the database did not answer; trying again in %.1f s", pause, exc_info=True)
+            connection.close()
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
 
 
 def _check_policy(sql: str) -> None:

@@ -9,6 +9,7 @@ from django.conf import settings
 
 from processes.executor import TableLockBusy, run_process
 from processes.queries import query_run
+from processes.query_reaper import queries_reap
 from processes.scheduler import schedule_tick
 from processes.services import process_enforce_kill, processes_reap
 from processes.spark.session import spark_session
@@ -52,9 +53,14 @@ def kill_process_task(process_id: int) -> str | None:
     return process.status if process else None
 
 
-@shared_task(soft_time_limit=QUERY_TIME_LIMIT - 30, time_limit=QUERY_TIME_LIMIT)
-def run_query_task(query_id: int) -> str:
-    return query_run(query_id=query_id)
+@shared_task(bind=True, soft_time_limit=QUERY_TIME_LIMIT - 30, time_limit=QUERY_TIME_LIMIT)
+def run_query_task(self, query_id: int) -> str:
+    return query_run(query_id=query_id, worker=self.request.hostname or "")
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def reap_queries_task() -> dict:
+    return queries_reap()
 
 
 @shared_task(soft_time_limit=150, time_limit=180)

@@ -52,6 +52,9 @@ class Watch(threading.Thread):
                 self.cancelled.set()
         except Exception:
             logger.warning("%s: the watch could not reach the database", self.name, exc_info=True)
+            # A restarted database broke this thread's connection; Django reconnects only once
+            # it is closed, so the next tick (heartbeat, cancel) gets a new one.
+            connection.close()
             return
         if self.cancelled.is_set():
             try:
