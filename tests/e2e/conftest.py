@@ -36,6 +36,7 @@ class CeleryProcesses:
         self.queue = f"test-{uuid.uuid4().hex[:10]}"
         self.app = app
         self.tmp_path = tmp_path
+        self.settings = settings
         self.children: list[tuple[str, subprocess.Popen, Path]] = []
         self.nodes: list[str] = []  # the workers' node names
         self.env = {
@@ -121,12 +122,23 @@ class CeleryProcesses:
         ]
         return self._spawn("beat", command, log, extra_env)
 
+    def _where_tables_live(self) -> dict[str, str]:
+        """The warehouse and allowed roots as the test has them when a child starts (a fixture
+        such as ``warehouse`` may set them after this object was made): the child's path guard
+        then allows the test's tables."""
+        return {
+            "LAKEWARDEN_WAREHOUSE": str(self.settings.LAKEWARDEN_WAREHOUSE),
+            "LAKEWARDEN_ALLOWED_ROOTS": os.pathsep.join(
+                str(r) for r in self.settings.LAKEWARDEN_ALLOWED_ROOTS
+            ),
+        }
+
     def _spawn(self, label, command, log: Path, extra_env) -> subprocess.Popen:
         handle = log.open("a")
         child = subprocess.Popen(
             command,
             cwd=REPO_ROOT,
-            env={**self.env, **(extra_env or {})},
+            env={**self.env, **self._where_tables_live(), **(extra_env or {})},
             stdout=handle,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # kill_hard() takes the whole worker (pool, Spark JVM) down
