@@ -17,7 +17,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from processes.models import Query, QueryStatus
-from processes.services import RESEND_GRACE_SECONDS, _tasks_held
+from processes.services import RESEND_GRACE_SECONDS, tasks_held
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def queries_resend_lost(*, now: dt.datetime | None = None) -> int:
     )
     if not overdue or not cache.add(RESEND_PASS_KEY, now.isoformat(), timeout=grace):
         return 0
-    held = _tasks_held(settings.LAKEWARDEN_HEAVY_QUEUE)
+    held = tasks_held(settings.LAKEWARDEN_HEAVY_QUEUE)
     if held is None:
         return 0
     # Asking the workers takes a moment: a task that ran meanwhile has left the PENDING rows.

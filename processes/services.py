@@ -386,7 +386,7 @@ def processes_resend_lost(*, now: dt.datetime | None = None) -> int:
     )
     if not overdue or not cache.add(RESEND_PASS_KEY, now.isoformat(), timeout=grace):
         return 0
-    held = _tasks_held(settings.LAKEWARDEN_HEAVY_QUEUE)
+    held = tasks_held(settings.LAKEWARDEN_HEAVY_QUEUE)
     if held is None:
         return 0
     # Asking the workers takes a moment: a task that ran meanwhile has left the PENDING rows.
@@ -406,7 +406,7 @@ def processes_resend_lost(*, now: dt.datetime | None = None) -> int:
     return resent
 
 
-def _tasks_held(queue: str) -> set[str] | None:
+def tasks_held(queue: str) -> set[str] | None:
     """Ids of the tasks waiting in ``queue`` on a Redis broker or run, reserved or held for later
     (eta) by a live worker; None when that cannot be known (another broker, no answer): then
     nothing is re-sent rather than guessed."""
