@@ -41,9 +41,13 @@ STAGING_FOLDER = ".lakewarden-staging"
 
 
 def staging_dir(process: Process) -> Path:
-    """Staging lives under the table location, so a commit never copies across filesystems. (Tables
-    on object stores stage nothing: their rewrites write in place, see factories.outputs; this
-    path is then never created, and the executor's cleanup of it finds nothing.)"""
+    """Staging lives under the table location, so a commit never copies across filesystems.
+    Tables on object stores stage no table file (their rewrites write in place, see
+    factories.outputs); a process that wants scratch space gets a local folder of its own under
+    the var folder (before, the URI was taken as a relative path: ``./s3:/bucket/...`` appeared in
+    the worker's working folder)."""
+    if not is_local(process.table.location):
+        return Path(settings.LAKEWARDEN_VAR_DIR) / "staging" / f"process-{process.pk}"
     return Path(process.table.location) / STAGING_FOLDER / f"process-{process.pk}"
 
 
@@ -442,6 +446,9 @@ def _message_id(raw: bytes | str) -> str:
 
 def clean_staging(process: Process) -> None:
     folder = staging_dir(process)
+    if not is_local(process.table.location):  # Lakewarden's own scratch folder, outside any table
+        shutil.rmtree(folder, ignore_errors=True)
+        return
     if not _may_remove(process.table, folder):
         return
     if folder.exists():
