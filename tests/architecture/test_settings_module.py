@@ -151,6 +151,7 @@ def test_the_beat_schedule_is_defined_once_and_is_the_one_celery_runs():
         "refresh-tables",
         "schedule-processes",
         "reap-processes",
+        "reap-queries",
         "purge-trash",
         "evaluate-alerts",
     }
