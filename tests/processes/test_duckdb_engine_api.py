@@ -47,3 +47,17 @@ def test_the_workbench_offers_the_engines_and_stores_the_choice(client_as, opera
     assert 'name="engine"' in page and '<option value="auto" selected>' in page and "DuckDB" in page
     assert answer.status_code == default.status_code == 200
     assert list(Query.objects.order_by("pk").values_list("engine", flat=True)) == ["spark", "auto"]
+
+
+def test_the_api_and_workbench_refuse_on_duckdb_what_duckdb_would_answer_otherwise(
+    api_as, client_as, operator, orders
+):
+    sql = "select conv(region, 16, 10) from orders"
+    answer = api_as(operator).post("/api/v1/queries/", {"sql": sql, "engine": "duckdb"}, format="json")
+    page = client_as(operator).post("/queries/run/", {"sql": sql, "engine": "duckdb"})
+    auto = api_as(operator).post("/api/v1/queries/", {"sql": sql, "engine": "auto"}, format="json")
+
+    assert answer.status_code == 400 and answer.json()["field"] == "engine"
+    assert "DuckDB would not answer this query as Spark does: the function conv" in answer.json()["error"]
+    assert page.status_code == 400 and "the function conv" in page.content.decode()
+    assert auto.status_code == 201 and list(Query.objects.values_list("engine", flat=True)) == ["auto"]
