@@ -41,7 +41,7 @@ from storage.cache import (
     cached_result_ready,
     query_plan,
 )
-from storage.errors import Conflict, InvalidInput
+from storage.errors import Conflict, InvalidInput, NotFound
 from storage.io import is_object_store
 from storage.models import CachedResult, StorageBackend
 from storage.selectors import jsonable
@@ -401,15 +401,21 @@ def _error_text(error: Exception) -> str:
 
 
 def storage_backend_test_on_worker(*, backend: StorageBackend, timeout: float = 120) -> tuple[bool, str]:
-    """Run the storage's round-trip test where Spark lives (a worker) and wait for its answer."""
+    """Run the storage's round-trip test where Spark lives (a worker) and wait for its answer.
+    The worker's own failure is answered by its type (its text may hold the storage's secrets)."""
     try:
         outcome = current_app.send_task(
             TEST_STORAGE_TASK, (backend.pk,), queue=settings.LAKEWARDEN_HEAVY_QUEUE
-        ).get(timeout=timeout)
+        ).get(timeout=timeout, propagate=False)
     except CeleryTimeout:
         return (
             False,
             f"no worker answered within {timeout:.0f} s: is a Celery worker running on the heavy queue?",
         )
-    backend.refresh_from_db()
+    try:
+        backend.refresh_from_db()
+    except StorageBackend.DoesNotExist:
+        raise NotFound(f"storage {backend.pk} was deleted while it was tested") from None
+    if isinstance(outcome, BaseException):
+        return False, f"the test failed on the worker ({type(outcome).__name__}); its log says why"
     return outcome["ok"], outcome["message"]

@@ -65,6 +65,8 @@ def reap_queries_task() -> dict:
 
 @shared_task(soft_time_limit=150, time_limit=180)
 def test_storage_task(backend_id: int) -> dict:
-    backend = StorageBackend.objects.get(pk=backend_id)
+    backend = StorageBackend.objects.filter(pk=backend_id).first()
+    if backend is None:  # deleted while the test waited in the queue
+        return {"ok": False, "message": f"storage {backend_id} no longer exists"}
     ok, message = storage_backend_test(backend=backend, spark=spark_session())
     return {"ok": ok, "message": message}

@@ -213,3 +213,65 @@ def test_a_result_left_outside_a_moved_storage_is_kept_and_its_storage_can_go(ap
     assert invalidated.status_code == 200, invalidated.content
     assert deleted.status_code == 204, deleted.content
     assert (warehouse / "old" / "result_r2" / "part-0.parquet").exists()
+
+
+class _RunHereWhenAsked:
+    """What ``send_task`` returns, run in this process when its answer is asked for, as a worker
+    would run it, after ``meanwhile`` (what another request does in the meantime)."""
+
+    def __init__(self, name, args, meanwhile):
+        self.args, self.meanwhile = args, meanwhile
+
+    def get(self, timeout=None, propagate=True):
+        from processes import tasks
+
+        self.meanwhile()
+        try:
+            return tasks.test_storage_task(*self.args)
+        except Exception as error:  # Celery hands the worker's exception back, raised unless told not to
+            if propagate:
+                raise
+            return error
+
+
+def _worker_runs_the_test(monkeypatch, meanwhile=lambda: None):
+    monkeypatch.setattr(
+        queries.current_app,
+        "send_task",
+        lambda name, args, queue=None, **kw: _RunHereWhenAsked(name, args, meanwhile),
+    )
+
+
+def test_a_storage_deleted_while_it_is_tested_answers_404(api_as, admin_user, warehouse, monkeypatch):
+    """The API fuzz as admin deleted a storage while a test of it waited for the worker: the
+    worker's DoesNotExist came back through Celery into the request, a 500."""
+    backend = _filesystem_storage(warehouse / "results")
+    _worker_runs_the_test(
+        monkeypatch, meanwhile=lambda: StorageBackend.objects.filter(pk=backend.pk).delete()
+    )
+
+    answer = api_as(admin_user).post(f"/api/v1/storages/{backend.pk}/test/")
+
+    assert answer.status_code == 404, answer.content
+    assert answer.json()["error"] == f"storage {backend.pk} was deleted while it was tested"
+
+
+def test_a_test_that_fails_on_the_worker_answers_its_failure_without_its_text(
+    api_as, admin_user, warehouse, monkeypatch
+):
+    from processes import tasks
+
+    def no_spark():
+        raise RuntimeError("the JVM did not start: password=hunter2")
+
+    backend = _filesystem_storage(warehouse / "results")
+    _worker_runs_the_test(monkeypatch)
+    monkeypatch.setattr(tasks, "spark_session", no_spark)
+
+    answer = api_as(admin_user).post(f"/api/v1/storages/{backend.pk}/test/")
+
+    assert answer.status_code == 200, answer.content
+    assert answer.json() == {
+        "ok": False,
+        "message": "the test failed on the worker (RuntimeError); its log says why",
+    }
