@@ -21,6 +21,7 @@ from tests.objectstore.test_delta_maintenance_s3 import (  # noqa: F401
 )
 from tests.objectstore.test_iceberg_maintenance_s3 import append_s3_files
 from tests.processes.conftest import ICEBERG_SCHEMA, delta_rows, multiset, rows
+from tests.processes.test_hostile_tables import add_files
 from tests.processes.test_trash import run  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,16 +60,6 @@ def put_parquet(table, location: str, start: int) -> None:
 
     with table.io.new_output(location).create(overwrite=True) as out:
         pq.write_table(rows(start, 5).cast(schema_to_pyarrow(table.schema(), include_field_ids=True)), out)
-
-
-def add_files(table, locations: list[str]) -> None:
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file
-
-    with table.transaction() as tx:
-        with tx.update_snapshot().fast_append() as append:
-            for location in locations:
-                append.append_data_file(parquet_file_to_data_file(table.io, table.metadata, location))
-    table.refresh()
 
 
 def live_files(table) -> list[str]:
