@@ -195,16 +195,7 @@ class DeltaVacuumProcess(TableProcess):
 def guarded_files(root: str, relative: list[str], guard: PathGuard) -> tuple[list[str], KeptFiles]:
     """(the files, relative to the table ``root``, that the guard lets this table remove; the
     rest, kept where they are: nested tables' files, files behind a symlink, ``../`` paths)."""
-    kept = KeptFiles()
-    allowed = [path for path in relative if _allowed(guard, join(root, path), kept)]
-    return allowed, kept
-
-
-def _allowed(guard: PathGuard, location: str, kept: KeptFiles) -> bool:
-    reason = guard.refusal(location)
-    if reason:
-        kept.add(location, reason)
-    return reason is None
+    return guard.split(relative, path=lambda relative_path: join(root, relative_path))
 
 
 def delete_guarded(context: ProcessContext, root: str, relative: list[str], storage: Any) -> int:

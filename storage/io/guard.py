@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 from urllib.parse import unquote, urlparse
 
 from storage.io.paths import PathNotAllowed, is_local, local_path
 from storage.io.stores import StoreOptions, filesystem, normalise
+
+T = TypeVar("T")
 
 __all__ = ["KeptFiles", "OutsideTable", "PathGuard", "canonical", "kept_summary"]
 
@@ -185,16 +188,24 @@ class PathGuard:
             raise OutsideTable(f"will not {doing} {path}: {reason}")
         return canonical(path)
 
-    def split(self, paths: Iterable[str], kept: KeptFiles | None = None) -> tuple[list[str], KeptFiles]:
-        """(the paths that may be touched, in order, as given; the rest per reason)."""
+    def split(
+        self,
+        items: Iterable[T],
+        kept: KeptFiles | None = None,
+        *,
+        path: Callable[[T], str] = str,
+    ) -> tuple[list[T], KeptFiles]:
+        """(the items whose ``path`` may be touched, in order, as given; the others' paths per
+        reason). ``path`` names an item's location (the item itself by default)."""
         kept = kept if kept is not None else KeptFiles()
         allowed = []
-        for path in paths:
-            reason = self.refusal(path)
+        for item in items:
+            location = path(item)
+            reason = self.refusal(location)
             if reason:
-                kept.add(path, reason)
+                kept.add(location, reason)
             else:
-                allowed.append(path)
+                allowed.append(item)
         return allowed, kept
 
     def delete(self, path: str, storage: StoreOptions | None = None) -> bool:

@@ -81,14 +81,7 @@ def trash_files(
     batch folder included); the rest stays in place and is reported kept. Call it holding the
     table's lock."""
     guard = table_guard(table)
-    files_allowed, kept = [], KeptFiles()
-    for path, size, kind in files:
-        reason = guard.refusal(path)
-        if reason:
-            kept.add(path, reason)
-        else:
-            files_allowed.append((path, size, kind))
-    files = files_allowed
+    files, kept = guard.split(files, path=lambda file: file[0])
     asked = {path for path, _, _ in files}
     batch = TrashBatch.objects.filter(process_id=process_id).first()
     named = files
