@@ -198,7 +198,7 @@ class BenchContext(ProcessContext):
 
 
 def run_delta_process(files: list[Path], folder: Path) -> dict:
-    from processes.factories.delta_rewrite import DeltaRewriteProcess
+    from processes.maintenance.delta.rewrite import DeltaRewriteProcess
 
     make_delta(files, folder)
     runtime = BenchRuntime(str(folder))
@@ -212,7 +212,7 @@ def run_iceberg_process(files: list[Path], folder: Path, engine: str = "arrow") 
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
-    from processes.factories.iceberg_rewrite import IcebergRewriteProcess, spec_view
+    from processes.maintenance.iceberg.rewrite import IcebergRewriteProcess, spec_view
 
     folder.mkdir(parents=True)
     catalog = SqlCatalog("bench", uri=f"sqlite:///{folder}/catalog.db", warehouse=f"file://{folder}")

@@ -72,7 +72,7 @@ def run_s3_delta(store, options, files: list[Path]) -> dict:
     from deltalake import DeltaTable
     from deltalake.transaction import AddAction
 
-    from processes.factories.delta_rewrite import DeltaRewriteProcess
+    from processes.maintenance.delta.rewrite import DeltaRewriteProcess
 
     location = f"s3://lake/bench-{uuid.uuid4().hex[:8]}/delta"
     uploaded = upload(store, files, location)
@@ -102,7 +102,7 @@ def run_s3_iceberg(store, options, files: list[Path]) -> dict:
     from pyiceberg.catalog import load_catalog
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
-    from processes.factories.iceberg_rewrite import IcebergRewriteProcess, spec_view
+    from processes.maintenance.iceberg.rewrite import IcebergRewriteProcess, spec_view
 
     catalog = load_catalog("bench", type="rest", **store.rest_catalog_properties())
     namespace = f"bench_{uuid.uuid4().hex[:8]}"

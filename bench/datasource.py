@@ -125,12 +125,12 @@ def _add_position_deletes(table) -> None:
     from pyiceberg.table.snapshots import Operation, Summary
     from pyiceberg.typedef import EMPTY_DICT
 
-    from processes.factories.iceberg_commit import NewDeleteFile, RewriteFiles
-    from processes.factories.iceberg_deletes.writing import (
+    from processes.maintenance.iceberg.deletes.writing import (
         POSITION_SCHEMA,
         position_delete_file,
         position_metrics,
     )
+    from storage.formats.iceberg.commit import NewDeleteFile, RewriteFiles
 
     class RowDelta(RewriteFiles):
         def _summary(self, snapshot_properties=EMPTY_DICT) -> Summary:

@@ -33,7 +33,7 @@ STRATEGIES = {
 
 
 def run_delta(files: list[Path], folder: Path, params: dict) -> dict:
-    from processes.factories.delta_rewrite import DeltaRewriteProcess
+    from processes.maintenance.delta.rewrite import DeltaRewriteProcess
 
     base.make_delta(files, folder)
     runtime = base.BenchRuntime(str(folder))
@@ -44,7 +44,7 @@ def run_delta(files: list[Path], folder: Path, params: dict) -> dict:
 
 
 def run_iceberg(files: list[Path], folder: Path, params: dict) -> dict:
-    from processes.factories import iceberg_rewrite
+    from processes.maintenance.iceberg import rewrite as iceberg_rewrite
 
     cls = iceberg_rewrite.IcebergRewriteProcess
     # bench/compaction builds the process with params {}: give it ours

@@ -28,7 +28,7 @@ worker rebuilds the process from that row with ``recover(runtime, record)`` and 
   library, as the last step. The executor deletes the staging folder when the process ends,
   whatever the outcome, so nothing committed may stay in it;
 - on an object store (no rename there), write new files in place under the table's data prefix
-  with names unique to the attempt (``processes.factories.outputs``: invisible until a commit names
+  with names unique to the attempt (``processes.maintenance.outputs``: invisible until a commit names
   them), and delete them when the commit does not land. A failed or cancelled run leaves the table
   exactly as it was either way.
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import jsonschema
 
-from processes.factories.retention import DURATION_FORMAT, parse_duration
+from processes.maintenance.retention import DURATION_FORMAT, parse_duration
 from processes.models import PluginConfig, PluginKind
 from processes.plugin import ProcessFactory
 from storage.errors import InvalidInput

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from storage.io.objects import PutUnsupported, put_if_absent
 from storage.io.paths import PathNotAllowed, is_local, local_path
 from storage.io.stores import (
     OBJECT_SCHEMES,
@@ -21,6 +22,7 @@ from storage.io.stores import (
 __all__ = [
     "OBJECT_SCHEMES",
     "PathNotAllowed",
+    "PutUnsupported",
     "StoreError",
     "StoreOptions",
     "describe_error",
@@ -31,6 +33,7 @@ __all__ = [
     "join",
     "local_path",
     "normalise",
+    "put_if_absent",
     "scheme",
     "uri",
 ]

@@ -35,13 +35,15 @@ import logging
 import os
 import re
 import threading
+import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
 
-from storage.io.stores import S3_SCHEMES, StoreOptions
+from storage.io.paths import local_path
+from storage.io.stores import S3_SCHEMES, StoreError, StoreOptions, scheme
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, RetryConfig, S3Config
@@ -176,23 +178,103 @@ class OneGetReads:
             return store
 
     def _make_store(self, bucket: str) -> Any:
-        from obstore.store import S3Store
-
-        settings = self.options.object_store_config()
-        client: ClientConfig = {"allow_http": settings.pop("allow_http", "") == "true"}
-        for name in ("timeout", "connect_timeout"):
-            client[name] = settings.pop(name)
-        config = cast("S3Config", settings)
         # one attempt: a failed read is made again through pyarrow, whose own retries (three
         # attempts, stores.py) then apply, so a dead store costs one timeout more than before
-        retry: RetryConfig = {
-            "max_retries": 0,
-            "retry_timeout": timedelta(seconds=self.options.request_timeout),
-        }
-        return S3Store(bucket, config=config, client_options=client, retry_config=retry)
+        return _s3_store(self.options, bucket)
 
 
 @functools.lru_cache(maxsize=32)
 def _reads_for(options: StoreOptions) -> OneGetReads:
     """One reader per set of options in a process, so listings reuse its connections."""
     return OneGetReads(options)
+
+
+# --- put-if-absent ---------------------------------------------------------------------------------
+
+
+class PutUnsupported(StoreError):
+    """The location's store has no put-if-absent here (object stores other than S3)."""
+
+
+def put_if_absent(location: str, content: bytes, options: StoreOptions | None = None) -> bool:
+    """Create the file or object ``location`` (a local path, ``file:`` or ``s3://`` URI) holding
+    ``content`` unless something is already there: True when this call created it, False when the
+    name was taken (by an earlier writer or a concurrent one). Nobody ever sees half the content.
+
+    On a file system the content goes to a temporary file beside the target, flushed to disk, then
+    hard-linked to its name: ``link`` fails atomically when the name exists (the primitive
+    deltalake uses on local file systems). On S3 it is one ``PUT`` with ``If-None-Match: *``
+    through object_store (``obstore.put(..., mode="create")``, what deltalake's own commit
+    sends; AWS S3, MinIO, SeaweedFS and R2 honour it), with no retry: a retried create whose
+    first try had landed would answer "taken". ``PutUnsupported`` for other object stores;
+    ``StoreError`` when the store cannot be reached or refuses."""
+    if scheme(location) in ("", "file"):
+        return _local_put_if_absent(local_path(location, percent_decoded=False), content)
+    if scheme(location) not in S3_SCHEMES:
+        raise PutUnsupported(f"{location}: Lakewarden has a put-if-absent for S3 stores and local files only")
+    obstore = _obstore()
+    if obstore is None:
+        raise PutUnsupported(f"{location}: put-if-absent on S3 needs the obstore package")
+    from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+    if _state["forked_after_request"]:
+        # object_store's runtime does not survive fork: a process forked after a request would
+        # hang on its first one, and a conditional put has no other way to the store
+        raise StoreError(f"{location}: this process was forked after it used object_store")
+    parsed = urlparse(location)
+    options = options if options is not None else StoreOptions.from_env()
+    store = _s3_store(options, parsed.netloc)
+    try:
+        _state["requested"] = True
+        obstore.put(store, parsed.path.lstrip("/"), content, mode="create")
+    except (AlreadyExistsError, PreconditionError):  # 412, or 409 for a concurrent create
+        return False
+    except Exception as error:
+        # the type and message only: object_store's messages name the URL, never the signature
+        raise StoreError(f"{location}: the store refused a conditional put: {error}") from error
+    return True
+
+
+def _s3_store(options: StoreOptions, bucket: str) -> Any:
+    """An object_store client of ``bucket`` that tries each request once."""
+    from obstore.store import S3Store
+
+    settings = options.object_store_config()
+    client: ClientConfig = {"allow_http": settings.pop("allow_http", "") == "true"}
+    for name in ("timeout", "connect_timeout"):
+        client[name] = settings.pop(name)
+    retry: RetryConfig = {"max_retries": 0, "retry_timeout": timedelta(seconds=options.request_timeout)}
+    return S3Store(bucket, config=cast("S3Config", settings), client_options=client, retry_config=retry)
+
+
+def _local_put_if_absent(target: str, content: bytes) -> bool:
+    folder = os.path.dirname(target)
+    temporary = os.path.join(folder, f"_put_{uuid.uuid4().hex}.tmp")
+    with open(temporary, "xb") as out:
+        out.write(content)
+        out.flush()
+        os.fsync(out.fileno())
+    try:
+        os.link(temporary, target)
+    except FileExistsError:
+        return False
+    finally:
+        try:
+            os.remove(temporary)
+        except OSError:
+            log.warning("could not remove the temporary file %s", temporary, exc_info=True)
+    _sync_directory(folder)
+    return True
+
+
+def _sync_directory(path: str) -> None:
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)

@@ -23,6 +23,12 @@ class UnsupportedFeature(SpecError):
     """The table uses a feature this reader does not implement (e.g. a Delta reader feature)."""
 
 
+class RewriteConflict(SpecError):
+    """The table changed under a rewrite in a way its plan cannot survive (a planned file is no
+    longer live, the schema or protocol moved, another writer kept taking the next version): the
+    commit is refused, nothing was changed, and the process plans again."""
+
+
 class InstantNotFound(SpecError):
     """The instant id does not exist in the table's timeline."""
 

@@ -249,10 +249,10 @@ def test_no_module_imports_another_packages_private_names():
 def test_the_private_name_check_sees_an_offence():
     tree = ast.parse(
         "from storage.formats.iceberg._puffin import x\n"
-        "from processes.factories.iceberg_rewrite import _catalog_table\n"
+        "from processes.maintenance.iceberg.rewrite import _catalog_table\n"
         "from storage.formats.iceberg._lineage import y\n"
     )
-    found = _private_offences("processes.factories.example", tree, set())
+    found = _private_offences("processes.maintenance.example", tree, set())
     assert len(found) == 3, found
     inside = _private_offences("storage.formats.iceberg.read", tree, set())
     assert [f for f in inside if "_lineage" in f or "_puffin" in f] == []

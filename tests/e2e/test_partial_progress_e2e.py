@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from processes.factories.compaction import CompactionSettings
-from processes.factories.iceberg_commit.batches import Batching
-from processes.factories.iceberg_rewrite import plan_rewrite, spec_view
+from processes.maintenance.iceberg.batches import Batching
+from processes.maintenance.iceberg.rewrite import plan_rewrite, spec_view
+from processes.maintenance.planning import CompactionSettings
 from processes.models import Process, ProcessStatus
 from tests.e2e.conftest import only_factory, process_status, wait_for
 from tests.e2e.test_objectstore_e2e import (  # noqa: F401  (fixtures)

@@ -9,14 +9,17 @@ deletes exactly the removed files (the prefix is listed before and after).
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pyarrow.fs as pafs
 import pytest
 
-from processes.factories import delta_commit
-from processes.factories.delta_rewrite import DeltaRewriteProcess
-from processes.factories.group_writer import S3A_FALLBACK
+from processes.maintenance.delta.rewrite import DeltaRewriteProcess
+from processes.maintenance.group_writer import S3A_FALLBACK
 from processes.models import ProcessStatus
+from storage.formats.delta import commit as delta_commit
+from storage.io import StoreError, put_if_absent
 from tests.processes.conftest import REGIONS, delta_rows, multiset, run_now  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -219,14 +222,33 @@ def test_a_commit_racing_another_writer_for_the_same_version_loses_nothing(
     assert delta_rows_of(location, storage_options) == expected
 
 
-def test_the_store_refuses_a_second_put_of_a_commit_with_if_none_match(seaweedfs, s3_prefix, s3_options):
-    """What the commit writers rely on: ``PUT`` with ``If-None-Match: *`` creates a key once;
-    a second one answers 412 Precondition Failed and leaves the first content."""
+def test_the_store_creates_a_commit_once_through_a_conditional_put(seaweedfs, s3_prefix, s3_options):
+    """What the commit writers rely on: a put-if-absent (``PUT`` with ``If-None-Match: *``)
+    creates a key once; a second one is refused and leaves the first content."""
     key = f"{s3_prefix.removeprefix('s3://lake/')}/_delta_log/00000000000000000000.json"
-    assert delta_commit._signed_put(s3_options, "lake", key, b"first", {"if-none-match": "*"})[0] == 200
-    assert delta_commit._signed_put(s3_options, "lake", key, b"second", {"if-none-match": "*"})[0] == 412
+    assert put_if_absent(f"s3://lake/{key}", b"first", s3_options) is True
+    assert put_if_absent(f"s3://lake/{key}", b"second", s3_options) is False
     with seaweedfs.filesystem().open_input_file(f"lake/{key}") as handle:
         assert handle.read() == b"first"
+
+
+def test_racing_conditional_puts_of_one_key_leave_exactly_one_winner(seaweedfs, s3_prefix, s3_options):
+    key = f"{s3_prefix}/_delta_log/00000000000000000001.json"
+    with ThreadPoolExecutor(8) as pool:
+        won = list(pool.map(lambda n: put_if_absent(key, f"writer {n}".encode(), s3_options), range(8)))
+    assert won.count(True) == 1
+    with seaweedfs.filesystem().open_input_file(key.removeprefix("s3://")) as handle:
+        assert handle.read() == f"writer {won.index(True)}".encode()
+
+
+def test_a_conditional_put_with_wrong_credentials_is_a_store_error_and_writes_nothing(
+    seaweedfs, s3_prefix, s3_options
+):
+    key = f"{s3_prefix}/_delta_log/00000000000000000002.json"
+    with pytest.raises(StoreError, match="refused a conditional put"):
+        put_if_absent(key, b"x", replace(s3_options, secret_key="not-the-secret"))
+    info = seaweedfs.filesystem().get_file_info(key.removeprefix("s3://"))
+    assert info.type == pafs.FileType.NotFound
 
 
 def test_deltalake_commits_with_a_conditional_put(s3_options):

@@ -20,7 +20,7 @@ from devtools.demo import (
     RESULT_STORAGE,
     demo_lakehouse_build_s3,
 )
-from processes.factories.compaction import REWRITE_DEFAULTS
+from processes.maintenance.planning import REWRITE_DEFAULTS
 from storage.io import StoreOptions
 from storage.models import Catalog, CatalogKind, StorageBackend, Table
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from processes.factories import iceberg_orphans
+from processes.maintenance.iceberg import orphans as iceberg_orphans
 from storage.models import Table
 from tests.objectstore.test_delta_maintenance_s3 import (  # noqa: F401
     make_s3_delta,

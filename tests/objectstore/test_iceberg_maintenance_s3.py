@@ -16,9 +16,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from processes.factories import iceberg_orphans, iceberg_rewrite
-from processes.factories.group_writer import S3A_FALLBACK
-from processes.factories.iceberg_rewrite import IcebergRewriteProcess
+from processes.maintenance.group_writer import S3A_FALLBACK
+from processes.maintenance.iceberg import orphans as iceberg_orphans
+from processes.maintenance.iceberg import rewrite as iceberg_rewrite
+from processes.maintenance.iceberg.rewrite import IcebergRewriteProcess
 from processes.models import ProcessStatus
 from tests.processes.conftest import ICEBERG_SCHEMA, REGIONS, multiset, rows, run_now  # noqa: F401
 
@@ -384,7 +385,7 @@ def static_s3_iceberg(seaweedfs, s3_prefix, sql_catalog, transactional_db):
 def test_a_table_registered_by_location_is_not_rewritten_without_a_catalog(
     static_s3_iceberg, run_now, seaweedfs
 ):
-    from processes.factories.iceberg_rewrite import IcebergRewriteFactory
+    from processes.maintenance.iceberg.rewrite import IcebergRewriteFactory
     from processes.runtime import TableRuntime
 
     console, table = static_s3_iceberg

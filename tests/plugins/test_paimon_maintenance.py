@@ -110,7 +110,7 @@ def test_paimon_rules_expire_beyond_retain_max_and_old_snapshots_down_to_retain_
 
 
 def test_expiry_keeps_every_row_and_every_file_kept_snapshots_and_tags_need(table_copy):
-    from lakewarden_paimon.factory import PaimonExpireSnapshotsFactory
+    from lakewarden_paimon.maintenance import PaimonExpireSnapshotsFactory
 
     _tag(table_copy, 2, "audit")
     kept_ids = [5, 6]
@@ -152,19 +152,19 @@ def test_expiry_keeps_every_row_and_every_file_kept_snapshots_and_tags_need(tabl
 
 
 def test_expiry_removes_manifests_only_expired_snapshots_named(table_copy):
-    from lakewarden_paimon import _meta, maintenance
-    from lakewarden_paimon.factory import PaimonExpireSnapshotsFactory
+    from lakewarden_paimon import _cleanup, _meta
+    from lakewarden_paimon.maintenance import PaimonExpireSnapshotsFactory
 
     _run(PaimonExpireSnapshotsFactory, table_copy, {"retain-min": 3, "time-retained-seconds": 0})
     store = pypaimon_table(table_copy)
     named = set()
     for snapshot_id in _meta.snapshot_ids(store):
-        named |= maintenance._names(store, _meta.load_snapshot(store, snapshot_id))
+        named |= _cleanup._names(store, _meta.load_snapshot(store, snapshot_id))
     assert set(os.listdir(Path(table_copy) / "manifest")) == named
 
 
 def test_a_young_table_or_a_dry_run_expires_nothing(table_copy):
-    from lakewarden_paimon.factory import PaimonExpireSnapshotsFactory
+    from lakewarden_paimon.maintenance import PaimonExpireSnapshotsFactory
 
     files = sorted(str(p) for p in Path(table_copy).rglob("*") if p.is_file())
     # default time retained (1 h): every snapshot was written seconds ago
@@ -179,7 +179,7 @@ def test_a_young_table_or_a_dry_run_expires_nothing(table_copy):
 
 
 def test_expiry_preview_says_what_a_run_deletes_and_bad_rules_are_refused(table_copy):
-    from lakewarden_paimon.factory import PaimonExpireSnapshotsFactory
+    from lakewarden_paimon.maintenance import PaimonExpireSnapshotsFactory
 
     factory = PaimonExpireSnapshotsFactory()
     runtime = _Runtime(table_copy, dict(PaimonExpireSnapshotsFactory.default_properties))
@@ -194,7 +194,7 @@ def test_expiry_preview_says_what_a_run_deletes_and_bad_rules_are_refused(table_
 
 
 def test_the_tables_own_paimon_options_set_the_rules(tmp_path):
-    from lakewarden_paimon.factory import PaimonExpireSnapshots, paimon_duration_ms
+    from lakewarden_paimon.maintenance import PaimonExpireSnapshots, paimon_duration_ms
 
     assert paimon_duration_ms("30 min") == 1_800_000 and paimon_duration_ms("2 h") == 7_200_000
 
@@ -210,7 +210,7 @@ def test_the_tables_own_paimon_options_set_the_rules(tmp_path):
 
 
 def test_orphan_cleanup_deletes_only_old_unreferenced_files(table_copy):
-    from lakewarden_paimon.factory import PaimonCleanOrphanFilesFactory
+    from lakewarden_paimon.maintenance import PaimonCleanOrphanFilesFactory
 
     bucket = next(Path(table_copy).glob("region=eu/bucket-0"))
     orphan_data = bucket / "data-00000000-orphan-0.parquet"
@@ -241,14 +241,14 @@ def test_orphan_cleanup_deletes_only_old_unreferenced_files(table_copy):
 
 
 def test_orphan_cleanup_refuses_a_minimum_age_under_an_hour(table_copy):
-    from lakewarden_paimon.factory import PaimonCleanOrphanFilesFactory
+    from lakewarden_paimon.maintenance import PaimonCleanOrphanFilesFactory
 
     with pytest.raises(ProcessInputError, match="at least 3600"):
         _run(PaimonCleanOrphanFilesFactory, table_copy, {"older-than-seconds": 60})
 
 
 def test_compaction_is_declined_with_the_reason():
-    from lakewarden_paimon.factory import PaimonCleanOrphanFilesFactory, PaimonExpireSnapshotsFactory
+    from lakewarden_paimon.maintenance import PaimonCleanOrphanFilesFactory, PaimonExpireSnapshotsFactory
 
     for factory_cls in (PaimonExpireSnapshotsFactory, PaimonCleanOrphanFilesFactory):
         factory = factory_cls()
@@ -260,7 +260,7 @@ def test_orphan_cleanup_keeps_a_nested_table_and_what_a_link_leads_to(table_copy
     """The path guard (``context.guard``) keeps a registered table nested in the Paimon folder and
     a folder outside reached through a symlink; the table's own orphan still goes."""
     from deltalake import write_deltalake
-    from lakewarden_paimon.factory import PaimonCleanOrphanFilesFactory
+    from lakewarden_paimon.maintenance import PaimonCleanOrphanFilesFactory
 
     from storage.io.guard import PathGuard
     from tests.processes.conftest import delta_rows

@@ -13,8 +13,8 @@ ENTRY_POINTS = """\
 paimon = lakewarden_paimon:PaimonAdapter
 
 [lakewarden.process_factories]
-paimon-expire-snapshots = lakewarden_paimon.factory:PaimonExpireSnapshotsFactory
-paimon-clean-orphan-files = lakewarden_paimon.factory:PaimonCleanOrphanFilesFactory
+paimon-expire-snapshots = lakewarden_paimon.maintenance:PaimonExpireSnapshotsFactory
+paimon-clean-orphan-files = lakewarden_paimon.maintenance:PaimonCleanOrphanFilesFactory
 """
 
 

@@ -56,7 +56,7 @@ def _table(batches):
 
 def test_expiry_and_orphan_cleanup_on_s3_keep_every_row(s3_table, seaweedfs):
     from lakewarden_paimon import PaimonAdapter, maintenance
-    from lakewarden_paimon.factory import PaimonExpireSnapshots
+    from lakewarden_paimon.maintenance import PaimonExpireSnapshots
 
     from tests.plugins.test_paimon_maintenance import _Context
 

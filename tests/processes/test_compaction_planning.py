@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processes.factories.compaction import CompactionSettings, bin_pack, plan_compaction
+from processes.maintenance.planning import CompactionSettings, bin_pack, plan_compaction
 from storage.spec.models import DataFile, FileContent, FileSlice, PartitionDescriptor
 
 MIB = 1024 * 1024

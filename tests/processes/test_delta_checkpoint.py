@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from processes.factories import delta_checkpoint
-from processes.factories.delta_commit import open_version, put_if_absent
+from processes.maintenance.delta import checkpoint as delta_checkpoint
 from processes.models import ProcessStatus
+from storage.formats.delta.commit import open_version, put_commit
 from tests.processes.conftest import delta_read, delta_rows, multiset
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -175,7 +175,7 @@ def test_a_table_with_v2_checkpoints_is_refused_unchanged(make_delta, run_now):
         "readerFeatures": ["v2Checkpoint"],
         "writerFeatures": ["appendOnly", "invariants", "v2Checkpoint"],
     }
-    assert put_if_absent(spec.store, spec.version + 1, json.dumps({"protocol": protocol}).encode())
+    assert put_commit(spec.store, spec.version + 1, json.dumps({"protocol": protocol}).encode())
     before = log_names(path)
 
     process = run_now(console_table, "checkpoint")
@@ -185,7 +185,7 @@ def test_a_table_with_v2_checkpoints_is_refused_unchanged(make_delta, run_now):
 
 
 def test_scheduled_checkpoints_wait_for_enough_commits(make_delta, run_now):
-    from processes.factories.delta_checkpoint import DeltaCheckpointFactory
+    from processes.maintenance.delta.checkpoint import DeltaCheckpointFactory
     from processes.runtime import TableRuntime
 
     console_table, path = make_delta(files=4)

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from processes.factories.delta_commit import live_files, open_version, put_if_absent
 from processes.models import ProcessStatus
+from storage.formats.delta.commit import live_files, open_version, put_commit
 from tests.processes.test_delta_deletion_vectors import delete_rows, last_commit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -88,7 +88,7 @@ def support_vectors(path) -> None:
     metadata = dict(spec.state(spec.version).snapshot.metadata)
     metadata["configuration"] = {**metadata["configuration"], "delta.enableDeletionVectors": "true"}
     content = "\n".join(json.dumps(a) for a in ({"protocol": protocol}, {"metaData": metadata}))
-    assert put_if_absent(spec.store, spec.version + 1, content.encode())
+    assert put_commit(spec.store, spec.version + 1, content.encode())
 
 
 def physical_names(path) -> dict[str, dict]:
@@ -99,7 +99,7 @@ def physical_names(path) -> dict[str, dict]:
 
 @pytest.mark.parametrize("mode", ["name", "id"])
 def test_a_column_mapped_table_is_compacted_with_physical_names_and_field_ids(mapped_table, run_now, mode):
-    from processes.factories.delta_rewrite import DeltaRewriteFactory
+    from processes.maintenance.delta.rewrite import DeltaRewriteFactory
     from processes.runtime import TableRuntime
 
     console_table, path = mapped_table(mode)

@@ -24,10 +24,10 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyroaring import BitMap64
 
-from processes.factories import delta_commit
-from processes.factories.delta_commit import live_files, open_version, put_if_absent
-from processes.factories.delta_rewrite import DeltaRewriteProcess
+from processes.maintenance.delta.rewrite import DeltaRewriteProcess
 from processes.models import ProcessStatus
+from storage.formats.delta import commit as delta_commit
+from storage.formats.delta.commit import live_files, open_version, put_commit
 from tests.processes.conftest import delta_read, delta_rows, multiset, staging_root
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -93,7 +93,7 @@ def delete_rows(path, ids: set[int]) -> int:
             {"add": {**kept, "dataChange": True, "deletionVector": write_vector(path, deleted | hit)}},
         ]
     content = "\n".join(json.dumps(a) for a in actions).encode()
-    assert put_if_absent(spec.store, spec.version + 1, content)
+    assert put_commit(spec.store, spec.version + 1, content)
     return spec.version + 1
 
 
@@ -376,7 +376,7 @@ def test_a_table_needing_a_writer_feature_lakewarden_lacks_is_refused_unchanged(
     spec = open_version(str(path))
     protocol = dict(spec.state(spec.version).snapshot.protocol)
     protocol["writerFeatures"] = [*protocol["writerFeatures"], "domainMetadata", "rowTracking"]
-    put_if_absent(spec.store, spec.version + 1, json.dumps({"protocol": protocol}).encode())
+    put_commit(spec.store, spec.version + 1, json.dumps({"protocol": protocol}).encode())
     version, files = DeltaTable(str(path)).version(), data_files_on_disk(path)
 
     process = run_now(console_table, "rewrite", {"min-input-files": 2})
@@ -406,7 +406,7 @@ def test_with_in_commit_timestamps_the_compaction_commits_after_the_previous_tim
         {"protocol": protocol},
         {"metaData": metadata},
     ]
-    assert put_if_absent(spec.store, spec.version + 1, "\n".join(json.dumps(a) for a in upgrade).encode())
+    assert put_commit(spec.store, spec.version + 1, "\n".join(json.dumps(a) for a in upgrade).encode())
 
     process = run_now(console_table, "rewrite", {"min-input-files": 2})
 
@@ -422,7 +422,7 @@ def test_put_if_absent_creates_a_version_once_and_never_overwrites_it(tmp_path):
     (tmp_path / "_delta_log").mkdir()
     store = Store(str(tmp_path))
 
-    assert put_if_absent(store, 0, b'{"commitInfo":{"first":true}}') is True
-    assert put_if_absent(store, 0, b'{"commitInfo":{"second":true}}') is False
+    assert put_commit(store, 0, b'{"commitInfo":{"first":true}}') is True
+    assert put_commit(store, 0, b'{"commitInfo":{"second":true}}') is False
     assert (tmp_path / "_delta_log" / f"{0:020d}.json").read_bytes() == b'{"commitInfo":{"first":true}}'
     assert [p.name for p in (tmp_path / "_delta_log").iterdir()] == [f"{0:020d}.json"]

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from processes.factories import delta_commit
-from processes.factories.delta_commit import live_files, object_put_if_absent, open_version
 from processes.models import ProcessStatus
+from storage.formats.delta import commit as delta_commit
+from storage.formats.delta.commit import live_files, open_version, put_commit
 from tests.conftest import upload_folder
 from tests.objectstore.test_delta_maintenance_s3 import (  # noqa: F401 (fixtures)
     data_objects,
@@ -71,8 +71,8 @@ def test_put_if_absent_on_s3_creates_a_commit_once_and_never_overwrites_it(s3_dv
     spec = open_version(location, storage=s3_options)
     target = spec.store.table_path(f"_delta_log/{spec.version + 5:020d}.json")
 
-    assert object_put_if_absent(spec.store, target, b"first") is True
-    assert object_put_if_absent(spec.store, target, b"second") is False
+    assert put_commit(spec.store, spec.version + 5, b"first") is True
+    assert put_commit(spec.store, spec.version + 5, b"second") is False
     with spec.store.fs.open_input_stream(target) as stream:
         assert stream.read() == b"first"
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from processes.factories.delta_rewrite import DeltaRewriteProcess
+from processes.maintenance.delta.rewrite import DeltaRewriteProcess
 from processes.models import ProcessStatus
 from tests.processes.conftest import delta_files, delta_read, delta_rows, multiset, staging_root
 

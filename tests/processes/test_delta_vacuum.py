@@ -8,7 +8,7 @@ import time
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from processes.factories.delta_vacuum import table_retention_hours
+from processes.maintenance.delta.vacuum import table_retention_hours
 from processes.models import ProcessStatus
 from tests.processes.conftest import delta_read, delta_rows, multiset
 

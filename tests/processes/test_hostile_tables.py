@@ -127,7 +127,7 @@ def test_expiry_keeps_another_tables_file_and_one_outside_the_roots(make_iceberg
 
 
 def test_expiry_preview_counts_only_the_tables_own_files(make_iceberg, tmp_path):
-    from processes.factories.iceberg_expire import IcebergExpireSnapshotsFactory
+    from processes.maintenance.iceberg.expire import IcebergExpireSnapshotsFactory
     from processes.runtime import TableRuntime
 
     console_a, a = make_iceberg(files=2)

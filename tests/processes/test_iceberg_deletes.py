@@ -35,19 +35,19 @@ from pyiceberg.manifest import (
 from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.typedef import EMPTY_DICT, Record
 
-from processes.factories.iceberg_commit import NewDeleteFile, RewriteFiles, read_entries, read_manifest_list
-from processes.factories.iceberg_deletes import (
+from processes.maintenance.iceberg.deletes import (
     ConvertEqualityDeletes,
     IcebergDeletesFactory,
     RemoveDanglingDeletes,
 )
-from processes.factories.iceberg_deletes.writing import (
+from processes.maintenance.iceberg.deletes.writing import (
     POSITION_SCHEMA,
     position_delete_file,
     position_metrics,
 )
-from processes.factories.iceberg_rewrite import spec_view
+from processes.maintenance.iceberg.rewrite import spec_view
 from processes.models import Process, ProcessStatus
+from storage.formats.iceberg.commit import NewDeleteFile, RewriteFiles, read_entries, read_manifest_list
 from tests.objectstore.test_iceberg_maintenance_s3 import make_rest_iceberg, rest_catalog  # noqa: F401
 from tests.processes.conftest import ICEBERG_SCHEMA, REGIONS, append_files, multiset, rows
 
@@ -348,7 +348,7 @@ def test_a_dry_run_reports_and_changes_nothing(position_table, run):
 def test_appends_and_deletes_committed_during_the_rewrite_are_kept(position_table, run, monkeypatch):
     """An append and a new delete file land between the write and the commit: neither conflicts
     (the new delete stays live beside the new file), the commit goes on top of them."""
-    from processes.factories.iceberg_deletes import RewritePositionDeletes
+    from processes.maintenance.iceberg.deletes import RewritePositionDeletes
 
     console_table, table, paths, _ = position_table
 
@@ -370,7 +370,7 @@ def test_a_commit_the_catalog_refuses_is_validated_and_committed_again(position_
     """Another writer commits between the validation and the catalog commit: the catalog refuses
     the commit (its head moved), the run validates at the new head and commits on top of it, and
     the manifests of the refused attempt are deleted."""
-    from processes.factories.iceberg_deletes import commit as commit_module
+    from processes.maintenance.iceberg.deletes import commit as commit_module
 
     console_table, table, _, _ = position_table
     validations = []
@@ -644,7 +644,7 @@ def v3_table(iceberg_catalog, warehouse):
 
 
 def test_a_deletion_vector_of_a_dropped_data_file_is_removed_and_the_shared_puffin_kept(v3_table, run):
-    from processes.factories.iceberg_commit import REFERENCED_DATA_FILE, v3_metadata_writes
+    from storage.formats.iceberg.commit import REFERENCED_DATA_FILE, v3_metadata_writes
 
     console_table, table, written = v3_table
     dropped = written.data_paths[2]
@@ -702,7 +702,7 @@ def test_on_an_object_store_the_new_file_is_deleted_on_cancel_and_committed_othe
     """A REST-catalog table on S3: the compacted position delete file is written in place under a
     unique name; a cancel before the commit deletes it again; a run to the end commits it."""
     from processes import services
-    from processes.factories.iceberg_deletes import RewritePositionDeletes
+    from processes.maintenance.iceberg.deletes import RewritePositionDeletes
 
     console_table, table = make_rest_iceberg(files=4, partitioned=True)
     f = list(data_files(table))

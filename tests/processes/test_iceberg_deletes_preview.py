@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from processes.factories.iceberg_deletes import IcebergDeletesFactory
+from processes.maintenance.iceberg.deletes import IcebergDeletesFactory
 from processes.models import Process, ProcessStatus
 from processes.plugin import ProcessInputError
 from processes.runtime import TableRuntime

@@ -14,16 +14,16 @@ from pyiceberg.manifest import FileFormat
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.typedef import Record
 
-from processes.factories.iceberg_commit import (
+from processes.maintenance.iceberg.deletes import IcebergDeletesFactory
+from processes.models import ProcessStatus
+from processes.runtime import TableRuntime
+from storage.formats.iceberg._puffin import decode_blob
+from storage.formats.iceberg.commit import (
     CONTENT_OFFSET,
     CONTENT_SIZE,
     REFERENCED_DATA_FILE,
     v3_metadata_writes,
 )
-from processes.factories.iceberg_deletes import IcebergDeletesFactory
-from processes.models import ProcessStatus
-from processes.runtime import TableRuntime
-from storage.formats.iceberg._puffin import decode_blob
 from tests.processes.test_iceberg_deletes import (  # noqa: F401  (fixtures)
     RowDelta,
     equality_deletes,
@@ -60,7 +60,7 @@ def v3_equality(v3_table):
 
 
 def _new(delete):
-    from processes.factories.iceberg_commit import NewDeleteFile
+    from storage.formats.iceberg.commit import NewDeleteFile
 
     return NewDeleteFile(delete)
 
@@ -116,7 +116,7 @@ def v3_legacy_positions(v3_table, monkeypatch):
     """The v3 table with two position delete files a v2 past left (committed past the producer's
     v3 check, as an upgraded table holds them): P1 names file 1 positions 3 and 4 and file 0
     position 7 (file 0 has a vector: v3 readers ignore that entry), P2 file 1 position 8."""
-    from processes.factories.iceberg_commit import NewDeleteFile, producer
+    from storage.formats.iceberg.commit import NewDeleteFile, producer
 
     console_table, table, written = v3_table
     paths = written.data_paths

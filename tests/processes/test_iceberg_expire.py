@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from processes.factories.compaction import local_path
-from processes.factories.iceberg_expire import IcebergExpireSnapshotsFactory
-from processes.factories.retention import parse_duration
+from processes.maintenance.iceberg.expire import IcebergExpireSnapshotsFactory
+from processes.maintenance.outputs import local_path
+from processes.maintenance.retention import parse_duration
 from processes.models import ProcessStatus
 from tests.processes.conftest import append_files, iceberg_rows, multiset, rows
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from processes.factories.compaction import local_path
-from processes.factories.iceberg_manifests import (
+from processes.maintenance.iceberg.manifests import (
     IcebergRewriteManifestsFactory,
     commit_rewrite,
     plan_manifests,
 )
+from processes.maintenance.outputs import local_path
 from processes.models import ProcessStatus
 from processes.plugin import ProcessContext
 from tests.processes.conftest import append_files, iceberg_rows, multiset, rows
@@ -57,7 +57,7 @@ def manifests_of(table, content=None):
 
 
 def spec_rows(table):
-    from processes.factories.iceberg_rewrite import spec_view
+    from processes.maintenance.iceberg.rewrite import spec_view
 
     table.refresh()
     return spec_view(table).read_arrow()

@@ -28,11 +28,12 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestCo
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType
 
-from processes.factories.compaction import InputError, local_path
-from processes.factories.iceberg_commit import read_entries, read_manifest_list
-from processes.factories.iceberg_deletes.writing import POSITION_SCHEMA, position_metrics
-from processes.factories.orc_output import OrcOutputFile, orc_schema
+from processes.maintenance.errors import InputError
+from processes.maintenance.iceberg.deletes.writing import POSITION_SCHEMA, position_metrics
+from processes.maintenance.orc_output import OrcOutputFile, orc_schema
+from processes.maintenance.outputs import local_path
 from processes.models import ProcessStatus
+from storage.formats.iceberg.commit import read_entries, read_manifest_list
 from tests.objectstore.test_iceberg_maintenance_s3 import make_rest_iceberg, rest_catalog  # noqa: F401
 from tests.processes.conftest import multiset, rows
 from tests.processes.test_iceberg_deletes import commit_row_delta, files_under, live_deletes, ours

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from processes.factories.compaction import local_path
-from processes.factories.iceberg_orphans import referenced_paths
+from processes.maintenance.iceberg.orphans import referenced_paths
+from processes.maintenance.outputs import local_path
 from processes.models import ProcessStatus
 from tests.processes.conftest import append_files, iceberg_rows, multiset, rows
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from processes.factories.compaction import CompactionSettings, plan_compaction
-from processes.factories.iceberg_rewrite import IcebergRewriteFactory, IcebergRewriteProcess, spec_view
+from processes.maintenance.iceberg.rewrite import IcebergRewriteFactory, IcebergRewriteProcess, spec_view
+from processes.maintenance.planning import CompactionSettings, plan_compaction
 from processes.models import ProcessStatus
 from tests.processes.conftest import append_files, iceberg_files, iceberg_rows, multiset, rows, staging_root
 

@@ -15,7 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from processes.factories.iceberg_commit import (
+from processes.maintenance.iceberg.rewrite import IcebergRewriteProcess, spec_view
+from processes.models import ProcessStatus
+from storage.formats.iceberg.commit import (
     CONTENT_OFFSET,
     CONTENT_SIZE,
     FIRST_ROW_ID,
@@ -24,8 +26,6 @@ from processes.factories.iceberg_commit import (
     read_entries,
     read_manifest_list,
 )
-from processes.factories.iceberg_rewrite import IcebergRewriteProcess, spec_view
-from processes.models import ProcessStatus
 from tests.processes.conftest import iceberg_rows, multiset
 from tests.spec.iceberg_v3_tables import Blob, write_puffin, write_v3_table
 
@@ -140,8 +140,8 @@ def live_entries(table, content):
 
 
 def test_the_plan_takes_files_with_vectors_and_the_vectors_to_remove(tmp_path):
-    from processes.factories.compaction import CompactionSettings
-    from processes.factories.iceberg_rewrite import plan_rewrite, planned_vectors
+    from processes.maintenance.iceberg.rewrite import plan_rewrite, planned_vectors
+    from processes.maintenance.planning import CompactionSettings
     from storage.spec import load_table
 
     written = write_v3_table(tmp_path / "t", sizes=(10, 10, 5, 3))
@@ -251,7 +251,7 @@ def add_vector(table, data_path: str, positions: list[int], location) -> None:
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestContent, ManifestEntry
     from pyiceberg.typedef import Record
 
-    from processes.factories.iceberg_commit import v3_metadata_writes
+    from storage.formats.iceberg.commit import v3_metadata_writes
 
     table.refresh()
     puffin = location / "data" / f"{uuid.uuid4().hex}.puffin"

@@ -8,9 +8,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from processes.factories.compaction import CompactionPlan, RewriteGroup
-from processes.factories.iceberg_commit.batches import Batching
-from processes.factories.iceberg_rewrite import IcebergRewriteFactory, IcebergRewriteProcess
+from processes.maintenance.iceberg.batches import Batching
+from processes.maintenance.iceberg.rewrite import IcebergRewriteFactory, IcebergRewriteProcess
+from processes.maintenance.planning import CompactionPlan, RewriteGroup
 from processes.models import ProcessStatus
 from tests.processes.conftest import iceberg_rows, multiset, staging_root
 from tests.processes.test_iceberg_rewrite import planned

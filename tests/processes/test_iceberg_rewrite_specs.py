@@ -10,9 +10,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from processes.factories.iceberg_commit import decode_partition, encode_partition
-from processes.factories.iceberg_rewrite import spec_view
+from processes.maintenance.iceberg.rewrite import spec_view
 from processes.models import ProcessStatus
+from storage.formats.iceberg.commit import decode_partition, encode_partition
 from tests.processes.conftest import append_files, iceberg_files, iceberg_rows, multiset, rows
 
 pytestmark = pytest.mark.django_db(transaction=True)

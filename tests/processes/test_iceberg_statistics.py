@@ -20,15 +20,15 @@ import pyarrow.compute as pc
 import pytest
 import zstandard
 
-from processes.factories.compaction import local_path
-from processes.factories.iceberg_statistics import IcebergComputeStatisticsFactory
-from processes.factories.iceberg_statistics.sketches import (
+from processes.maintenance.iceberg.statistics import IcebergComputeStatisticsFactory
+from processes.maintenance.iceberg.statistics.sketches import (
     KINDS,
     SEED_HASH,
     ThetaSketch,
     murmur3_h1,
     value_hashes,
 )
+from processes.maintenance.outputs import local_path
 from processes.models import ProcessStatus
 from storage.formats.iceberg._puffin import read_footer
 
@@ -239,7 +239,7 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(stats_table, params, m
 
 
 def test_a_failed_commit_leaves_no_puffin_file(stats_table, run_now, monkeypatch):
-    from processes.factories import iceberg_statistics
+    from processes.maintenance.iceberg import statistics as iceberg_statistics
 
     console_table, table, _ = stats_table
 
@@ -373,7 +373,7 @@ def test_struct_fields_are_named_by_path_and_lists_are_refused():
     from pyiceberg.schema import Schema
     from pyiceberg.types import ListType, LongType, NestedField, StringType, StructType
 
-    from processes.factories.iceberg_statistics.scan import ColumnPlan, _column, plan_columns
+    from processes.maintenance.iceberg.statistics.scan import ColumnPlan, _column, plan_columns
 
     schema = Schema(
         NestedField(1, "id", LongType()),

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from processes.factories.retention import parse_duration
-from processes.factories.schemas import MAX_AGE_SECONDS
+from processes.maintenance.retention import parse_duration
+from processes.maintenance.schemas import MAX_AGE_SECONDS
 from processes.registry import factory_classes, validate_params, validate_properties
 from storage.errors import InvalidInput
 

@@ -13,7 +13,7 @@ from storage import plugins
 GROUP = registry.ENTRY_POINT_GROUP
 POINTS = [
     importlib.metadata.EntryPoint(
-        "delta-vacuum", "processes.factories.delta_vacuum:DeltaVacuumFactory", GROUP
+        "delta-vacuum", "processes.maintenance.delta.vacuum:DeltaVacuumFactory", GROUP
     ),
     importlib.metadata.EntryPoint("missing", "no_such_package.factory:Factory", GROUP),
     importlib.metadata.EntryPoint("not-a-factory", "storage.spec.models:TableFormat", GROUP),

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
 
-from processes.factories.compaction import Ordering, SortField
-from processes.factories.group_writer import column_key, order_table, zorder_key
-from processes.factories.iceberg_rewrite import spec_view
+from processes.maintenance.group_writer import column_key, order_table, zorder_key
+from processes.maintenance.iceberg.rewrite import spec_view
+from processes.maintenance.planning import Ordering, SortField
 from processes.models import ProcessStatus
 from tests.processes.conftest import append_files, delta_read, iceberg_rows, multiset
 
@@ -174,7 +174,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def force_files(monkeypatch, rows_per_file: int = 180):
     """Cut output files at ``rows_per_file`` rows (small tables, several files per group)."""
-    from processes.factories import group_writer
+    from processes.maintenance import group_writer
 
     original = group_writer.GroupWriter._outputs
     monkeypatch.setattr(
@@ -305,7 +305,7 @@ def test_mixed_or_malformed_strategy_params_are_refused_by_the_api(iceberg_xy, p
 
 
 def test_unorderable_columns_are_refused():
-    from processes.factories.compaction import CompactionSettings, resolve_ordering
+    from processes.maintenance.planning import CompactionSettings, resolve_ordering
 
     schema = pa.schema(
         [("x", pa.int64()), ("tags", pa.list_(pa.string())), ("s", pa.struct([("a", pa.int8())]))]
@@ -326,7 +326,7 @@ def test_iceberg_sort_defaults_to_the_table_sort_order_and_zorder_refuses_partit
     from pyiceberg.transforms import BucketTransform, IdentityTransform
 
     from processes import services
-    from processes.factories.compaction import CompactionSettings, iceberg_strategy
+    from processes.maintenance.planning import CompactionSettings, iceberg_strategy
     from storage.errors import InvalidInput
 
     console_table, table = make_iceberg(files=6, rows_per_file=20, partitioned=True)

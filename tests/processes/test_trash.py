@@ -361,7 +361,7 @@ def test_with_nothing_to_remove_no_batch_is_made_and_the_page_card_loads_itself(
 
 
 def test_an_expiry_whose_commit_fails_leaves_the_table_and_no_trash_behind(make_iceberg, run, monkeypatch):
-    from processes.factories import iceberg_expire
+    from processes.maintenance.iceberg import expire as iceberg_expire
 
     console_table, table = history_table(make_iceberg)
     with_trash(console_table)

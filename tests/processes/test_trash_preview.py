@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from deltalake import write_deltalake
 
-from processes.factories.delta_vacuum import DeltaVacuumFactory
-from processes.factories.iceberg_expire import IcebergExpireSnapshotsFactory
-from processes.factories.iceberg_orphans import IcebergOrphanFilesFactory
+from processes.maintenance.delta.vacuum import DeltaVacuumFactory
+from processes.maintenance.iceberg.expire import IcebergExpireSnapshotsFactory
+from processes.maintenance.iceberg.orphans import IcebergOrphanFilesFactory
 from processes.plugin import ProcessInputError
 from processes.runtime import TableRuntime
 from storage.io import local_path
@@ -132,14 +132,14 @@ def test_the_vacuum_preview_lists_removed_files_with_their_bytes(make_delta):
     ],
 )
 def test_trash_is_off_unless_a_positive_retention_is_set(config, seconds):
-    from processes.factories.retention import trash_retention
+    from processes.maintenance.retention import trash_retention
 
     found = trash_retention(config)
     assert (found.total_seconds() if found else None) == seconds
 
 
 def test_a_table_property_overrides_the_factorys_trash_retention(make_delta):
-    from processes.factories.delta_vacuum import DeltaVacuumProcess
+    from processes.maintenance.delta.vacuum import DeltaVacuumProcess
 
     console_table, _ = make_delta(files=1)
     factory = DeltaVacuumFactory()

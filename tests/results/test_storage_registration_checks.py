@@ -73,7 +73,9 @@ def test_an_iceberg_sql_catalog_whose_warehouse_is_outside_the_roots_is_refused(
     from storage.services import catalog_create
 
     with pytest.raises(InvalidInput, match="is outside the allowed roots"):
-        catalog_create(name="outside", kind="iceberg_sql", properties={"warehouse": f"file://{tmp_path}/elsewhere"})
+        catalog_create(
+            name="outside", kind="iceberg_sql", properties={"warehouse": f"file://{tmp_path}/elsewhere"}
+        )
     assert not Catalog.objects.filter(name="outside").exists()
     inside = catalog_create(name="inside", kind="iceberg_sql", properties={"warehouse": warehouse.as_uri()})
     assert inside.properties["warehouse"] == warehouse.as_uri()

@@ -1,5 +1,5 @@
 """Lance datasets in Lakewarden (``lakewarden_lance:LanceAdapter``); maintenance processes in
-``lakewarden_lance.processes``; a demo dataset in ``lakewarden_lance.demo``."""
+``lakewarden_lance.maintenance``; a demo dataset in ``lakewarden_lance.demo``."""
 
 from __future__ import annotations
 

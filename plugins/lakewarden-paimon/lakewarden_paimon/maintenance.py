@@ -1,155 +1,285 @@
-"""Paimon snapshot expiry and orphan-file cleanup, planned from metadata before anything is deleted.
+"""Process factories for Paimon tables: ``expire-snapshots`` and ``clean-orphan-files``.
 
-Expiry follows Paimon's ``ExpireSnapshotsImpl``: with ``snapshot.num-retained.min`` (``retain_min``),
-``snapshot.num-retained.max`` (``retain_max``) and ``snapshot.time-retained`` (``older_than_ms``),
-snapshots older than the newest ``retain_max`` always go; of the rest, those before the newest
-``retain_min`` go while they are older than the time retained (the first younger one stops it);
-at most ``expire_limit`` per run. The latest snapshot is never expired.
+Both plan from metadata first (``_cleanup``), so ``preview`` and ``dry-run`` answer without
+deleting anything. Expiry takes Paimon's own table options when the table sets them
+(``snapshot.num-retained.min``, ``snapshot.num-retained.max``, ``snapshot.time-retained``,
+``snapshot.expire.limit``), else the factory's properties; run-now parameters win over both.
 
-A data file is deleted when an expired snapshot's successor removed it (a DELETE entry in the
-successor's delta manifest list), unless the first kept snapshot or a tag still lists it (a
-compaction that only moves a file to another level removes and re-adds the same file). Manifest
-lists and manifests go when no kept snapshot or tag names them. Snapshot files are deleted first,
-oldest first, so a run that stops half-way leaves a readable table whose earliest snapshots are
-the kept ones and, at worst, unreferenced files for ``clean-orphan-files``.
+Compaction of primary-key tables is not offered: merging an LSM bucket's sorted runs is a Paimon
+writer's job (its compaction keeps sequence numbers and changelog semantics). ``declined_actions``
+says so, for a console that shows declined actions with their reason.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import re
 from typing import Any
 
-from lakewarden_paimon import _meta
-from lakewarden_paimon._files import Files
+from lakewarden_paimon import _cleanup, _meta
+from processes.maintenance.schemas import INTERVAL, MAX_AGE_SECONDS, MAX_INT32, PARALLELISM
+from processes.plugin import (
+    CLEAN_ORPHAN_FILES,
+    EXPIRE_SNAPSHOTS,
+    REWRITE,
+    Preview,
+    ProcessContext,
+    ProcessFactory,
+    ProcessInputError,
+    ProcessRecord,
+    TableProcess,
+    TriggerStrategy,
+)
+from storage.io.guard import kept_summary
 
-#: Folders of a table that hold metadata orphan cleanup never touches (snapshots, schemas, tags,
-#: branches, consumers) or does not understand yet (index and statistics files).
-PROTECTED_FOLDERS = frozenset(
-    {"snapshot", "schema", "tag", "branch", "consumer", "service", "index", "statistics", "changelog"}
+FORMAT = "paimon"
+LIST_LIMIT = 50
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|min|h|d)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
+COMPACTION_NOTE = (
+    "Compaction of Paimon primary-key tables is done by a Paimon writer (Flink or Spark with "
+    "Paimon, or a dedicated compaction job): it merges an LSM bucket's sorted runs keeping sequence "
+    "numbers and changelogs, which Lakewarden does not rewrite."
 )
 
 
-@dataclass
-class ExpirePlan:
-    snapshots: list[int] = field(default_factory=list)
-    data_files: dict[str, int] = field(default_factory=dict)  # path -> bytes
-    metadata_files: dict[str, int] = field(default_factory=dict)
-    kept: list[int] = field(default_factory=list)
+def paimon_duration_ms(value: str) -> int:
+    """A Paimon duration option (``1 h``, ``30 min``, ``3600 s``) in milliseconds."""
+    match = _DURATION.match(str(value).lower())
+    if not match:
+        raise ValueError(f"cannot read the Paimon duration {value!r}")
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
 
 
-def expire_range(
-    ids: list[int],
-    times_ms: Callable[[int], int],
-    *,
-    retain_min: int,
-    retain_max: int,
-    older_than_ms: int,
-    expire_limit: int,
-) -> list[int]:
-    """The snapshot ids Paimon's rules expire, oldest first."""
-    if not ids or retain_min < 1 or retain_max < retain_min:
-        raise ValueError("retain-min must be at least 1 and retain-max at least retain-min")
-    earliest, latest = ids[0], ids[-1]
-    lowest = max(latest - retain_max + 1, earliest)
-    end = min(latest - retain_min + 1, earliest + expire_limit)
-    stop = end
-    for snapshot_id in range(lowest, end):
-        if snapshot_id in ids and older_than_ms <= times_ms(snapshot_id):
-            stop = snapshot_id
-            break
-    return [i for i in ids if i < stop]
+_INTEGER = {"type": "integer", "minimum": 1, "maximum": MAX_INT32}  # Paimon's options are Java ints
+_SCHEDULING = {"interval": INTERVAL, "parallelism": PARALLELISM}
+_DRY_RUN = {"dry-run": {"type": "boolean"}}
+_EXPIRE_RULES = {
+    "retain-min": _INTEGER,
+    "retain-max": _INTEGER,
+    "time-retained-seconds": {"type": "integer", "minimum": 0, "maximum": MAX_AGE_SECONDS},
+    "expire-limit": _INTEGER,
+}
+_MIN_AGE = {"older-than-seconds": {"type": "integer", "minimum": 3600, "maximum": MAX_AGE_SECONDS}}
 
 
-def _names(store: Any, snapshot: Any) -> set[str]:
-    """Manifest lists and manifests a snapshot names (file names in ``manifest/``)."""
-    names = set(_meta.manifest_list_names(snapshot))
-    if snapshot.index_manifest:
-        names.add(snapshot.index_manifest)
-    for list_name in _meta.manifest_list_names(snapshot):
-        names.update(m.file_name for m in _meta.manifests(store, list_name))
-    return names
+def _schema(*groups: dict[str, Any]) -> dict[str, Any]:
+    """A JSON Schema object of the named properties, nothing else allowed."""
+    return {
+        "type": "object",
+        "properties": {k: v for g in groups for k, v in g.items()},
+        "additionalProperties": False,
+    }
 
 
-def _live_paths(store: Any, snapshot: Any) -> set[str]:
-    return {_meta.data_file_path(store, e) for e in _meta.live_entries(store, snapshot)}
+def _table(context_or_runtime: Any) -> Any:
+    """The ``PaimonSpecTable`` of a runtime (``load()``) or a process context (``table``, whose
+    file operations then go through the process's path guard)."""
+    if hasattr(context_or_runtime, "load"):
+        return context_or_runtime.load()
+    table = context_or_runtime.table
+    table.files.guard = context_or_runtime.guard
+    return table
 
 
-def plan_expire(store: Any, files: Files, expired: list[int]) -> ExpirePlan:
-    """What expiring ``expired`` (oldest first, a prefix of the snapshots) deletes."""
-    ids = _meta.snapshot_ids(store)
-    kept = [i for i in ids if i not in set(expired)]
-    plan = ExpirePlan(snapshots=list(expired), kept=kept)
-    if not expired:
-        return plan
-    tags = list(_meta.tag_snapshots(store).values())
-    needed = {files.path(p) for p in _live_paths(store, _meta.load_snapshot(store, kept[0]))}
-    for tag in tags:
-        needed |= {files.path(p) for p in _live_paths(store, tag)}
-    for snapshot_id in [*expired[1:], kept[0]]:
-        delta = _meta.load_snapshot(store, snapshot_id).delta_manifest_list
-        for entry in _meta.entries(store, [delta]):
-            location = _meta.data_file_path(store, entry)
-            if entry.kind == _meta.DELETE and files.path(location) not in needed:
-                plan.data_files[location] = files.size(location)
-    used: set[str] = set()
-    for snapshot in [*(_meta.load_snapshot(store, i) for i in kept), *tags]:
-        used |= _names(store, snapshot)
-    for snapshot_id in expired:
-        for name in _names(store, _meta.load_snapshot(store, snapshot_id)) - used:
-            location = files.child("manifest", name)
-            plan.metadata_files[location] = files.size(location)
-    return plan
+class _PaimonProcess(TableProcess):
+    """A Paimon process that can say what it would delete before deleting it."""
+
+    def preview(self, table: Any) -> Preview:
+        raise NotImplementedError
+
+    def check(self, table: Any) -> None:
+        """Raise ``ProcessInputError`` when the parameters do not fit the table."""
 
 
-def execute_expire(
-    store: Any, files: Files, plan: ExpirePlan, check: Callable[[], None] = lambda: None
-) -> int:
-    """Delete what ``plan`` names: snapshot files oldest first, then data and manifest files."""
-    for snapshot_id in plan.snapshots:
-        check()
-        files.remove(files.child("snapshot", f"snapshot-{snapshot_id}"))
-    if plan.kept:
-        files.write_text(files.child("snapshot", "EARLIEST"), str(plan.kept[0]))
-    deleted = 0
-    for location in [*plan.data_files, *plan.metadata_files]:
-        check()
-        deleted += files.remove(location)
-    return deleted
+class _PaimonFactory(ProcessFactory):
+    action: str
+
+    def process(self, runtime: Any, params: dict[str, Any]) -> _PaimonProcess:
+        raise NotImplementedError
+
+    def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
+        return self.process(runtime, record.params)
+
+    def validate(self, runtime: Any, action: str, params: dict[str, Any]) -> None:
+        self.process(runtime, params).check(_table(runtime))
+
+    def supported_actions(self) -> dict[str, set[str]]:
+        return {FORMAT: {self.action}}
+
+    def declined_actions(self) -> dict[str, dict[str, str]]:
+        return {FORMAT: {REWRITE: COMPACTION_NOTE}}
+
+    def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
+        return TriggerStrategy.from_properties(
+            self.properties, on_new_snapshot=self.action == EXPIRE_SNAPSHOTS
+        )
+
+    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview | None:
+        return self.process(runtime, params).preview(_table(runtime))
+
+    def trigger(self, runtime: Any, action: str) -> TableProcess | None:
+        process = self.process(runtime, {})
+        found = process.preview(_table(runtime))
+        return process if found.objects_to_delete else None
 
 
-def referenced_files(store: Any, files: Files) -> set[str]:
-    """Every file any snapshot or tag names: manifest lists, manifests and data files (those its
-    entries add or remove, with their extra files), as file-system paths."""
-    snapshots = [_meta.load_snapshot(store, i) for i in _meta.snapshot_ids(store)]
-    used: set[str] = set()
-    for snapshot in [*snapshots, *_meta.tag_snapshots(store).values()]:
-        used |= {files.path(files.child("manifest", name)) for name in _names(store, snapshot)}
-        for entry in _meta.entries(store, _meta.manifest_list_names(snapshot)):
-            path = files.path(_meta.data_file_path(store, entry))
-            used.add(path)
-            folder = path.rsplit("/", 1)[0]
-            used.update(f"{folder}/{extra}" for extra in entry.file.extra_files or ())
-    return used
+# --- expire-snapshots --------------------------------------------------------------------------
 
 
-def plan_orphans(store: Any, files: Files, older_than_ms: int) -> dict[str, int]:
-    """Files under the table's manifest and data folders that nothing references and that were
-    last modified before ``older_than_ms`` (a writer's files are unreferenced until it commits)."""
-    used = referenced_files(store, files)
-    orphans: dict[str, int] = {}
-    for top in sorted(files.folders()):
-        if top in PROTECTED_FOLDERS or top.startswith("."):
-            continue
-        for info in files.walk(files.child(top)):
-            if "/." in info.path[len(files.root) :]:
-                continue  # hidden folders: a process's staging
-            modified_ms = info.mtime.timestamp() * 1000 if info.mtime is not None else older_than_ms
-            if info.path not in used and modified_ms < older_than_ms:
-                orphans[files.location_of(info.path)] = int(info.size or 0)
-    return orphans
+class PaimonExpireSnapshots(_PaimonProcess):
+    def __init__(self, params: dict[str, Any], config: dict[str, Any]) -> None:
+        super().__init__(EXPIRE_SNAPSHOTS, params)
+        self.config = {**PaimonExpireSnapshotsFactory.default_properties, **config}
+
+    def rules(self, store: Any) -> dict[str, int]:
+        options = dict(store.table_schema.options)
+        rules = {
+            "retain_min": int(options.get("snapshot.num-retained.min", self.config["retain-min"])),
+            "retain_max": int(options.get("snapshot.num-retained.max", self.config["retain-max"])),
+            "time_retained_ms": paimon_duration_ms(options["snapshot.time-retained"])
+            if "snapshot.time-retained" in options
+            else int(self.config["time-retained-seconds"]) * 1000,
+            "expire_limit": int(options.get("snapshot.expire.limit", self.config["expire-limit"])),
+        }
+        for key in ("retain-min", "retain-max", "expire-limit"):
+            if key in self.params:
+                rules[key.replace("-", "_")] = int(self.params[key])
+        if "time-retained-seconds" in self.params:
+            rules["time_retained_ms"] = int(self.params["time-retained-seconds"]) * 1000
+        if rules["retain_min"] < 1 or rules["retain_max"] < rules["retain_min"]:
+            raise ProcessInputError(
+                f"retain-min ({rules['retain_min']}) must be at least 1 and retain-max "
+                f"({rules['retain_max']}) at least retain-min"
+            )
+        return rules
+
+    def check(self, table: Any) -> None:
+        self.rules(table.store)
+
+    def plan(self, table: Any) -> tuple[_cleanup.ExpirePlan, dict[str, int]]:
+        store = table.store
+        rules = self.rules(store)
+        ids = _meta.snapshot_ids(store)
+        if not ids:
+            return _cleanup.ExpirePlan(), rules
+        expired = _cleanup.expire_range(
+            ids,
+            lambda i: _meta.load_snapshot(store, i).time_millis,
+            retain_min=rules["retain_min"],
+            retain_max=rules["retain_max"],
+            older_than_ms=_cleanup.now_ms() - rules["time_retained_ms"],
+            expire_limit=rules["expire_limit"],
+        )
+        return _cleanup.plan_expire(store, table.files, expired), rules
+
+    def preview(self, table: Any) -> Preview:
+        plan, rules = self.plan(table)
+        files = {**plan.data_files, **plan.metadata_files}
+        notes = [] if plan.snapshots else ["nothing to do: no snapshot is past the retention rules"]
+        return Preview(
+            objects_to_delete=len(files) + len(plan.snapshots),
+            bytes_to_delete=sum(files.values()),
+            details={"snapshots_to_expire": plan.snapshots, "snapshots_kept": plan.kept, **rules},
+            notes=notes,
+        )
+
+    def run(self, context: ProcessContext) -> dict[str, Any]:
+        table = _table(context)
+        plan, rules = self.plan(table)
+        summary: dict[str, Any] = {
+            "dry_run": bool(self.params.get("dry-run", False)),
+            "expired_snapshots": plan.snapshots,
+            "kept_snapshots": len(plan.kept),
+            "data_files": len(plan.data_files),
+            "metadata_files": len(plan.metadata_files),
+            "bytes": sum(plan.data_files.values()) + sum(plan.metadata_files.values()),
+            "files": sorted(plan.data_files)[:LIST_LIMIT],
+            **rules,
+        }
+        context.report_progress(0, 1, f"expiring {len(plan.snapshots)} snapshots")
+        if not summary["dry_run"] and plan.snapshots:
+            context.checkpoint("before-commit")
+            summary["deleted_files"] = _cleanup.execute_expire(
+                table.store, table.files, plan, context.check_cancelled
+            )
+        context.report_progress(1, 1, "done")
+        return {**summary, **kept_summary(table.files.kept)}
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+class PaimonExpireSnapshotsFactory(_PaimonFactory):
+    name = "paimon-expire-snapshots"
+    action = EXPIRE_SNAPSHOTS
+    description = "Expire Paimon snapshots by Paimon's retention rules; delete files only they need"
+    default_properties = {
+        "retain-min": 10,
+        "retain-max": 2147483647,
+        "time-retained-seconds": 3600,
+        "expire-limit": 10,
+        "interval": 3600,
+        "parallelism": 1,
+    }
+    properties_schema = _schema(_EXPIRE_RULES, _SCHEDULING)
+    params_schema = _schema(_EXPIRE_RULES, _DRY_RUN)
+
+    def process(self, runtime: Any, params: dict[str, Any]) -> _PaimonProcess:
+        return PaimonExpireSnapshots(params, runtime.config)
+
+
+# --- clean-orphan-files ------------------------------------------------------------------------
+
+
+class PaimonCleanOrphanFiles(_PaimonProcess):
+    def __init__(self, params: dict[str, Any], config: dict[str, Any]) -> None:
+        super().__init__(CLEAN_ORPHAN_FILES, params)
+        merged = {**PaimonCleanOrphanFilesFactory.default_properties, **config}
+        self.older_than_seconds = int(params.get("older-than-seconds", merged["older-than-seconds"]))
+        if self.older_than_seconds < 3600:
+            raise ProcessInputError(
+                "older-than-seconds must be at least 3600: a writer's files are unreferenced until it commits"
+            )
+
+    def plan(self, table: Any) -> dict[str, int]:
+        older_than_ms = _cleanup.now_ms() - self.older_than_seconds * 1000
+        return _cleanup.plan_orphans(table.store, table.files, older_than_ms)
+
+    def preview(self, table: Any) -> Preview:
+        orphans = self.plan(table)
+        return Preview(
+            objects_to_delete=len(orphans),
+            bytes_to_delete=sum(orphans.values()),
+            details={"files": sorted(orphans)[:LIST_LIMIT], "older_than_seconds": self.older_than_seconds},
+            notes=[] if orphans else ["nothing to do: every file is referenced or too young"],
+        )
+
+    def run(self, context: ProcessContext) -> dict[str, Any]:
+        table = _table(context)
+        orphans = self.plan(table)
+        dry_run = bool(self.params.get("dry-run", False))
+        deleted = 0
+        if not dry_run:
+            context.checkpoint("before-commit")
+            for path in orphans:
+                context.check_cancelled()
+                deleted += table.files.remove(path)
+        context.report_progress(1, 1, "done")
+        return {
+            "dry_run": dry_run,
+            "orphan_files": len(orphans),
+            "deleted_files": deleted,
+            "bytes": sum(orphans.values()),
+            "files": sorted(orphans)[:LIST_LIMIT],
+            "older_than_seconds": self.older_than_seconds,
+            **kept_summary(table.files.kept),
+        }
+
+
+class PaimonCleanOrphanFilesFactory(_PaimonFactory):
+    name = "paimon-clean-orphan-files"
+    action = CLEAN_ORPHAN_FILES
+    description = "Delete files under a Paimon table that no snapshot or tag references"
+    default_properties = {"older-than-seconds": 3 * 86400, "interval": 86400, "parallelism": 1}
+    properties_schema = _schema(_MIN_AGE, _SCHEDULING)
+    params_schema = _schema(_MIN_AGE, _DRY_RUN)
+
+    def process(self, runtime: Any, params: dict[str, Any]) -> _PaimonProcess:
+        return PaimonCleanOrphanFiles(params, runtime.config)
