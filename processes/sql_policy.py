@@ -261,7 +261,7 @@ _TWO_WORD = frozenset(
 )
 
 # sqlglot node types that are statements or commands wherever they appear in a tree.
-_STATEMENT_TYPES: tuple[type[exp.Expression], ...] = tuple(
+_STATEMENT_TYPES: tuple[type[exp.Expr], ...] = tuple(
     t
     for t in (
         getattr(exp, name, None)
@@ -308,7 +308,7 @@ _STATEMENT_TYPES: tuple[type[exp.Expression], ...] = tuple(
 )
 
 # Typed sqlglot functions that are operators or syntax in Spark (rendered without ``NAME(...)``).
-_OPERATOR_TYPES: tuple[type[exp.Expression], ...] = tuple(
+_OPERATOR_TYPES: tuple[type[exp.Expr], ...] = tuple(
     t
     for t in (getattr(exp, name, None) for name in ("Binary", "Unary", "Connector", "Predicate", "Case"))
     if isinstance(t, type)
@@ -318,7 +318,7 @@ _OPERATOR_TYPES: tuple[type[exp.Expression], ...] = tuple(
 # --- checking ----------------------------------------------------------------------------------------
 
 
-def parse_query(sql: str) -> exp.Expression:
+def parse_query(sql: str) -> exp.Expr:
     """The one statement of ``sql`` parsed with the Spark dialect; SqlUnparsable when sqlglot cannot
     parse it, SqlNotAllowed when it is several statements."""
     text = (sql or "").strip().rstrip(";").strip()
@@ -349,7 +349,7 @@ def check_query(sql: str | exp.Expression) -> None:
     """Raise SqlNotAllowed (naming the function or construct) unless ``sql`` is one SELECT query
     that only calls allowed functions; SqlUnparsable (a ValueError) when it does not parse."""
     if isinstance(sql, exp.Expression):
-        statement = sql
+        statement: exp.Expr = sql
         _check_statement_kind(statement, None)
     else:
         if "${" in (sql or ""):
@@ -381,13 +381,13 @@ def is_allowed_function(name: str) -> bool:
     return name.lower() in ALLOWED_FUNCTIONS
 
 
-def _check_statement_kind(statement: exp.Expression, text: str | None) -> None:
+def _check_statement_kind(statement: exp.Expr, text: str | None) -> None:
     if isinstance(statement, (exp.Query, exp.Values)):
         return
     raise SqlNotAllowed(_statement_name(statement, text), kind="statement")
 
 
-def _statement_name(statement: exp.Expression, text: str | None) -> str:
+def _statement_name(statement: exp.Expr, text: str | None) -> str:
     if isinstance(statement, exp.Create):
         kind = str(statement.args.get("kind") or "").lower()
         return f"create {kind}".strip()
@@ -409,7 +409,7 @@ def _statement_name(statement: exp.Expression, text: str | None) -> str:
     return words[0]
 
 
-def _check_node(node: exp.Expression) -> None:
+def _check_node(node: exp.Expr) -> None:
     if isinstance(node, _STATEMENT_TYPES):
         raise SqlNotAllowed(_statement_name(node, None), kind="statement")
     if isinstance(node, exp.QueryTransform):
@@ -488,7 +488,7 @@ def _function_name(node: exp.Func) -> str | None:
     return None
 
 
-def _outline(node: exp.Func) -> exp.Expression:
+def _outline(node: exp.Func) -> exp.Expr:
     """A copy of ``node`` in which every function below it is a stub column (a cast keeps its
     type), to render ``node``'s own name cheaply.
 
@@ -497,7 +497,7 @@ def _outline(node: exp.Func) -> exp.Expression:
     the functions below cut off, each node of the tree is rendered for its nearest function above
     it only, so checking a query costs time in proportion to its size."""
     root = node.__class__()
-    stack: list[tuple[exp.Expression, exp.Expression]] = [(node, root)]
+    stack: list[tuple[exp.Expr, exp.Expr]] = [(node, root)]
     while stack:
         original, copy = stack.pop()
         copy._type = original._type
@@ -513,11 +513,9 @@ def _outline(node: exp.Func) -> exp.Expression:
     return root
 
 
-def _outline_child(
-    child: exp.Expression, stack: list[tuple[exp.Expression, exp.Expression]]
-) -> exp.Expression:
+def _outline_child(child: exp.Expr, stack: list[tuple[exp.Expr, exp.Expr]]) -> exp.Expr:
     if isinstance(child, exp.Func):
-        stub: exp.Expression = exp.column(_STUB)
+        stub: exp.Expr = exp.column(_STUB)
         if isinstance(child, exp.Cast) and isinstance(child.args.get("to"), exp.DataType):
             stub = exp.Cast(this=stub, to=child.args["to"].copy())
         stub._type = child._type

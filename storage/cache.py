@@ -57,7 +57,7 @@ class QueryPlan:
     fingerprint: str
 
 
-def _parse(sql: str) -> exp.Expression:
+def _parse(sql: str) -> exp.Query:
     text = (sql or "").strip().rstrip(";").strip()
     if not text:
         raise InvalidInput("the query is empty", field="sql")
@@ -126,7 +126,7 @@ def query_plan(sql: str) -> QueryPlan:
     return QueryPlan(normalised, statement.sql(dialect="spark"), tuple(planned.values()), fingerprint)
 
 
-def _check_samples(statement: exp.Expression) -> None:
+def _check_samples(statement: exp.Expr) -> None:
     """TABLESAMPLE belongs right after a table (or subquery), before its alias, as Spark writes
     it; sqlglot keeps one written after the alias on the SELECT, where it would be lost."""
     for node in statement.find_all(exp.TableSample):
@@ -140,7 +140,7 @@ def _check_samples(statement: exp.Expression) -> None:
             raise InvalidInput("TABLESAMPLE ... REPEATABLE (seed) is not supported", field="sql")
 
 
-def _travelled_instant(table: Table, version: exp.Expression | None, reference: str) -> str | None:
+def _travelled_instant(table: Table, version: exp.Expr | None, reference: str) -> str | None:
     """The instant ``VERSION AS OF <id>`` or ``TIMESTAMP AS OF '<time>'`` names (None without
     one): an instant of the table's timeline, or a 400 saying which exist."""
     if version is None:

@@ -40,7 +40,7 @@ from processes.duckdb_translation.typed import (
 # --- the allow-list: constructs ----------------------------------------------------------------
 
 
-def _classes(names: str) -> frozenset[type[exp.Expression]]:
+def _classes(names: str) -> frozenset[type[exp.Expr]]:
     """sqlglot's expression classes named in ``names`` (comments after ``#`` left out)."""
     words = " ".join(line.split("#")[0] for line in names.splitlines()).split()
     return frozenset(getattr(exp, word) for word in words)
@@ -48,7 +48,7 @@ def _classes(names: str) -> frozenset[type[exp.Expression]]:
 
 #: The query's shape: selects, joins, filters, grouping (with ROLLUP / CUBE / GROUPING SETS),
 #: ordering, windows, subqueries, CTEs and set operations, and the operators that read alike.
-CONSTRUCTS: frozenset[type[exp.Expression]] = _classes(
+CONSTRUCTS: frozenset[type[exp.Expr]] = _classes(
     """
     Select From Join Where Group Having Order Ordered Limit Offset Distinct Column Identifier Literal
     Alias TableAlias Table Subquery CTE With Union Intersect Except Star Paren Null Boolean DataType
@@ -63,7 +63,7 @@ CONSTRUCTS: frozenset[type[exp.Expression]] = _classes(
 #: approximate (rand, uuid, first/last, collect_*, approx_*), regular expressions (Java's and
 #: RE2's differ), formats and parsing with patterns, time-zone and current-time functions, arrays
 #: indexed or exploded, maps, and every function sqlglot does not know (substring_index, conv...).
-FUNCTIONS: frozenset[type[exp.Expression]] = _classes(
+FUNCTIONS: frozenset[type[exp.Expr]] = _classes(
     """
     # aggregates
     Count Sum Avg Min Max CountIf LogicalAnd LogicalOr Stddev StddevSamp StddevPop Variance VariancePop
@@ -119,18 +119,19 @@ def duckdb_translate(spark_sql: str, schemas: Mapping[str, pa.Schema]) -> str:
         if parent is None:
             statement = replacement
         else:
+            assert key is not None  # a node with a parent is held under one of its keys
             parent.set(key, replacement, index)
     return statement.sql(dialect="duckdb")
 
 
-def _parse(spark_sql: str) -> exp.Expression:
+def _parse(spark_sql: str) -> exp.Expr:
     try:
         return sqlglot.parse_one(spark_sql, read="spark")
     except SqlglotError as error:
         raise NotOnAllowList(f"the query does not parse for translation: {error}") from None
 
 
-def _check_constructs(statement: exp.Expression) -> None:
+def _check_constructs(statement: exp.Expr) -> None:
     for node in statement.walk():
         kind = type(node)
         if kind in CONSTRUCTS or kind in FUNCTIONS:
@@ -143,7 +144,7 @@ def _check_constructs(statement: exp.Expression) -> None:
         )
 
 
-def _check_shape(node: exp.Expression) -> None:
+def _check_shape(node: exp.Expr) -> None:
     """Forms of an allowed construct that are not allowed."""
     if isinstance(node, exp.Table) and (node.args.get("sample") or node.args.get("version")):
         raise NotOnAllowList("TABLESAMPLE and time travel run on Spark")
@@ -173,7 +174,7 @@ def _check_shape(node: exp.Expression) -> None:
         raise NotOnAllowList("named windows (WINDOW w AS ...) are not on DuckDB's list")
 
 
-def _check_unit_spellings(spark_sql: str, statement: exp.Expression) -> None:
+def _check_unit_spellings(spark_sql: str, statement: exp.Expr) -> None:
     """sqlglot reads the unit 'Q' as QUARTER (and 'D', 'W', 'Y'... likewise); Spark's trunc and
     date_trunc do not know those letters and answer NULL. A query that spells a unit with one of
     them runs on Spark."""

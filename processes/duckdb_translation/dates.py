@@ -4,8 +4,6 @@ says timestamp), Sunday = 1, and units spelled as Spark spells them. Plain Pytho
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from sqlglot import exp
 
 from processes.duckdb_translation.typed import (
@@ -16,9 +14,11 @@ from processes.duckdb_translation.typed import (
     TIMES,
     TIMESTAMPS,
     NotOnAllowList,
+    Rule,
     Typed,
     construct_name,
     duckdb_call,
+    rule_for,
 )
 
 DATE_PARTS = frozenset(
@@ -41,20 +41,20 @@ TRUNC_UNITS = {
 }
 
 
-def _day_of_week(node: exp.DayOfWeek, typed: Typed) -> exp.Expression:
+def _day_of_week(node: exp.DayOfWeek, typed: Typed) -> exp.Expr:
     typed.require(node.this, TIMES, "dayofweek")
     return exp.cast(
         exp.Add(this=duckdb_call("dayofweek", node.this), expression=exp.Literal.number(1)), "INT"
     )
 
 
-def _date_part(node: exp.Expression, typed: Typed) -> exp.Expression:
+def _date_part(node: exp.Expr, typed: Typed) -> exp.Expr:
     """year(), month()...: Spark answers an int, DuckDB a bigint."""
     typed.require(node.this, TIMES, construct_name(node))
     return exp.cast(node, "INT")
 
 
-def _time_part(node: exp.Expression, typed: Typed) -> exp.Expression:
+def _time_part(node: exp.Expr, typed: Typed) -> exp.Expr:
     typed.require(node.this, TIMESTAMPS | LOCAL_TIMESTAMPS, construct_name(node))
     return exp.cast(node, "INT")
 
@@ -64,7 +64,7 @@ def _last_day(node: exp.LastDay, typed: Typed) -> None:
     return None
 
 
-def _extract(node: exp.Extract, typed: Typed) -> exp.Expression:
+def _extract(node: exp.Extract, typed: Typed) -> exp.Expr:
     part = node.this.name.upper()
     if part not in DATE_PARTS:
         raise NotOnAllowList(f"EXTRACT({part} ...) is not on DuckDB's list")
@@ -76,7 +76,7 @@ def _extract(node: exp.Extract, typed: Typed) -> exp.Expression:
     return exp.cast(node, "INT")
 
 
-def _unit(node: exp.Expression, key: str) -> str:
+def _unit(node: exp.Expr, key: str) -> str:
     unit = node.args.get(key)
     text = (unit.name if isinstance(unit, (exp.Literal, exp.Var)) else "").upper()
     if text not in TRUNC_UNITS:
@@ -86,14 +86,14 @@ def _unit(node: exp.Expression, key: str) -> str:
     return TRUNC_UNITS[text]
 
 
-def _timestamp_trunc(node: exp.TimestampTrunc, typed: Typed) -> exp.Expression:
+def _timestamp_trunc(node: exp.TimestampTrunc, typed: Typed) -> exp.Expr:
     typed.require(node.this, TIMESTAMPS | LOCAL_TIMESTAMPS, "date_trunc")
     unit = _unit(node, "unit")
     # Spark answers a TIMESTAMP (in the session's zone, UTC) for a TIMESTAMP_NTZ too.
     return exp.cast(duckdb_call("date_trunc", exp.Literal.string(unit), node.this), "TIMESTAMPTZ")
 
 
-def _date_trunc(node: exp.DateTrunc, typed: Typed) -> exp.Expression:
+def _date_trunc(node: exp.DateTrunc, typed: Typed) -> exp.Expr:
     typed.require(node.this, DATES, "trunc")
     unit = _unit(node, "unit")
     if unit not in ("year", "quarter", "month", "week"):
@@ -101,7 +101,7 @@ def _date_trunc(node: exp.DateTrunc, typed: Typed) -> exp.Expression:
     return exp.cast(duckdb_call("date_trunc", exp.Literal.string(unit), node.this), "DATE")
 
 
-def _date_diff(node: exp.DateDiff, typed: Typed) -> exp.Expression:
+def _date_diff(node: exp.DateDiff, typed: Typed) -> exp.Expr:
     for side in (node.this, node.expression):
         typed.require(side, DATES, "datediff")
     if node.args.get("unit") and node.args["unit"].name.upper() not in ("DAY", ""):
@@ -110,7 +110,7 @@ def _date_diff(node: exp.DateDiff, typed: Typed) -> exp.Expression:
     return exp.cast(days, "INT")
 
 
-def _add_months(node: exp.AddMonths, typed: Typed) -> exp.Expression:
+def _add_months(node: exp.AddMonths, typed: Typed) -> exp.Expr:
     typed.require(node.this, DATES, "add_months")
     typed.require(node.expression, INTEGERS, "add_months")
     months = exp.Mul(
@@ -120,7 +120,7 @@ def _add_months(node: exp.AddMonths, typed: Typed) -> exp.Expression:
     return exp.cast(exp.Add(this=node.this, expression=months), "DATE")
 
 
-def _date_add(node: exp.TsOrDsAdd, typed: Typed) -> exp.Expression:
+def _date_add(node: exp.TsOrDsAdd, typed: Typed) -> exp.Expr:
     typed.require(node.this, DATES, "date_add/date_sub")
     typed.require(node.expression, INTEGERS, "date_add/date_sub")
     unit = node.args.get("unit")
@@ -129,7 +129,7 @@ def _date_add(node: exp.TsOrDsAdd, typed: Typed) -> exp.Expression:
     return exp.Add(this=node.this, expression=node.expression)  # date + int: a date on DuckDB too
 
 
-def _to_date(node: exp.TsOrDsToDate, typed: Typed) -> exp.Expression:
+def _to_date(node: exp.TsOrDsToDate, typed: Typed) -> exp.Expr:
     if node.args.get("format") is not None:
         raise NotOnAllowList(
             "to_date with a pattern is not on DuckDB's list (Java's and DuckDB's patterns differ)"
@@ -138,23 +138,25 @@ def _to_date(node: exp.TsOrDsToDate, typed: Typed) -> exp.Expression:
     return exp.Cast(this=node.this, to=exp.DataType.build("DATE"))
 
 
-DATE_RULES: dict[type[exp.Expression], Callable[[exp.Expression, Typed], exp.Expression | None]] = {
-    exp.Year: _date_part,
-    exp.Month: _date_part,
-    exp.Day: _date_part,
-    exp.DayOfMonth: _date_part,
-    exp.DayOfYear: _date_part,
-    exp.Quarter: _date_part,
-    exp.WeekOfYear: _date_part,
-    exp.DayOfWeek: _day_of_week,
-    exp.Hour: _time_part,
-    exp.Minute: _time_part,
-    exp.Extract: _extract,
-    exp.TimestampTrunc: _timestamp_trunc,
-    exp.DateTrunc: _date_trunc,
-    exp.LastDay: _last_day,
-    exp.DateDiff: _date_diff,
-    exp.AddMonths: _add_months,
-    exp.TsOrDsAdd: _date_add,
-    exp.TsOrDsToDate: _to_date,
-}
+DATE_RULES: dict[type[exp.Expr], Rule] = dict(
+    [
+        rule_for(exp.Year, _date_part),
+        rule_for(exp.Month, _date_part),
+        rule_for(exp.Day, _date_part),
+        rule_for(exp.DayOfMonth, _date_part),
+        rule_for(exp.DayOfYear, _date_part),
+        rule_for(exp.Quarter, _date_part),
+        rule_for(exp.WeekOfYear, _date_part),
+        rule_for(exp.DayOfWeek, _day_of_week),
+        rule_for(exp.Hour, _time_part),
+        rule_for(exp.Minute, _time_part),
+        rule_for(exp.Extract, _extract),
+        rule_for(exp.TimestampTrunc, _timestamp_trunc),
+        rule_for(exp.DateTrunc, _date_trunc),
+        rule_for(exp.LastDay, _last_day),
+        rule_for(exp.DateDiff, _date_diff),
+        rule_for(exp.AddMonths, _add_months),
+        rule_for(exp.TsOrDsAdd, _date_add),
+        rule_for(exp.TsOrDsToDate, _to_date),
+    ]
+)

@@ -7,6 +7,7 @@ node, or None to keep the node. Plain Python (sqlglot)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeGuard
 
 from sqlglot import exp
 
@@ -24,17 +25,18 @@ from processes.duckdb_translation.typed import (
     STRINGS,
     TIMES,
     TIMESTAMPS,
+    N,
     NotOnAllowList,
+    Rule,
     Typed,
     construct_name,
     duckdb_call,
     duckdb_error,
+    rule_for,
 )
 
 
-def _nonzero(
-    dividend: exp.Expression, divisor: exp.Expression, value: exp.Expression, message: str
-) -> exp.Expression:
+def _nonzero(dividend: exp.Expr, divisor: exp.Expr, value: exp.Expr, message: str) -> exp.Expr:
     """``value``, or Spark's error when ``divisor`` is zero and ``dividend`` is not NULL (Spark
     answers NULL / 0 with NULL)."""
     zero = exp.and_(
@@ -44,7 +46,7 @@ def _nonzero(
     return exp.Case(ifs=[exp.If(this=zero, true=duckdb_error(message))], default=value)
 
 
-def _div(node: exp.Div, typed: Typed) -> exp.Expression:
+def _div(node: exp.Div, typed: Typed) -> exp.Expr:
     left, right = node.this, node.expression
     for side in (left, right):
         typed.require(side, INTEGERS | FLOATS, "division (decimals divide to Spark's own precision)")
@@ -52,7 +54,7 @@ def _div(node: exp.Div, typed: Typed) -> exp.Expression:
     return _nonzero(left, right, quotient, "[DIVIDE_BY_ZERO] Division by zero")
 
 
-def _mod(node: exp.Mod, typed: Typed) -> exp.Expression:
+def _mod(node: exp.Mod, typed: Typed) -> exp.Expr:
     left, right = node.this, node.expression
     for side in (left, right):
         typed.require(side, INTEGERS, "% (Spark's remainder of decimals and doubles)")
@@ -60,7 +62,7 @@ def _mod(node: exp.Mod, typed: Typed) -> exp.Expression:
     return _nonzero(left, right, remainder, "[REMAINDER_BY_ZERO] Remainder by zero")
 
 
-def _int_div(node: exp.IntDiv, typed: Typed) -> exp.Expression:
+def _int_div(node: exp.IntDiv, typed: Typed) -> exp.Expr:
     left, right = node.this, node.expression
     for side in (left, right):
         typed.require(side, INTEGERS, "div")
@@ -68,16 +70,16 @@ def _int_div(node: exp.IntDiv, typed: Typed) -> exp.Expression:
     return _nonzero(left, right, quotient, "[DIVIDE_BY_ZERO] Division by zero")
 
 
-def _add_subtract(node: exp.Expression, typed: Typed) -> None:
+def _add_subtract(node: exp.Expr, typed: Typed) -> None:
     """Spark adds decimals to decimal(max(p1 - s1, p2 - s2) + max(s1, s2) + 1, max(s1, s2)) and
     rounds the scale away beyond 38 digits; within them both engines answer the same sum."""
     left, right = node.this, node.expression
     for side in (left, right):
         typed.require(side, NUMBERS, construct_name(node))
-    shapes = [typed.decimal(side) for side in (left, right)]
-    if DECIMALS.isdisjoint({typed.of(left), typed.of(right)}) or any(shape is None for shape in shapes):
+    left_shape, right_shape = typed.decimal(left), typed.decimal(right)
+    if DECIMALS.isdisjoint({typed.of(left), typed.of(right)}) or left_shape is None or right_shape is None:
         return None
-    (p1, s1), (p2, s2) = shapes
+    (p1, s1), (p2, s2) = left_shape, right_shape
     if max(p1 - s1, p2 - s2) + max(s1, s2) + 1 > 38:
         raise NotOnAllowList(
             f"{node.sql(dialect='spark')} needs more than 38 digits: Spark rounds it its own way"
@@ -85,7 +87,7 @@ def _add_subtract(node: exp.Expression, typed: Typed) -> None:
     return None
 
 
-def _multiply(node: exp.Mul, typed: Typed) -> exp.Expression | None:
+def _multiply(node: exp.Mul, typed: Typed) -> exp.Expr | None:
     """Spark multiplies decimals to decimal(p1 + p2 + 1, s1 + s2); DuckDB to at most 18 digits
     unless told wider (it failed 99999999.99 * 99999999.99). Within 38 digits both answer the
     same exact value; beyond, Spark rounds the scale away and the product runs on Spark."""
@@ -94,10 +96,10 @@ def _multiply(node: exp.Mul, typed: Typed) -> exp.Expression | None:
         typed.require(side, NUMBERS, "*")
     if DECIMALS.isdisjoint({typed.of(left), typed.of(right)}):
         return None
-    shapes = [typed.decimal(side) for side in (left, right)]
-    if any(shape is None for shape in shapes):
+    left_shape, right_shape = typed.decimal(left), typed.decimal(right)
+    if left_shape is None or right_shape is None:
         return None  # a double times a decimal is a double on both
-    (p1, s1), (p2, s2) = shapes
+    (p1, s1), (p2, s2) = left_shape, right_shape
     if p1 + p2 + 1 > 38:
         raise NotOnAllowList(
             f"{node.sql(dialect='spark')} needs more than 38 digits: Spark rounds it its own way"
@@ -110,7 +112,7 @@ def _multiply(node: exp.Mul, typed: Typed) -> exp.Expression | None:
 
 #: (source family, target type) pairs a Spark CAST answers alike on DuckDB (rendered by
 #: ``_cast``); anything else runs on Spark.
-CASTS: dict[frozenset, frozenset] = {
+CASTS: dict[frozenset[exp.DType | None], frozenset[exp.DType]] = {
     INTEGERS: INTEGERS | FLOATS | DECIMALS | STRINGS | BOOLEANS,
     FLOATS: INTEGERS | FLOATS | DECIMALS,
     DECIMALS: INTEGERS | FLOATS | DECIMALS | STRINGS,
@@ -123,7 +125,7 @@ CASTS: dict[frozenset, frozenset] = {
 }
 
 
-def _cast(node: exp.Cast, typed: Typed) -> exp.Expression:
+def _cast(node: exp.Cast, typed: Typed) -> exp.Expr:
     """Spark's CAST (ANSI: a value that does not convert fails) or ``try_cast`` (NULL instead)."""
     source = typed.kind(node.this)
     target = node.to.this
@@ -141,14 +143,14 @@ def _cast(node: exp.Cast, typed: Typed) -> exp.Expression:
     return (exp.TryCast if safe else exp.Cast)(this=value, to=to)
 
 
-def _same_families(nodes: list[exp.Expression], typed: Typed, what: str) -> None:
+def _same_families(nodes: list[exp.Expr], typed: Typed, what: str) -> None:
     families = {typed.family(n) for n in nodes} - {NULLS}
     if len(families) > 1:
         shown = ", ".join(sorted(str(typed.of(n)) for n in nodes))
         raise NotOnAllowList(f"{what} mixes types ({shown}): Spark and DuckDB coerce them differently")
 
 
-def _comparison(node: exp.Expression, typed: Typed) -> None:
+def _comparison(node: exp.Expr, typed: Typed) -> None:
     left, right = node.this, node.expression
     if _string_literal(left) or _string_literal(right):
         other = right if _string_literal(left) else left
@@ -158,7 +160,7 @@ def _comparison(node: exp.Expression, typed: Typed) -> None:
     return None
 
 
-def _string_literal(node: exp.Expression) -> bool:
+def _string_literal(node: exp.Expr | None) -> TypeGuard[exp.Literal]:
     return isinstance(node, exp.Literal) and node.is_string
 
 
@@ -198,7 +200,7 @@ def _if(node: exp.If, typed: Typed) -> None:
     return None
 
 
-def _coalesce(node: exp.Expression, typed: Typed) -> None:
+def _coalesce(node: exp.Expr, typed: Typed) -> None:
     _same_families([node.this, *node.expressions], typed, construct_name(node))
     return None
 
@@ -212,8 +214,8 @@ def _set_operation(node: exp.SetOperation, typed: Typed) -> None:
     return None
 
 
-def _numbers(*indexes: str, allowed: frozenset = NUMBERS) -> Callable[[exp.Expression, Typed], None]:
-    def rule(node: exp.Expression, typed: Typed) -> None:
+def _numbers(*indexes: str, allowed: frozenset[exp.DType] = NUMBERS) -> Callable[[exp.Expr, Typed], None]:
+    def rule(node: exp.Expr, typed: Typed) -> None:
         for key in indexes or ("this",):
             argument = node.args.get(key)
             if isinstance(argument, list):
@@ -225,7 +227,7 @@ def _numbers(*indexes: str, allowed: frozenset = NUMBERS) -> Callable[[exp.Expre
     return rule
 
 
-def _strings(*keys: str) -> Callable[[exp.Expression, Typed], None]:
+def _strings(*keys: str) -> Callable[[exp.Expr, Typed], None]:
     return _numbers(*keys, allowed=STRINGS)
 
 
@@ -236,7 +238,7 @@ def _avg(node: exp.Avg, typed: Typed) -> None:
     return None
 
 
-def _floor_ceil(node: exp.Expression, typed: Typed) -> exp.Expression:
+def _floor_ceil(node: exp.Expr, typed: Typed) -> exp.Expr:
     """Spark's floor and ceil answer a bigint for whole numbers and doubles (DuckDB: the input's
     type), a decimal of scale 0 for decimals (as DuckDB does)."""
     typed.require(node.this, NUMBERS, construct_name(node))
@@ -245,7 +247,7 @@ def _floor_ceil(node: exp.Expression, typed: Typed) -> exp.Expression:
     return node if typed.kind(node.this) == DECIMALS else exp.cast(node, "BIGINT")
 
 
-def _round(node: exp.Round, typed: Typed) -> exp.Expression:
+def _round(node: exp.Round, typed: Typed) -> exp.Expr:
     typed.require(node.this, INTEGERS | DECIMALS, "round (of a double: Spark rounds its decimal value)")
     scale = node.args.get("decimals")
     if scale is not None and not _number_literal(scale.this if isinstance(scale, exp.Neg) else scale):
@@ -253,16 +255,16 @@ def _round(node: exp.Round, typed: Typed) -> exp.Expression:
     return node
 
 
-def _number_literal(node: exp.Expression) -> bool:
+def _number_literal(node: exp.Expr) -> bool:
     return isinstance(node, exp.Literal) and not node.is_string
 
 
-def _sign(node: exp.Sign, typed: Typed) -> exp.Expression:
+def _sign(node: exp.Sign, typed: Typed) -> exp.Expr:
     typed.require(node.this, NUMBERS, "signum")
     return exp.cast(node, "DOUBLE")
 
 
-def _literal_ints(node: exp.Expression, keys: tuple[str, ...], minimum: int) -> None:
+def _literal_ints(node: exp.Expr, keys: tuple[str, ...], minimum: int) -> None:
     for key in keys:
         value = node.args.get(key)
         if value is None:
@@ -284,7 +286,7 @@ def _substring(node: exp.Substring, typed: Typed) -> None:
     return None
 
 
-def _left_right(node: exp.Expression, typed: Typed) -> None:
+def _left_right(node: exp.Expr, typed: Typed) -> None:
     typed.require(node.this, STRINGS, construct_name(node))
     _literal_ints(node, ("expression",), 0)
     return None
@@ -322,7 +324,7 @@ def _str_position(node: exp.StrPosition, typed: Typed) -> None:
     return None
 
 
-def _concat(node: exp.Expression, typed: Typed) -> None:
+def _concat(node: exp.Expr, typed: Typed) -> None:
     """concat and ||: strings only (Spark writes other types as text its own way); a NULL
     literal is a NULL string (DuckDB would type the result as NULL)."""
     items = node.expressions if isinstance(node, exp.Concat) else [node.this, node.expression]
@@ -341,22 +343,22 @@ def _sha2(node: exp.SHA2, typed: Typed) -> None:
     return None
 
 
-def _int_result(check: Callable[[exp.Expression, Typed], object]):
+def _int_result(check: Callable[[N, Typed], object]) -> Callable[[N, Typed], exp.Expr]:
     """A function Spark answers as an int and DuckDB as a bigint (length, instr...)."""
 
-    def rule(node: exp.Expression, typed: Typed) -> exp.Expression:
+    def rule(node: N, typed: Typed) -> exp.Expr:
         check(node, typed)
         return exp.cast(node, "INT")
 
     return rule
 
 
-def _array_size(node: exp.ArraySize, typed: Typed) -> exp.Expression:
+def _array_size(node: exp.ArraySize, typed: Typed) -> exp.Expr:
     typed.require(node.this, ARRAYS, "size")
     return exp.cast(duckdb_call("len", node.this), "INT")
 
 
-def _array_contains(node: exp.ArrayContains, typed: Typed) -> exp.Expression:
+def _array_contains(node: exp.ArrayContains, typed: Typed) -> exp.Expr:
     typed.require(node.this, ARRAYS, "array_contains")
     if typed.of(node.expression) in NULLS:
         raise NotOnAllowList("array_contains of NULL is not on DuckDB's list")
@@ -379,13 +381,13 @@ def _array_contains(node: exp.ArrayContains, typed: Typed) -> exp.Expression:
     )
 
 
-def _is_null_lambda() -> exp.Expression:
+def _is_null_lambda() -> exp.Expr:
     return exp.Lambda(
         this=exp.Is(this=exp.column("lw_x"), expression=exp.null()), expressions=[exp.to_identifier("lw_x")]
     )
 
 
-def _group(node: exp.Group, typed: Typed) -> exp.Expression:
+def _group(node: exp.Group, typed: Typed) -> exp.Expr:
     """``GROUP BY a, b WITH ROLLUP`` (or CUBE): DuckDB writes ``GROUP BY ROLLUP (a, b)``."""
     for key, kind in (("rollup", exp.Rollup), ("cube", exp.Cube)):
         marker = node.args.get(key)
@@ -394,7 +396,7 @@ def _group(node: exp.Group, typed: Typed) -> exp.Expression:
     return node
 
 
-def _logarithm(node: exp.Expression, typed: Typed) -> exp.Expression:
+def _logarithm(node: exp.Expr, typed: Typed) -> exp.Expr:
     """Spark's ln/log answer NULL for an argument (or base) at or below zero; DuckDB NaN or -inf."""
     arguments = [node.this] + ([node.expression] if node.args.get("expression") is not None else [])
     for argument in arguments:
@@ -403,7 +405,7 @@ def _logarithm(node: exp.Expression, typed: Typed) -> exp.Expression:
     return exp.Case(ifs=[exp.If(this=exp.and_(*positive), true=node)], default=exp.null())
 
 
-def _aggregate_numbers(node: exp.Expression, typed: Typed) -> None:
+def _aggregate_numbers(node: exp.Expr, typed: Typed) -> None:
     typed.require(node.this, INTEGERS | FLOATS, construct_name(node))
     for item in node.expressions if hasattr(node, "expressions") else []:
         typed.require(item, INTEGERS | FLOATS, construct_name(node))
@@ -412,7 +414,7 @@ def _aggregate_numbers(node: exp.Expression, typed: Typed) -> None:
     return None
 
 
-def _literal(node: exp.Literal, typed: Typed) -> exp.Expression | None:
+def _literal(node: exp.Literal, typed: Typed) -> exp.Expr | None:
     """Spark reads ``-2147483648`` as an int (DuckDB: a bigint); an integer literal beyond 64 bits
     is a decimal on Spark and a 128-bit integer on DuckDB."""
     if node.is_string or not str(node.this).isdigit():
@@ -423,7 +425,7 @@ def _literal(node: exp.Literal, typed: Typed) -> exp.Expression | None:
     return None
 
 
-def _neg(node: exp.Neg, typed: Typed) -> exp.Expression | None:
+def _neg(node: exp.Neg, typed: Typed) -> exp.Expr | None:
     """Spark's negation keeps the integer's type (and fails past it); DuckDB widens a constant
     (-(-2147483648) answered 2147483648, a bigint)."""
     typed.require(node.this, NUMBERS, "-")
@@ -436,89 +438,91 @@ def _neg(node: exp.Neg, typed: Typed) -> exp.Expression | None:
 RANKINGS = (exp.RowNumber, exp.Rank, exp.DenseRank, exp.Ntile)
 
 
-def _window(node: exp.Window, typed: Typed) -> exp.Expression | None:
+def _window(node: exp.Window, typed: Typed) -> exp.Expr | None:
     """row_number, rank, dense_rank and ntile: an int on Spark, a bigint on DuckDB."""
     return exp.cast(node, "INT") if isinstance(node.this, RANKINGS) else None
 
 
-TYPED_RULES: dict[type[exp.Expression], Callable[[exp.Expression, Typed], exp.Expression | None]] = {
-    **DATE_RULES,
-    exp.Div: _div,
-    exp.Mod: _mod,
-    exp.IntDiv: _int_div,
-    exp.Cast: _cast,
-    exp.TryCast: _cast,
-    exp.EQ: _comparison,
-    exp.NEQ: _comparison,
-    exp.GT: _comparison,
-    exp.GTE: _comparison,
-    exp.LT: _comparison,
-    exp.LTE: _comparison,
-    exp.NullSafeEQ: _comparison,
-    exp.NullSafeNEQ: _comparison,
-    exp.In: _in,
-    exp.Between: _between,
-    exp.Case: _case,
-    exp.If: _if,
-    exp.Coalesce: _coalesce,
-    exp.Greatest: _coalesce,
-    exp.Least: _coalesce,
-    exp.Union: _set_operation,
-    exp.Intersect: _set_operation,
-    exp.Except: _set_operation,
-    exp.Add: _add_subtract,
-    exp.Sub: _add_subtract,
-    exp.Mul: _multiply,
-    exp.Neg: _neg,
-    exp.Literal: _literal,
-    exp.Window: _window,
-    exp.Abs: _numbers(),
-    exp.Sum: _numbers(),
-    exp.Avg: _avg,
-    exp.Floor: _floor_ceil,
-    exp.Ceil: _floor_ceil,
-    exp.Round: _round,
-    exp.Sign: _sign,
-    exp.Sqrt: _numbers(),
-    exp.Exp: _numbers(),
-    exp.Pow: _numbers("this", "expression"),
-    exp.Ln: _logarithm,
-    exp.Log: _logarithm,
-    exp.Stddev: _aggregate_numbers,
-    exp.StddevSamp: _aggregate_numbers,
-    exp.StddevPop: _aggregate_numbers,
-    exp.Variance: _aggregate_numbers,
-    exp.VariancePop: _aggregate_numbers,
-    exp.Corr: _aggregate_numbers,
-    exp.CovarSamp: _aggregate_numbers,
-    exp.CovarPop: _aggregate_numbers,
-    exp.Median: _aggregate_numbers,
-    exp.Upper: _strings(),
-    exp.Lower: _strings(),
-    exp.Length: _int_result(_strings()),
-    exp.Trim: _strings(),
-    exp.Reverse: _strings(),
-    exp.Ascii: _int_result(_strings()),
-    exp.MD5: _strings(),
-    exp.StartsWith: _strings("this", "expression"),
-    exp.EndsWith: _strings("this", "expression"),
-    exp.Contains: _strings("this", "expression"),
-    exp.Replace: _strings("this", "expression", "replacement"),
-    exp.Translate: _strings("this", "from_", "to"),
-    exp.Like: _strings("this"),
-    exp.ILike: _strings("this"),
-    exp.ConcatWs: _strings("expressions"),
-    exp.Concat: _concat,
-    exp.DPipe: _concat,
-    exp.Substring: _substring,
-    exp.Left: _left_right,
-    exp.Right: _left_right,
-    exp.Pad: _pad,
-    exp.Repeat: _repeat,
-    exp.SplitPart: _split_part,
-    exp.StrPosition: _int_result(_str_position),
-    exp.SHA2: _sha2,
-    exp.ArraySize: _array_size,
-    exp.ArrayContains: _array_contains,
-    exp.Group: _group,
-}
+TYPED_RULES: dict[type[exp.Expr], Rule] = dict(
+    [
+        *DATE_RULES.items(),
+        rule_for(exp.Div, _div),
+        rule_for(exp.Mod, _mod),
+        rule_for(exp.IntDiv, _int_div),
+        rule_for(exp.Cast, _cast),
+        rule_for(exp.TryCast, _cast),
+        rule_for(exp.EQ, _comparison),
+        rule_for(exp.NEQ, _comparison),
+        rule_for(exp.GT, _comparison),
+        rule_for(exp.GTE, _comparison),
+        rule_for(exp.LT, _comparison),
+        rule_for(exp.LTE, _comparison),
+        rule_for(exp.NullSafeEQ, _comparison),
+        rule_for(exp.NullSafeNEQ, _comparison),
+        rule_for(exp.In, _in),
+        rule_for(exp.Between, _between),
+        rule_for(exp.Case, _case),
+        rule_for(exp.If, _if),
+        rule_for(exp.Coalesce, _coalesce),
+        rule_for(exp.Greatest, _coalesce),
+        rule_for(exp.Least, _coalesce),
+        rule_for(exp.Union, _set_operation),
+        rule_for(exp.Intersect, _set_operation),
+        rule_for(exp.Except, _set_operation),
+        rule_for(exp.Add, _add_subtract),
+        rule_for(exp.Sub, _add_subtract),
+        rule_for(exp.Mul, _multiply),
+        rule_for(exp.Neg, _neg),
+        rule_for(exp.Literal, _literal),
+        rule_for(exp.Window, _window),
+        rule_for(exp.Abs, _numbers()),
+        rule_for(exp.Sum, _numbers()),
+        rule_for(exp.Avg, _avg),
+        rule_for(exp.Floor, _floor_ceil),
+        rule_for(exp.Ceil, _floor_ceil),
+        rule_for(exp.Round, _round),
+        rule_for(exp.Sign, _sign),
+        rule_for(exp.Sqrt, _numbers()),
+        rule_for(exp.Exp, _numbers()),
+        rule_for(exp.Pow, _numbers("this", "expression")),
+        rule_for(exp.Ln, _logarithm),
+        rule_for(exp.Log, _logarithm),
+        rule_for(exp.Stddev, _aggregate_numbers),
+        rule_for(exp.StddevSamp, _aggregate_numbers),
+        rule_for(exp.StddevPop, _aggregate_numbers),
+        rule_for(exp.Variance, _aggregate_numbers),
+        rule_for(exp.VariancePop, _aggregate_numbers),
+        rule_for(exp.Corr, _aggregate_numbers),
+        rule_for(exp.CovarSamp, _aggregate_numbers),
+        rule_for(exp.CovarPop, _aggregate_numbers),
+        rule_for(exp.Median, _aggregate_numbers),
+        rule_for(exp.Upper, _strings()),
+        rule_for(exp.Lower, _strings()),
+        rule_for(exp.Length, _int_result(_strings())),
+        rule_for(exp.Trim, _strings()),
+        rule_for(exp.Reverse, _strings()),
+        rule_for(exp.Ascii, _int_result(_strings())),
+        rule_for(exp.MD5, _strings()),
+        rule_for(exp.StartsWith, _strings("this", "expression")),
+        rule_for(exp.EndsWith, _strings("this", "expression")),
+        rule_for(exp.Contains, _strings("this", "expression")),
+        rule_for(exp.Replace, _strings("this", "expression", "replacement")),
+        rule_for(exp.Translate, _strings("this", "from_", "to")),
+        rule_for(exp.Like, _strings("this")),
+        rule_for(exp.ILike, _strings("this")),
+        rule_for(exp.ConcatWs, _strings("expressions")),
+        rule_for(exp.Concat, _concat),
+        rule_for(exp.DPipe, _concat),
+        rule_for(exp.Substring, _substring),
+        rule_for(exp.Left, _left_right),
+        rule_for(exp.Right, _left_right),
+        rule_for(exp.Pad, _pad),
+        rule_for(exp.Repeat, _repeat),
+        rule_for(exp.SplitPart, _split_part),
+        rule_for(exp.StrPosition, _int_result(_str_position)),
+        rule_for(exp.SHA2, _sha2),
+        rule_for(exp.ArraySize, _array_size),
+        rule_for(exp.ArrayContains, _array_contains),
+        rule_for(exp.Group, _group),
+    ]
+)

@@ -4,7 +4,8 @@ Spark reads them), and ``Typed`` answers by node. Plain Python (sqlglot, pyarrow
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar, cast
 
 import pyarrow as pa
 from sqlglot import exp
@@ -33,7 +34,7 @@ class NotOnAllowList(Exception):
     """Why DuckDB would not answer the query as Spark does (the construct, and why)."""
 
 
-def construct_name(node: exp.Expression) -> str:
+def construct_name(node: exp.Expr) -> str:
     if isinstance(node, exp.Anonymous):
         return f"the function {node.name.lower()}"
     if isinstance(node, exp.Func):
@@ -43,10 +44,10 @@ def construct_name(node: exp.Expression) -> str:
     return type(node).__name__.upper()
 
 
-def annotate(statement: exp.Expression, schemas: Mapping[str, pa.Schema]) -> dict[int, exp.DataType]:
+def annotate(statement: exp.Expr, schemas: Mapping[str, pa.Schema]) -> dict[int, exp.DataType]:
     """The Spark type of every node of ``statement`` (by ``id``), from a qualified copy: the
     statement itself keeps the names it was written with (the answer's column names)."""
-    schema = {
+    schema: dict[str, object] = {
         view: {f.name: text for f in fields if (text := spark_type_text(f.type)) is not None}
         for view, fields in schemas.items()
     }
@@ -82,12 +83,12 @@ class Typed:
     def __init__(self, types: dict[int, exp.DataType]) -> None:
         self._types = types
 
-    def same_as(self, replacement: exp.Expression, node: exp.Expression) -> None:
+    def same_as(self, replacement: exp.Expr, node: exp.Expr) -> None:
         """``replacement`` answers what ``node`` did, with its Spark type."""
         if id(node) in self._types:
             self._types[id(replacement)] = self._types[id(node)]
 
-    def of(self, node: exp.Expression | None) -> exp.DataType.Type | None:
+    def of(self, node: exp.Expr | None) -> exp.DType | None:
         """The type of ``node`` (UNKNOWN when sqlglot could not tell)."""
         if node is None:
             return None
@@ -103,7 +104,7 @@ class Typed:
         found = self._types.get(id(node))
         return found.this if found is not None else T.UNKNOWN
 
-    def decimal(self, node: exp.Expression) -> tuple[int, int] | None:
+    def decimal(self, node: exp.Expr) -> tuple[int, int] | None:
         """(precision, scale) of a decimal or whole number as Spark's decimal arithmetic sees
         it (an int is decimal(10, 0), a bigint decimal(20, 0)); None for anything else."""
         kind = self.of(node)
@@ -119,7 +120,7 @@ class Typed:
         precision, scale = (int(param.this.this) for param in found.expressions)
         return precision, scale
 
-    def family(self, node: exp.Expression | None) -> frozenset:
+    def family(self, node: exp.Expr | None) -> frozenset[exp.DType]:
         kind = self.of(node)
         for family in (*FAMILIES, NULLS):
             if kind in family:
@@ -128,7 +129,7 @@ class Typed:
             f"{node.sql(dialect='spark') if node else '?'} has a type DuckDB's list does not know"
         )
 
-    def kind(self, node: exp.Expression) -> frozenset:
+    def kind(self, node: exp.Expr) -> frozenset[exp.DType | None]:
         """The finer group a cast is judged by (integers, floats, decimals, strings...)."""
         kind = self.of(node)
         for group in (
@@ -146,18 +147,30 @@ class Typed:
                 return group
         return frozenset({kind})
 
-    def require(self, node: exp.Expression, allowed: frozenset, what: str) -> None:
+    def require(self, node: exp.Expr, allowed: frozenset[exp.DType], what: str) -> None:
         if self.of(node) not in allowed | NULLS:
             raise NotOnAllowList(
                 f"{what} of {node.sql(dialect='spark')} ({self.of(node)}) is not on DuckDB's list"
             )
 
 
-def duckdb_call(name: str, *arguments: exp.Expression) -> exp.Expression:
+#: A typed rule: the node's replacement, or None to keep the node.
+Rule = Callable[["exp.Expr", Typed], "exp.Expr | None"]
+N = TypeVar("N", bound="exp.Expr")
+
+
+def rule_for(kind: type[N], rule: Callable[[N, Typed], exp.Expr | None]) -> tuple[type[exp.Expr], Rule]:
+    """``kind``'s entry in a table of rules. The types of ``kind`` and of ``rule``'s node agree
+    here; the table forgets them, and calls the rule only on a node of that very class (it is
+    looked up by ``type(node)``)."""
+    return kind, cast(Rule, rule)
+
+
+def duckdb_call(name: str, *arguments: exp.Expr) -> exp.Expr:
     """DuckDB's function ``name`` by that very name (``exp.func`` would map it to a class)."""
     return exp.Anonymous(this=name, expressions=list(arguments))
 
 
-def duckdb_error(message: str) -> exp.Expression:
+def duckdb_error(message: str) -> exp.Expr:
     """DuckDB's ``error(message)``: the query fails, as Spark's does."""
     return duckdb_call("error", exp.Literal.string(message))
