@@ -1,4 +1,5 @@
-"""Liveness checks of the parts Lakewarden runs on: database, broker, Celery workers, Java/Spark."""
+"""Liveness checks of the parts Lakewarden runs on: database, broker, Celery workers, Java/Spark.
+The worker ping itself (``check_workers``) is processes/health.py's, which the alert rules use too."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
+
+from processes.health import check_workers
 
 
 def check_database() -> dict[str, Any]:
@@ -34,20 +37,6 @@ def check_broker() -> dict[str, Any]:
         return {"ok": True, "detail": settings.CELERY_BROKER_URL.split("@")[-1]}
     except Exception as error:
         return {"ok": False, "detail": f"broker unreachable: {error}"}
-
-
-def check_workers(timeout: float = 1.0) -> dict[str, Any]:
-    from console.celery import app
-
-    try:
-        # An explicit connection to the configured broker (not the app's cached pool).
-        with app.connection_for_write(url=settings.CELERY_BROKER_URL) as conn:
-            replies = app.control.ping(timeout=timeout, connection=conn) or []
-    except Exception as error:
-        return {"ok": False, "detail": f"cannot ping workers: {error}", "workers": []}
-    names = sorted(name for reply in replies for name in reply)
-    detail = f"{len(names)} worker(s) answering" if names else "no Celery worker answered a ping"
-    return {"ok": bool(names), "detail": detail, "workers": names}
 
 
 #: The last worker ping of any console process, in the cache: ``(epoch seconds, check_workers answer)``.

@@ -333,17 +333,18 @@ CELERY_BEAT_SCHEDULE = {
     },
     # Trash (issue 14): purge trash batches whose retention has passed.
     "purge-trash": {
-        "task": "processes.trash_tasks.purge_trash_task",
+        "task": "storage.tasks.purge_trash_task",
         "schedule": env_int("LAKEWARDEN_TRASH_PURGE_SECONDS", 3600, minimum=60),
     },
     # Alerts (issue 16): evaluate the rules, deliver to their channels.
     "evaluate-alerts": {
-        "task": "console.alerts.evaluate_alerts_task",
+        "task": "processes.alerts.tasks.evaluate_alerts_task",
         "schedule": LAKEWARDEN_ALERT_SECONDS,
     },
 }
-# Task modules outside an app's tasks.py that workers must register.
-CELERY_IMPORTS = ["processes.trash_tasks", "console.alerts", "processes.alerts.tasks"]
+# Task modules outside an app's tasks.py (which the Celery app finds itself) that workers must
+# register: the alerts' tasks live in their package, processes/alerts/tasks.py.
+CELERY_IMPORTS = ["processes.alerts.tasks"]
 
 # --- Cache: login throttling counters, among others -----------------------------------------------
 # LAKEWARDEN_CACHE_URL: redis://... (default: the broker's Redis when it is Redis), or locmem://

@@ -1,4 +1,5 @@
-"""Table tasks (light queue): thin wrappers that parse ids and call one service."""
+"""Storage tasks (light queue): thin wrappers that parse ids and call one service. The metadata
+refresh of tables, and the trash's beat task that purges the batches whose retention has passed."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from celery import shared_task
 
 from storage import refresh, services
 from storage.models import Table
+from storage.trash.services import trash_batches_purge
 
 
 @shared_task(soft_time_limit=300, time_limit=360, acks_late=True)
@@ -35,3 +37,10 @@ def refresh_pointers_task(table_ids: list[int]) -> dict:
     the tables whose pointer moved."""
     report = refresh.refresh_changed(table_ids, refresh=refresh_table_task.delay)
     return {"checked": report.checked, "unchanged": report.unchanged, "refreshed": report.refreshed}
+
+
+@shared_task(soft_time_limit=600, time_limit=660, acks_late=True)
+def purge_trash_task() -> list[int]:
+    """Delete expired trash batches' files and mark them purged (idempotent, hence acks_late);
+    the ids of the processes whose trash was purged."""
+    return trash_batches_purge()

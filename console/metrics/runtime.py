@@ -1,5 +1,5 @@
 """What the broker says: messages waiting per Celery queue, and worker and beat liveness as the
-overview computes it (a worker ping; beat's last tick, ``console.overview.beat_liveness``).
+overview computes it (a worker ping; beat's last tick, ``processes.health.beat_liveness``).
 
 The queue depths are read in a thread while the scrape's database queries run. A worker ping
 waits its whole timeout and, on Redis, whole seconds (BRPOP): about 1.1 s. So a scrape answers with
@@ -76,7 +76,7 @@ class BrokerProbe:
 
     def _read_workers(self) -> None:
         global _last_ping
-        from console.health import check_workers
+        from processes.health import check_workers
 
         try:
             self.workers = check_workers(timeout=PING_SECONDS)
@@ -93,7 +93,7 @@ class BrokerProbe:
             logger.warning("metrics: the broker did not answer: %s", error)
 
     def families(self) -> list[GaugeMetricFamily]:
-        from console.overview import beat_liveness
+        from processes.health import beat_liveness
 
         deadline = time.monotonic() + PROBE_SECONDS
         last = _last_ping

@@ -22,6 +22,7 @@ from console.forms import CatalogCreateForm, TableRegisterForm
 from console.health import health_report
 from console.htmx import hx_redirect, render_page
 from console.roles import ADMIN
+from processes.health import tables_by_health
 from storage import selectors, services
 from storage.errors import ServiceError
 from storage.io import is_local, local_path
@@ -53,7 +54,7 @@ def _favicon() -> bytes:
 def overview(request):
     context = {
         "totals": selectors.lakehouse_totals(),
-        "attention": overview_selectors.tables_by_health(limit=10),
+        "attention": tables_by_health(limit=10),
         "running": overview_selectors.running_processes(),
         "failures": overview_selectors.recent_failures(),
     }

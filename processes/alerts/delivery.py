@@ -43,9 +43,10 @@ def check_url(url: str) -> None:
 
 def check_channel(kind: str, url: str, recipients: str) -> None:
     """What a channel needs before it is saved (the API and the admin both call this)."""
-    if kind in (ChannelKind.WEBHOOK, ChannelKind.SLACK):
+    # ``str`` of a choice is its value (mypy, without Django's types, would take it for a tuple).
+    if kind in (str(ChannelKind.WEBHOOK), str(ChannelKind.SLACK)):
         check_url(url)
-    elif kind == ChannelKind.EMAIL:
+    elif kind == str(ChannelKind.EMAIL):
         if not [address for address in recipients.split(",") if address.strip()]:
             raise InvalidInput("an e-mail channel needs at least one recipient", field="recipients")
     else:

@@ -1,5 +1,7 @@
-"""Celery task of alert deliveries: on the default (light) queue, never on the heavy one; a failed
-attempt re-sends itself with a countdown (exponential backoff) instead of blocking a worker."""
+"""Celery tasks of alerts, on the default (light) queue, never on the heavy one: the beat tick that
+evaluates the rules (processes/alerts/evaluation.py) and sends their deliveries, and the delivery,
+whose failed attempt re-sends itself with a countdown (exponential backoff) instead of blocking a
+worker."""
 
 from __future__ import annotations
 
@@ -8,8 +10,15 @@ import logging
 from celery import shared_task
 
 from processes.alerts.delivery import attempt_delivery
+from processes.alerts.evaluation import evaluate_alerts
 
 log = logging.getLogger(__name__)
+
+
+@shared_task(name="processes.alerts.tasks.evaluate_alerts_task", ignore_result=True)
+def evaluate_alerts_task() -> None:
+    for delivery_id in evaluate_alerts():
+        enqueue_delivery(delivery_id)
 
 
 @shared_task(name="processes.alerts.tasks.deliver_alert_task", ignore_result=True)

@@ -247,7 +247,7 @@ def _s3_store(options: StoreOptions, bucket: str) -> Any:
     return S3Store(bucket, config=cast("S3Config", settings), client_options=client, retry_config=retry)
 
 
-def _local_put_if_absent(target: str, content: bytes) -> bool:
+def _local_put_if_absent(target: str | os.PathLike[str], content: bytes) -> bool:
     folder = os.path.dirname(target)
     temporary = os.path.join(folder, f"_put_{uuid.uuid4().hex}.tmp")
     with open(temporary, "xb") as out:

@@ -16,7 +16,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from console.metrics.rows import backlog_counts
-from console.overview import tables_by_health
+from processes.health import tables_by_health
 from processes.models import Process, ProcessStatus, Query, QueryStatus, ServiceHeartbeat, TableState
 from processes.registry import coordinators
 from processes.scheduler import TickReport, _due_table_ids, _Snapshot, evaluated_key, seen_snapshot_key

@@ -8,9 +8,10 @@ import pytest
 from django.utils import timezone
 
 from console.charts import histogram_svg, timeline_svg
-from console.overview import table_health, tables_by_health
+from processes.health import tables_by_health
 from processes.models import Process, ProcessStatus
 from storage import services
+from storage.health import table_health
 from storage.models import Table
 from tests.console.tables import write_delta_table
 

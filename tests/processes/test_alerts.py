@@ -11,8 +11,8 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from console.alerts import evaluate_alerts
 from processes.alerts.delivery import attempt_delivery
+from processes.alerts.evaluation import evaluate_alerts
 from processes.alerts.models import AlertChannel, AlertDelivery, AlertEpisode, AlertRule
 from processes.models import Process, ProcessStatus, ProcessTrigger, ServiceHeartbeat
 from storage.models import CachedResult, CachedResultState, StorageBackend, Table
@@ -234,7 +234,7 @@ def eager_celery():
 
 
 def test_the_beat_task_sends_and_retries_through_the_delivery_task(receiver, webhook, settings, eager_celery):
-    from console.alerts import evaluate_alerts_task
+    from processes.alerts.tasks import evaluate_alerts_task
 
     settings.LAKEWARDEN_ALERT_MAX_ATTEMPTS = 3
     receiver.status = 502

@@ -114,12 +114,13 @@ def test_the_evaluation_tick_is_scheduled_and_alert_tasks_stay_on_the_light_queu
     from console.celery import app, route_task
 
     entry = settings.CELERY_BEAT_SCHEDULE["evaluate-alerts"]
-    assert {"console.alerts", "processes.alerts.tasks", "processes.trash_tasks"} <= set(
-        settings.CELERY_IMPORTS
-    )
+    purge = settings.CELERY_BEAT_SCHEDULE["purge-trash"]
+    assert "processes.alerts.tasks" in settings.CELERY_IMPORTS  # storage/tasks.py is autodiscovered
+    assert entry["task"] == "processes.alerts.tasks.evaluate_alerts_task"
+    assert purge["task"] == "storage.tasks.purge_trash_task"
     assert entry["schedule"] == settings.LAKEWARDEN_ALERT_SECONDS
     app.loader.import_default_modules()
-    for name in (entry["task"], "processes.alerts.tasks.deliver_alert_task"):
+    for name in (entry["task"], "processes.alerts.tasks.deliver_alert_task", purge["task"]):
         assert name in app.tasks
         assert route_task(name, (), {}, {}) is None  # the default (light) queue, never the heavy one
 

@@ -264,7 +264,7 @@ def test_vacuum_without_trash_deletes_as_before(overwritten_delta, run):
 def test_the_purge_task_deletes_expired_batches_only_and_a_purged_batch_cannot_be_restored(
     make_delta, run, operator, api_as
 ):
-    from processes.trash_tasks import purge_trash_task
+    from storage.tasks import purge_trash_task
 
     batches = []
     for _ in range(2):

@@ -85,7 +85,7 @@ def test_vacuum_trash_on_s3_is_restored_and_purged(
     TrashBatch.objects.filter(pk=batch.pk).update(
         expires_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
     )
-    from processes.trash_tasks import purge_trash_task
+    from storage.tasks import purge_trash_task
 
     assert purge_trash_task.apply().get() == [second.pk]
     listing = objects(seaweedfs, location)

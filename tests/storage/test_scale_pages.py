@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from console.overview import tables_by_health
+from processes.health import tables_by_health
 from processes.models import Process, ProcessStatus
 from storage.health import table_health
 from storage.models import Table

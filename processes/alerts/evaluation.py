@@ -1,23 +1,20 @@
 """Alert rules evaluated on the beat tick (light queue): each rule names its subjects in trouble now;
 an episode opens per (rule, subject), fires once when the condition has held ``minutes``, and
 resolves (with a resolve message when it had fired) once the subject is out of trouble. Deliveries
-are rows sent by ``processes.alerts.tasks.deliver_alert_task`` after the tick's transaction commits.
-
-Here in ``console`` (not ``processes``) because the rules reuse the console's liveness and health
-ranking (console/overview.py)."""
+are rows sent by ``processes.alerts.tasks.deliver_alert_task`` after the tick's transaction commits;
+the tick itself is ``processes.alerts.tasks.evaluate_alerts_task``. The health ranking and the
+liveness the rules read are processes/health.py's, as the console's overview shows them."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
 
-from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, Sum
 from django.utils import timezone
 
-from console.overview import liveness, tables_by_health
 from processes.alerts.models import (
     AlertChannel,
     AlertDelivery,
@@ -27,7 +24,7 @@ from processes.alerts.models import (
     DeliveryStatus,
     RuleKind,
 )
-from processes.alerts.tasks import enqueue_delivery
+from processes.health import liveness, tables_by_health
 from processes.models import Process, ProcessStatus
 from storage.models import CachedResultState, StorageBackend
 
@@ -101,11 +98,13 @@ def storages_over_quota(rule: AlertRule, now: dt.datetime) -> dict[str, str]:
     return found
 
 
+#: The evaluator of each rule kind, keyed by the kind's value (``str`` of a choice is its value;
+#: mypy, without Django's types, would take a labelled choice for its (value, label) tuple).
 EVALUATORS: dict[str, Callable[[AlertRule, dt.datetime], dict[str, str]]] = {
-    RuleKind.PROCESS_FAILED: failed_processes,
-    RuleKind.TABLE_HEALTH: unhealthy_tables,
-    RuleKind.SERVICE_SILENT: silent_services,
-    RuleKind.STORAGE_QUOTA: storages_over_quota,
+    str(RuleKind.PROCESS_FAILED): failed_processes,
+    str(RuleKind.TABLE_HEALTH): unhealthy_tables,
+    str(RuleKind.SERVICE_SILENT): silent_services,
+    str(RuleKind.STORAGE_QUOTA): storages_over_quota,
 }
 
 
@@ -165,9 +164,3 @@ def evaluate_alerts(now: dt.datetime | None = None) -> list[int]:
         with transaction.atomic():
             to_send += evaluate_rule(rule, now)
     return to_send
-
-
-@shared_task(name="console.alerts.evaluate_alerts_task", ignore_result=True)
-def evaluate_alerts_task() -> None:
-    for delivery_id in evaluate_alerts():
-        enqueue_delivery(delivery_id)
