@@ -90,7 +90,7 @@ def _needed(location: str, snapshot_ids, tags) -> set[str]:
 
 
 def test_paimon_rules_expire_beyond_retain_max_and_old_snapshots_down_to_retain_min():
-    from lakewarden_paimon.maintenance import expire_range
+    from lakewarden_paimon._cleanup import expire_range
 
     ids = list(range(3, 13))  # 3..12, snapshot n committed at n * 1000 ms
 

@@ -55,7 +55,7 @@ def _table(batches):
 
 
 def test_expiry_and_orphan_cleanup_on_s3_keep_every_row(s3_table, seaweedfs):
-    from lakewarden_paimon import PaimonAdapter, maintenance
+    from lakewarden_paimon import PaimonAdapter, _cleanup
     from lakewarden_paimon.maintenance import PaimonExpireSnapshots
 
     from tests.plugins.test_paimon_maintenance import _Context
@@ -92,7 +92,7 @@ def test_expiry_and_orphan_cleanup_on_s3_keep_every_row(s3_table, seaweedfs):
         out.write(b"nobody names me")
     table = PaimonAdapter.open(prefix, storage=storage)
     # the store sets last-modified times itself: an age limit in the future makes everything old
-    found = maintenance.plan_orphans(table.store, table.files, int(time.time() * 1000) + 3_600_000)
+    found = _cleanup.plan_orphans(table.store, table.files, int(time.time() * 1000) + 3_600_000)
     assert list(found) == [f"s3://{orphan}"]
     assert sum(table.files.remove(location) for location in found) == 1
     assert sorted_rows(_pypaimon(prefix, storage)[0]) == sorted_rows(before)

@@ -28,6 +28,7 @@ from processes.maintenance.delta.rewrite import DeltaRewriteProcess
 from processes.models import ProcessStatus
 from storage.formats.delta import commit as delta_commit
 from storage.formats.delta.commit import live_files, open_version, put_commit
+from storage.io import objects
 from tests.processes.conftest import delta_read, delta_rows, multiset, staging_root
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -317,7 +318,7 @@ def test_an_error_after_the_commit_landed_keeps_the_files_it_committed(dv_table,
     def fail(directory):
         raise OSError("fsync of the log folder failed")
 
-    monkeypatch.setattr(delta_commit, "_sync_directory", fail)
+    monkeypatch.setattr(objects, "_sync_directory", fail)  # after the link: the commit landed
     process = run_now(console_table, "rewrite", {"min-input-files": 2})
 
     assert process.status == ProcessStatus.SUCCESS, process.failure
