@@ -89,7 +89,7 @@ def timeline_series(spec_table: SpecTable) -> list[dict[str, Any]]:
         all(key in instant.summary for key in ("total-records", "total-data-files", "total-files-size"))
         for instant in instants
     )
-    per_instant: dict[str, dict[str, int]] = {}
+    per_instant: dict[str, dict[str, int | None]] = {}
     if totals_known:
         for instant in instants:
             per_instant[str(instant.id)] = {
@@ -116,7 +116,7 @@ def timeline_series(spec_table: SpecTable) -> list[dict[str, Any]]:
     return series
 
 
-def _replayed_totals(spec_table: SpecTable, instants: list[Any]) -> dict[str, dict[str, int]]:
+def _replayed_totals(spec_table: SpecTable, instants: list[Any]) -> dict[str, dict[str, int | None]]:
     """Records, files and bytes after each instant, replayed from the change stream."""
     changes: dict[str, list] = {}
     # A removal may carry no statistics (Delta's remove actions need not): it takes the records
@@ -137,7 +137,7 @@ def _replayed_totals(spec_table: SpecTable, instants: list[Any]) -> dict[str, di
         entry[1] += sign
         entry[2] += sign * size
     running = {"records": 0, "files": 0, "bytes": 0}
-    per_instant: dict[str, dict[str, int]] = {}
+    per_instant: dict[str, dict[str, int | None]] = {}
     for instant in instants:
         delta = changes.get(str(instant.id), [0, 0, 0])
         running = {

@@ -14,7 +14,8 @@ import decimal
 import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
 from django.db.models import (
     Case,
@@ -145,8 +146,9 @@ def _bind(text: str, schema):
     except decimal.DecimalException as error:
         # Coercing to a decimal column can overflow the arithmetic context (binding.py, issue 10):
         # the largest number of the filter is the one that did not fit.
-        token, _ = max(numbers, key=lambda pair: pair[1].adjusted(), default=(None, None))
-        what = f"the number {shown(token.text)} at position {token.position}" if token else "a number"
+        largest: Token | None
+        largest, _ = max(numbers, key=lambda pair: pair[1].adjusted(), default=(None, None))
+        what = f"the number {shown(largest.text)} at position {largest.position}" if largest else "a number"
         raise InvalidInput(f"{what} is too large for its column", field="filter") from error
 
 
@@ -159,7 +161,12 @@ class _Reading:
     def __enter__(self) -> _Reading:
         return self
 
-    def __exit__(self, kind, error, traceback) -> bool:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> Literal[False]:
         if error is None:
             return False
         if isinstance(error, FilterError):
@@ -285,6 +292,7 @@ def table_changes(*, table: Table, query: SpecQuery):
         end = timeline.get(query.end) if query.end else timeline.latest()
         if end is None:
             return None, None, [], []
+        start: Instant | None
         if query.start:
             start = timeline.get(query.start)
         else:

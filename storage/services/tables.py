@@ -41,7 +41,8 @@ from storage.spec import SpecError, SpecTable
 
 logger = logging.getLogger(__name__)
 
-ICEBERG_KINDS = {CatalogKind.ICEBERG_SQL, CatalogKind.ICEBERG_REST}
+# ``str`` of a choice is its value (mypy, without Django's types, would take it for a tuple).
+ICEBERG_KINDS = {str(CatalogKind.ICEBERG_SQL), str(CatalogKind.ICEBERG_REST)}
 #: The listing that checks a prefix answers within these (each of the store client's three
 #: attempts), whatever longer timeouts the options give reads: a silent endpoint is refused in
 #: about 20 s, not after minutes.
@@ -71,7 +72,7 @@ def catalog_properties_checked(name: str, kind: str, properties: dict[str, Any])
     ``catalog_create`` share it): the root normalised, the store or catalog reached."""
     properties = dict(properties)
     options = _store_options(properties, field_name="properties")
-    if kind == CatalogKind.PATH_ROOT:
+    if kind == str(CatalogKind.PATH_ROOT):
         root = str(properties.get("root", "") or "")
         if is_object_store(root):
             canonical = _confined_uri(root, field_name="root")
@@ -79,10 +80,10 @@ def catalog_properties_checked(name: str, kind: str, properties: dict[str, Any])
             properties["root"] = canonical
         else:
             properties["root"] = str(_confined_existing_folder(root, field_name="root"))
-    elif kind == CatalogKind.ICEBERG_SQL and str(properties.get("warehouse", "") or "").strip():
+    elif kind == str(CatalogKind.ICEBERG_SQL) and str(properties.get("warehouse", "") or "").strip():
         # Tables it creates (a cached result's, say) are written there: inside the roots only.
         _confined_uri(str(properties["warehouse"]).strip(), field_name="properties")  # kept as spelt
-    elif kind == CatalogKind.ICEBERG_REST:
+    elif kind == str(CatalogKind.ICEBERG_REST):
         uri = str(properties.get("uri", "") or "").strip()
         if not uri:
             raise InvalidInput("an Iceberg REST catalog needs a uri", field="properties")

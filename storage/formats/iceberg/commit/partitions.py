@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyiceberg.typedef import Record
 
 
 class OutputPartitioner:
@@ -44,14 +48,22 @@ def encode_partition(values: Any) -> str:
     return json.dumps([encode(values[i]) for i in range(len(values))])
 
 
-def decode_partition(key: str) -> Any:
+#: ``encode_partition``'s tags, and how each reads its text back.
+_DECODERS: dict[str, Callable[[str], object]] = {
+    "bytes": bytes.fromhex,
+    "decimal": Decimal,
+    "uuid": uuid.UUID,
+}
+
+
+def decode_partition(key: str) -> Record:
     """The pyiceberg partition record of ``encode_partition``'s key."""
     from pyiceberg.typedef import Record
 
-    def decode(value: Any) -> Any:
+    def decode(value: object) -> object:
         if isinstance(value, dict):
             kind, text = next(iter(value.items()))
-            return {"bytes": bytes.fromhex, "decimal": Decimal, "uuid": uuid.UUID}[kind](text)
+            return _DECODERS[kind](text)
         return value
 
     return Record(*[decode(v) for v in json.loads(key)])

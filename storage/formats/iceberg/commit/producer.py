@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from pyiceberg.exceptions import ValidationException
 from pyiceberg.manifest import (
@@ -20,6 +20,7 @@ from pyiceberg.manifest import (
     write_manifest,
     write_manifest_list,
 )
+from pyiceberg.table.metadata import TableMetadataV3
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import (
     Operation,
@@ -28,7 +29,12 @@ from pyiceberg.table.snapshots import (
     Summary,
     update_snapshot_summaries,
 )
-from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetSnapshotRefUpdate
+from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    AssertRefSnapshotId,
+    SetSnapshotRefUpdate,
+    UpdatesAndRequirements,
+)
 from pyiceberg.table.update.snapshot import _new_manifest_list_file_name, _SnapshotProducer
 from pyiceberg.typedef import EMPTY_DICT
 
@@ -47,6 +53,10 @@ from storage.formats.iceberg.commit.manifests import (
     read_manifest_list,
 )
 
+if TYPE_CHECKING:
+    from pyiceberg.table import Transaction
+    from pyiceberg.table.metadata import TableMetadata
+
 
 class NewDeleteFile(NamedTuple):
     """A delete file to add (position or equality deletes; its ``spec_id`` set) with the data
@@ -57,7 +67,7 @@ class NewDeleteFile(NamedTuple):
     data_sequence_number: int | None = None
 
 
-def delete_key(data_file: DataFile) -> Any:
+def delete_key(data_file: DataFile) -> DVKey | str:
     """How a delete entry is matched for removal: a deletion vector by ``dv_key`` (a Puffin file
     holds the vectors of many data files), any other delete file by its path."""
     return dv_key(data_file) if data_file.file_format == FileFormat.PUFFIN else data_file.file_path
@@ -70,7 +80,7 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
 
     def __init__(
         self,
-        transaction: Any,
+        transaction: Transaction,
         *,
         removed: Sequence[DataFile],
         removed_dvs: Collection[DVKey],
@@ -112,14 +122,14 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
         parent = metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id else None
         if parent is None:
             raise ValidationException("the table has no snapshot to rewrite")
-        found: set[Any] = set()
+        found: set[DVKey | str] = set()
         self._removed_delete_files = []
         kept = []
         removed_deletes = self._removed_dvs | self._removed_delete_paths
         manifests = read_manifest_list(self._io, parent)
         self._check_one_vector_per_file(manifests)
         for manifest in manifests:
-            wanted: Collection[Any] = (
+            wanted: Collection[DVKey | str] = (
                 self._removed.keys() if manifest.content == ManifestContent.DATA else removed_deletes
             )
             if wanted and (manifest.has_added_files() or manifest.has_existing_files()):
@@ -158,7 +168,9 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
                         f"{data_file[REFERENCED_DATA_FILE]} got a deletion vector this commit does not replace"
                     )
 
-    def _filter(self, manifest: ManifestFile, wanted: Collection[Any], found: set[Any]) -> ManifestFile:
+    def _filter(
+        self, manifest: ManifestFile, wanted: Collection[DVKey | str], found: set[DVKey | str]
+    ) -> ManifestFile:
         """``manifest`` itself when it holds nothing to remove, else its rewrite (package docstring)."""
         data = manifest.content == ManifestContent.DATA
         next_row_id = (
@@ -285,7 +297,7 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
         )
         return Summary(Operation.REPLACE, **totals.additional_properties)
 
-    def _commit(self) -> Any:
+    def _commit(self) -> UpdatesAndRequirements:
         metadata = self._transaction.table_metadata
         manifests = self._manifests()
         sequence = metadata.next_sequence_number()
@@ -295,7 +307,7 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
         )
         path = self._transaction._table.location_provider().new_metadata_location(name)
         self._written_manifest_lists.append(path)
-        first_row_id = (metadata.next_row_id or 0) if metadata.format_version >= 3 else None
+        first_row_id = (metadata.next_row_id or 0) if isinstance(metadata, TableMetadataV3) else None
         output = self._io.new_output(path)
         if first_row_id is not None:
             writer: ManifestListWriter = ManifestListWriterV3(
@@ -312,7 +324,8 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
             )
         with writer:
             writer.add_manifests(manifests)
-        snapshot = Snapshot(
+        # pyiceberg's models take their fields' names (populate_by_name); mypy knows only the aliases.
+        snapshot = Snapshot(  # type: ignore[call-arg]
             snapshot_id=self._snapshot_id,
             parent_snapshot_id=self._parent_snapshot_id,
             manifest_list=path,
@@ -321,12 +334,12 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
             schema_id=metadata.current_schema_id,
             first_row_id=first_row_id,
             added_rows=writer.next_row_id - first_row_id
-            if isinstance(writer, ManifestListWriterV3)
+            if isinstance(writer, ManifestListWriterV3) and first_row_id is not None
             else None,
         )
         return self._updates_for(snapshot)
 
-    def _updates_for(self, snapshot: Snapshot) -> Any:
+    def _updates_for(self, snapshot: Snapshot) -> UpdatesAndRequirements:
         """The updates and requirements of adding ``snapshot`` to the target branch (as
         pyiceberg's producers do)."""
         add = AddSnapshotUpdate(snapshot=snapshot)
@@ -337,22 +350,23 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
         return (
             (
                 add,
-                SetSnapshotRefUpdate(
+                SetSnapshotRefUpdate(  # type: ignore[call-arg]  # fields' names, as Snapshot
                     snapshot_id=self._snapshot_id,
-                    parent_snapshot_id=self._parent_snapshot_id,
                     ref_name=branch,
                     type=SnapshotRefType.BRANCH,
                 ),
             ),
             (
-                AssertRefSnapshotId(
+                AssertRefSnapshotId(  # type: ignore[call-arg]  # fields' names, as Snapshot
                     snapshot_id=refs[branch].snapshot_id if branch in refs else None, ref=branch
                 ),
             ),
         )
 
 
-def _check_delete_files(metadata: Any, removed: Sequence[DataFile], added: Sequence[NewDeleteFile]) -> None:
+def _check_delete_files(
+    metadata: TableMetadata, removed: Sequence[DataFile], added: Sequence[NewDeleteFile]
+) -> None:
     """``ValueError`` for delete files this producer cannot move: any in a v1 table, a deletion
     vector among ``removed_deletes`` (``removed_dvs`` names those), a data file, an added file
     without its spec id or with a data sequence number beyond the table's next one, an added

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyiceberg.table.statistics import StatisticsFile
 
 PUFFIN_MAGIC = b"PFA1"
 CREATED_BY = "Lakewarden compute-statistics (Apache DataSketches theta, lg_k=12)"
@@ -40,16 +43,19 @@ def puffin_file(
     return bytes(out + footer), len(footer), written
 
 
-def statistics_file(path: str, snapshot_id: int, data: bytes, footer_size: int, blobs: list[dict]) -> Any:
+def statistics_file(
+    path: str, snapshot_id: int, data: bytes, footer_size: int, blobs: list[dict[str, Any]]
+) -> StatisticsFile:
     from pyiceberg.table.statistics import BlobMetadata, StatisticsFile
 
-    return StatisticsFile(
+    # pyiceberg's models take their fields' names (populate_by_name); mypy knows only the aliases.
+    return StatisticsFile(  # type: ignore[call-arg]
         snapshot_id=snapshot_id,
         statistics_path=path,
         file_size_in_bytes=len(data),
         file_footer_size_in_bytes=footer_size,
         blob_metadata=[
-            BlobMetadata(
+            BlobMetadata(  # type: ignore[call-arg]  # fields' names, as StatisticsFile
                 type=b["type"],
                 snapshot_id=b["snapshot-id"],
                 sequence_number=b["sequence-number"],
