@@ -14,7 +14,7 @@ ORC format has no mapping for here (``timestamp_ns``, ``variant``, ``unknown``) 
 pyarrow exposes no ORC column statistics, so a data file's metrics are computed from the rows
 as they are written (``OrcMetrics``): value, null and NaN counts and lower/upper bounds of the
 primitive columns outside lists and maps, by field id, truncated as the table's
-``write.metadata.metrics.*`` properties ask (``orc_data_file``).
+``write.metadata.metrics.*`` properties ask (``iceberg.lineage.orc_data_file``).
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ class OrcMetrics:
             stats[4] = high if stats[4] is None else max(stats[4], high)
 
     def dumps(self) -> bytes:
-        """What travels from the writing task back to the driver (``orc_data_file``)."""
+        """What travels from the writing task back to the driver (``iceberg.lineage.orc_data_file``)."""
         return pickle.dumps({"rows": self.rows, "columns": self.columns})
 
 
@@ -206,54 +206,3 @@ def write_orc(fs: Any, fs_path: str, table: pa.Table, compression: str = "zlib")
         out.write_table(table)
     finally:
         out.close()
-
-
-def orc_data_file(metadata: Any, path: str, partition: Any, spec_id: int, size: int, metrics: bytes) -> Any:
-    """The pyiceberg ``DataFile`` of an ORC file written for the table (``OrcOutputFile``), its
-    metrics (``OrcMetrics.dumps``) kept as the table's metrics modes say (none, counts,
-    truncate(n), full), bounds serialized and truncated as pyiceberg does for parquet."""
-    from pyiceberg.io.pyarrow import MetricModeTypes, PrimitiveToPhysicalType, StatsAggregator
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.schema import visit
-
-    from processes.maintenance.iceberg.lineage import statistics_inputs
-
-    _, plan = statistics_inputs(metadata)
-    counts: dict[str, dict[int, Any]] = {
-        name: {} for name in ("value_counts", "null_value_counts", "nan_value_counts")
-    }
-    bounds: dict[str, dict[int, bytes]] = {"lower_bounds": {}, "upper_bounds": {}}
-    written = pickle.loads(metrics)
-    for field_id, (values, nulls, nans, low, high) in written["columns"].items():
-        collector = plan.get(field_id)
-        if collector is None or collector.mode.type == MetricModeTypes.NONE:
-            continue
-        counts["value_counts"][field_id], counts["null_value_counts"][field_id] = values, nulls
-        if nans is not None:
-            counts["nan_value_counts"][field_id] = nans
-        if collector.mode.type == MetricModeTypes.COUNTS or low is None:
-            continue
-        iceberg_type = collector.iceberg_type
-        physical = visit(iceberg_type, PrimitiveToPhysicalType())
-        aggregate = StatsAggregator(iceberg_type, physical, collector.mode.length)
-        aggregate.update_min(low)
-        aggregate.update_max(high)
-        for name, value in (
-            ("lower_bounds", aggregate.min_as_bytes()),
-            ("upper_bounds", aggregate.max_as_bytes()),
-        ):
-            if value is not None:
-                bounds[name][field_id] = value
-    data_file = DataFile.from_args(
-        _table_format_version=3,
-        content=DataFileContent.DATA,
-        file_path=path,
-        file_format=FileFormat.ORC,
-        partition=partition,
-        record_count=written["rows"],
-        file_size_in_bytes=size,
-        **counts,
-        **bounds,
-    )
-    data_file.spec_id = spec_id
-    return data_file

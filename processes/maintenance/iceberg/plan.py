@@ -97,3 +97,11 @@ def planned_vectors(plan: CompactionPlan) -> set[DVKey]:
         for d in file_slice.delete_files
         if d.content is FileContent.DELETION_VECTOR
     }
+
+
+def portable_io(io: Any) -> Any:
+    """A file IO of the same kind built from ``io``'s string properties only (picklable)."""
+    properties = {k: v for k, v in (io.properties or {}).items() if isinstance(v, str)}
+    if len(properties) == len(io.properties or {}):
+        return io
+    return type(io)(properties)

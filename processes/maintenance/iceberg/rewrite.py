@@ -55,12 +55,13 @@ from processes.maintenance.iceberg.batches import (
     PartialProgress,
     RewritePartiallyCommitted,
 )
-from processes.maintenance.iceberg.lineage import rewrite_inputs
+from processes.maintenance.iceberg.lineage import orc_data_file, rewrite_inputs
 from processes.maintenance.iceberg.plan import (
     OUTPUT_SPEC_ID,
     output_spec,
     plan_rewrite,
     planned_vectors,
+    portable_io,
     spec_view,
 )
 from processes.maintenance.iceberg.validation import (
@@ -72,7 +73,7 @@ from processes.maintenance.iceberg.validation import (
     snapshot_ids,
     validate_rewrite,
 )
-from processes.maintenance.orc_output import ORC, PARQUET, data_format, orc_codec, orc_data_file, orc_schema
+from processes.maintenance.orc_output import ORC, PARQUET, data_format, orc_codec, orc_schema
 from processes.maintenance.outputs import RewriteOutputs, rewrite_outputs, sweep_leftovers
 from processes.maintenance.planning import (
     REWRITE_DEFAULTS,
@@ -316,14 +317,6 @@ def sweep_ended_rewrites(table: Any, context: ProcessContext) -> list[str]:
         comparable=normalise,
         guard=context.guard,
     )
-
-
-def portable_io(io: Any) -> Any:
-    """A file IO of the same kind built from ``io``'s string properties only (picklable)."""
-    properties = {k: v for k, v in (io.properties or {}).items() if isinstance(v, str)}
-    if len(properties) == len(io.properties or {}):
-        return io
-    return type(io)(properties)
 
 
 class OutputFormat(NamedTuple):

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from processes.maintenance.errors import InputError
-from processes.maintenance.iceberg.rewrite import portable_io
+from processes.maintenance.iceberg.plan import portable_io
 from processes.maintenance.iceberg.statistics.sketches import KINDS, ThetaSketch, value_hashes
 from processes.plugin import ProcessContext
 from storage.formats.iceberg.read import SliceReader, iter_parts
