@@ -57,9 +57,11 @@ class TableLock:
             password=db.get("PASSWORD") or None,
             autocommit=True,
         )
-        got = self._connection.execute(
+        row = self._connection.execute(
             "select pg_try_advisory_lock(%s, %s)", (TABLE_LOCK_NAMESPACE, self.table_id)
-        ).fetchone()[0]
+        ).fetchone()
+        assert row is not None  # a select of one value answers one row
+        got = row[0]
         if not got:
             self.release()
             raise TableLockBusy(f"another maintenance process holds table {self.table_id}")

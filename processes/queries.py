@@ -22,6 +22,7 @@ from processes.query_duckdb import (
     DEFAULT_MAX_SCAN_BYTES,
     DUCKDB,
     ENGINES,
+    SPARK,
     DuckDbRun,
     EngineChoice,
     arrow_rows,
@@ -63,7 +64,7 @@ def query_submit(
     backend: StorageBackend | None = None,
     user=None,
     row_limit: int | None = None,
-    engine: str = QueryEngine.SPARK,
+    engine: str = SPARK,
 ) -> Query:
     """Validate now (bad SQL and unknown tables answer at once), run later on a worker on
     ``engine``: spark; duckdb (refused at once when DuckDB would not answer as Spark does); or
@@ -229,9 +230,9 @@ def _run_duckdb(
     if backend is not None:
         found = cached_result_find(plan=plan, backend=backend)
         if found is not None:  # stored results are read as the Spark engine reads them
-            result, storage = found
-            frame = storage.read(spark if spark is not None else spark_session(), result.properties)
-            return _record_success(query, plan, _collect(frame, query.row_limit), True, result, started)
+            cached, storage = found
+            frame = storage.read(spark if spark is not None else spark_session(), cached.properties)
+            return _record_success(query, plan, _collect(frame, query.row_limit), True, cached, started)
     run.register(plan, choice.estimate or scan_estimate(plan), choice.sql)
     table, total = run.fetch(choice.sql, query.row_limit, whole=backend is not None)
     result = None

@@ -124,9 +124,11 @@ def choose_engine(requested: str, plan: QueryPlan, max_scan_bytes: int) -> Engin
             raise DuckDbRefused(
                 f"DuckDB would not answer this query as Spark does: {refusal}. Run it on spark or auto."
             )
+        assert estimate is not None  # estimated whenever nothing refused DuckDB
         return EngineChoice(DUCKDB, f"requested; scans {_mib(estimate.bytes)}", estimate, sql)
     if refusal is not None:
         return EngineChoice(SPARK, f"auto: {refusal}"[:200])
+    assert estimate is not None  # as above
     scanned = _mib(estimate.bytes)
     if estimate.bytes <= max_scan_bytes:
         reason = f"auto: scans {scanned}, at most the DuckDB limit of {_mib(max_scan_bytes)}"
@@ -236,8 +238,9 @@ class DuckDbRun:
         table = _spark_types(relation.limit(row_limit + 1).to_arrow_table(), relation.types)
         if table.num_rows <= row_limit:
             return table, table.num_rows
-        counted = self.connection.sql(f"SELECT count(*) FROM ({sql}) AS lw_counted").fetchone()
-        return table, int(counted[0]) if counted else table.num_rows
+        # A relation has no fetchone() since DuckDB 2 (it would be read as a column's name).
+        counted = self.connection.sql(f"SELECT count(*) FROM ({sql}) AS lw_counted").fetchall()
+        return table, int(counted[0][0]) if counted else table.num_rows
 
     def interrupt(self) -> None:
         with self._lock:

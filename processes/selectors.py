@@ -105,9 +105,9 @@ def actions_for_format(table_format: str) -> list[dict]:
     return offered
 
 
-def declined_actions_for_format(table_format: str) -> list[dict]:
+def declined_actions_for_format(table_format: str) -> list[dict[str, str]]:
     """Actions enabled factories say they do not offer for this format, with the reason."""
-    declined = []
+    declined: list[dict[str, str]] = []
     for configured in configured_factories():
         for action, reason in sorted(configured.factory.declined_actions().get(table_format, {}).items()):
             if not any(d["action"] == action for d in declined):

@@ -225,6 +225,19 @@ def test_duckdb_reads_only_the_columns_the_query_names(tables):
     assert sorted(arrow_rows(table, 10)) == [["eu", 13], ["us", 13]]
 
 
+def test_fetch_past_the_row_limit_counts_every_row():
+    """Beyond ``row_limit`` rows the total is counted (a DuckDB 2 relation has no fetchone())."""
+    import pyarrow as pa
+
+    run = DuckDbRun()
+    try:
+        run.register_arrow({"numbers": pa.table({"x": pa.array(range(50), pa.int64())})})
+        table, total = run.fetch("select x from numbers", 10, whole=False)
+    finally:
+        run.close()
+    assert (table.num_rows, total) == (11, 50)
+
+
 @pytest.mark.parametrize("engine", ["duckdb", "spark"])
 def test_order_by_holds_on_either_engine_and_in_its_cached_result(tables, spark, engine):
     """ORDER BY is the answer's order, and stays it when the stored result is served."""
