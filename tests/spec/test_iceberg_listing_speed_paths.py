@@ -8,6 +8,8 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import subprocess
+import sys
 import threading
 from decimal import Decimal
 from pathlib import Path
@@ -96,6 +98,48 @@ def test_read_ahead_raises_an_error_of_the_items_themselves_in_order(read_ahead_
     with pytest.raises(ValueError, match="no third"):
         next(stream)
     assert not read_ahead_threads()
+
+
+_COLLECTED_INSIDE_THREADING = """
+import gc, threading, time
+from storage.formats.iceberg._readahead import THREAD_PREFIX, read_ahead
+
+stream = read_ahead(range(100), lambda i: i, window=4)
+assert next(stream) == (0, 0)
+holder = [stream]
+holder.append(holder)  # only the collector frees it now
+del stream, holder
+gc.disable()
+
+def collect_inside_threading():
+    # as when a collection starts inside Thread.start's bootstrap, which holds this lock
+    with threading._shutdown_locks_lock:
+        gc.collect()
+
+collector = threading.Thread(target=collect_inside_threading, daemon=True)
+collector.start()
+collector.join(timeout=30)
+assert not collector.is_alive(), "the collector's thread is stuck closing the listing"
+deadline = time.monotonic() + 30
+while any(t.name.startswith(THREAD_PREFIX) for t in threading.enumerate()):
+    assert time.monotonic() < deadline, "read-ahead threads did not end"
+    time.sleep(0.05)
+print("closed")
+"""
+
+
+def test_a_listing_the_garbage_collector_closes_inside_threading_locks_does_not_deadlock():
+    """Seen in CI: a dropped listing finalized by a collection that started inside another
+    thread's bootstrap joined its workers there and waited for a lock its own thread held."""
+    done = subprocess.run(
+        [sys.executable, "-c", _COLLECTED_INSIDE_THREADING],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "closed"
 
 
 # -- on a real table ----------------------------------------------------------------------------

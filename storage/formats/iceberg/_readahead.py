@@ -7,10 +7,19 @@ keeps up to ``window`` fetches in flight and hands results back in the items' or
 listing stays an ordered stream and memory stays bounded by the window. Stopping early (the
 generator closed or dropped half-way) cancels the fetches not started and waits for the ones
 running, so no thread outlives the listing and nothing more is downloaded.
+
+A listing dropped half-way is closed by the garbage collector, which may run anywhere: inside
+``Thread.start`` of another thread, while that thread holds ``threading``'s own locks. Joining
+the workers there deadlocks (seen in CI: a new thread stuck in its bootstrap, finalizing a dropped
+listing, waiting for the lock it held itself). So when the collector closes a listing, or one of
+the pool's own workers does, the fetches not started are cancelled and the running ones finish on
+their own, without the wait; a consumer that closes or drops it waits as before.
 """
 
 from __future__ import annotations
 
+import gc
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -72,4 +81,24 @@ def read_ahead(items: Iterable[T], fetch: Callable[[T], R], window: int = WINDOW
             if not isinstance(entry, BaseException):
                 entry[1].cancel()
         if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=may_join(pool), cancel_futures=True)
+
+
+def may_join(pool: ThreadPoolExecutor) -> bool:
+    """Whether this thread may wait for ``pool``'s workers to end: not when it is one of them, nor
+    inside a garbage collection (which may have started within ``threading``'s own locks)."""
+    if getattr(_gc_state, "collecting", False):
+        return False
+    # by ident: current_thread() would register a thread still in its bootstrap, under a lock
+    return threading.get_ident() not in {thread.ident for thread in getattr(pool, "_threads", ())}
+
+
+_gc_state = threading.local()
+
+
+def _note_collection(phase: str, info: dict) -> None:
+    """``gc.callbacks``: called in the collecting thread before and after each collection."""
+    _gc_state.collecting = phase == "start"
+
+
+gc.callbacks.append(_note_collection)
