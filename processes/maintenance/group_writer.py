@@ -490,7 +490,7 @@ class GroupWriter:
         return (
             bool(self._spark_schema)
             and self.file_format == PARQUET
-            and all(s.base_file.file_format == PARQUET for s in group.slices)
+            and all(s.base.file_format == PARQUET for s in group.slices)
             and not group.has_deletes
             and not any(GLOB_CHARACTERS & set(local_path(p)) for p in group.paths)
         )

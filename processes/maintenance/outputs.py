@@ -33,11 +33,10 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import pyarrow.fs as pafs
 
-from processes.maintenance.planning import RewriteGroup
 from storage.io import StoreOptions, filesystem, is_local, is_object_store, join, uri
 from storage.io import local_path as io_local_path
 from storage.io.guard import PathGuard
@@ -73,6 +72,17 @@ def unpublish(paths: Iterable[str]) -> None:
             logger.warning("could not delete unreferenced file %s", path, exc_info=True)
 
 
+class OutputGroup(Protocol):
+    """What ``target`` reads of a group (a ``RewriteGroup``, or one file's worth of deletes): its
+    index and its input files (the new ones go beside the first)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def paths(self) -> list[str]: ...
+
+
 class _Placement:
     """Where new files go: beside an input when the guard allows that folder, else the table's
     own ``data/`` folder (checked too: ``OutsideTable`` when even that is refused)."""
@@ -104,7 +114,7 @@ class StagingOutputs(_Placement):
     def prepare(self) -> None:
         self.staging.mkdir(parents=True, exist_ok=True)
 
-    def target(self, group: RewriteGroup) -> tuple[str, str]:
+    def target(self, group: OutputGroup) -> tuple[str, str]:
         """(folder or prefix the group's task writes into, file name prefix)."""
         return str(self.staging / f"group-{group.index:05d}"), ""
 
@@ -150,7 +160,7 @@ class ObjectStoreOutputs(_Placement):
     def prepare(self) -> None:
         pass
 
-    def target(self, group: RewriteGroup) -> tuple[str, str]:
+    def target(self, group: OutputGroup) -> tuple[str, str]:
         directory = self._placed(posixpath.dirname(group.paths[0]))
         self.directories.add(directory)
         return directory, f"{self.prefix}g{group.index:05d}-"
@@ -200,7 +210,11 @@ RewriteOutputs = StagingOutputs | ObjectStoreOutputs
 
 
 def rewrite_outputs(
-    location: str, staging: Path, storage: Any, process_id: int, guard: PathGuard | None = None
+    location: str,
+    staging: Path,
+    storage: StoreOptions | None,
+    process_id: int,
+    guard: PathGuard | None = None,
 ) -> RewriteOutputs:
     """The outputs of one rewrite attempt on a table at ``location``, placed where ``guard`` (the
     process's ``context.guard``) allows."""

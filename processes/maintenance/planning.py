@@ -26,7 +26,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processes.maintenance.errors import InputError
 from processes.maintenance.rewrite_schema import (  # noqa: F401 (re-exported)
@@ -45,6 +45,9 @@ from processes.maintenance.rewrite_schema import (  # noqa: F401 (re-exported)
     ZORDER_COLUMNS,
 )
 from storage.spec.models import FileSlice, PartitionDescriptor
+
+if TYPE_CHECKING:
+    from pyiceberg.table.metadata import TableMetadata
 
 logger = logging.getLogger(__name__)
 
@@ -238,7 +241,7 @@ class RewriteGroup:
 
     @property
     def paths(self) -> list[str]:
-        return [s.base_file.path for s in self.slices]
+        return [s.base.path for s in self.slices]
 
 
 @dataclass
@@ -365,7 +368,7 @@ def plan_clustering(
 
 
 def iceberg_strategy(
-    metadata: Any, spec_id: int | None, settings: CompactionSettings, schema: Any
+    metadata: TableMetadata, spec_id: int | None, settings: CompactionSettings, schema: Any
 ) -> Ordering | None:
     """An Iceberg table's ``Ordering``: ``sort`` defaults to the table's sort order (identity
     transforms only), ``zorder`` refuses the identity partition columns of spec ``spec_id``
@@ -376,6 +379,11 @@ def iceberg_strategy(
     sort_order = metadata.sort_order_by_id(metadata.default_sort_order_id)
     for f in sort_order.fields if sort_order and not settings.sort_order else ():
         name = iceberg_schema.find_column_name(f.source_id)
+        if name is None:
+            raise InputError(
+                f"the table's sort order orders by column id {f.source_id}, which its schema no longer"
+                " has: give a sort-order; nothing was rewritten"
+            )
         if str(f.transform) != "identity":
             raise InputError(
                 f"the table's sort order orders by {f.transform}({name}), which the sort strategy"
@@ -383,14 +391,15 @@ def iceberg_strategy(
             )
         default.append(SortField(name, f.direction.value == "desc", f.null_order.value == "nulls-first"))
     identity = [
-        iceberg_schema.find_column_name(f.source_id)
+        name
         for f in metadata.specs()[spec_id].fields
         if str(f.transform) == "identity"
+        and (name := iceberg_schema.find_column_name(f.source_id)) is not None
     ]
     return resolve_ordering(settings, schema, partition_columns=identity, default_sort=default)
 
 
-def clustered_snapshots(metadata: Any, ordering: Ordering | None) -> Callable[[FileSlice], bool]:
+def clustered_snapshots(metadata: TableMetadata, ordering: Ordering | None) -> Callable[[FileSlice], bool]:
     """Whether an Iceberg file was added by a snapshot of a clustering rewrite of ``ordering``."""
     if ordering is None:
         return lambda s: False

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processes.maintenance.errors import InputError
 from processes.maintenance.iceberg.plan import OUTPUT_SPEC_ID, output_spec, plan_rewrite, spec_view
@@ -40,6 +40,9 @@ from processes.plugin import PURGE_DELETION_VECTORS, Preview
 from storage.formats.delta.commit import CommitRefused, open_version
 from storage.io import is_local
 from storage.spec.models import FileContent
+
+if TYPE_CHECKING:
+    from processes.runtime import TableRuntime
 
 #: Groups listed one by one in a preview's details (the counts cover them all).
 LISTED_GROUPS = 50
@@ -94,7 +97,7 @@ def preview_of(
             "target_file_size": settings.target_file_size,
             "data_files_removed": plan.files_in,
             "data_files_added": files_out,
-            "small_files_removed": sum(1 for s in slices if s.base_file.size_bytes < small_file_bytes),
+            "small_files_removed": sum(1 for s in slices if s.base.size_bytes < small_file_bytes),
             "small_files_added": sum(small for _, small in outputs),
             "snapshots_added": int(not plan.empty),
             "group_list": [
@@ -139,7 +142,7 @@ class IcebergRewriteInputs:
 
 
 def iceberg_inputs(
-    runtime: Any, params: dict[str, Any], *, strict: bool = False
+    runtime: TableRuntime, params: dict[str, Any], *, strict: bool = False
 ) -> IcebergRewriteInputs | None:
     """What an Iceberg rewrite with ``params`` resolves before reading a file; ``InputError`` for
     parameters the table cannot take; None for a table without a catalog (``strict``: an
@@ -156,7 +159,7 @@ def iceberg_inputs(
     return IcebergRewriteInputs(table, spec_id, settings, ordering)
 
 
-def iceberg_preview(runtime: Any, params: dict[str, Any]) -> Preview:
+def iceberg_preview(runtime: TableRuntime, params: dict[str, Any]) -> Preview:
     inputs = iceberg_inputs(runtime, params, strict=True)
     assert inputs is not None
     spec = spec_view(inputs.table)
@@ -168,7 +171,7 @@ def iceberg_preview(runtime: Any, params: dict[str, Any]) -> Preview:
         snapshot_id=plan.instant,
         output_spec_id=inputs.spec_id,
     )
-    if any(g.slices[0].base_file.extra.get("spec_id", inputs.spec_id) != inputs.spec_id for g in plan.groups):
+    if any(g.slices[0].base.extra.get("spec_id", inputs.spec_id) != inputs.spec_id for g in plan.groups):
         preview.notes.append(
             "files of older partition specs are split by the output spec's partitions: they may come out"
             " in more files than expected"
@@ -179,7 +182,7 @@ def iceberg_preview(runtime: Any, params: dict[str, Any]) -> Preview:
 # --- Delta ---------------------------------------------------------------------------------------
 
 
-def delta_validate(process: Any, runtime: Any) -> None:
+def delta_validate(process: Any, runtime: TableRuntime) -> None:
     """``InputError`` for parameters a Delta rewrite of this table cannot take (a purge takes none
     the table could refuse)."""
     if process.action == PURGE_DELETION_VECTORS:
@@ -187,7 +190,7 @@ def delta_validate(process: Any, runtime: Any) -> None:
     delta_ordering(open_version(runtime.location, storage=store_options(runtime)), process.settings)
 
 
-def delta_preview(process: Any, runtime: Any, layout: Callable[[Any], Any]) -> Preview:
+def delta_preview(process: Any, runtime: TableRuntime, layout: Callable[[Any], Any]) -> Preview:
     """The preview of a Delta rewrite or purge ``process``; ``layout`` is the writer's check of
     the table (``CommitRefused`` for a table the rewrite cannot write: an ``InputError`` here)."""
     delta_validate(process, runtime)

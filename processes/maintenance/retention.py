@@ -11,12 +11,15 @@ import contextlib
 import datetime as dt
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processes.maintenance.schemas import MAX_AGE_SECONDS
-from processes.plugin import Preview, ProcessInputError
+from processes.plugin import Preview, ProcessContext, ProcessInputError
 from storage.io.guard import OutsideTable
 from storage.trash import TrashUnavailable, batch_location, prepare_batch, purge_batch
+
+if TYPE_CHECKING:
+    from storage.io import StoreOptions
 
 _ISO_DURATION = re.compile(
     r"^P(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
@@ -99,13 +102,13 @@ def trash_retention(config: dict[str, Any]) -> dt.timedelta | None:
 
 
 def keep_in_trash(
-    context: Any,
+    context: ProcessContext,
     *,
     action: str,
     retention: dt.timedelta,
     root: str,
     files: list[tuple[str, int, str]],
-    storage: Any,
+    storage: StoreOptions | None,
 ) -> dict[str, Any]:
     """Move ``files`` ((location, size, kind), spelt as ``root`` is) into this process's trash
     batch instead of deleting them; the facts for the process summary."""
@@ -142,7 +145,12 @@ def keep_in_trash(
 
 @contextlib.contextmanager
 def trash_checked(
-    context: Any, *, action: str, root: str, files: list[tuple[str, int, str]], storage: Any
+    context: ProcessContext,
+    *,
+    action: str,
+    root: str,
+    files: list[tuple[str, int, str]],
+    storage: StoreOptions | None,
 ) -> Iterator[None]:
     """Around the step that commits a removal: first write the trash manifest (naming ``files``,
     what may be removed), so a store that refuses the trash folder fails the process before

@@ -7,11 +7,16 @@ whose location and new-file locations the path guard allows).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from processes.maintenance.errors import InputError
 from storage.io import StoreOptions, is_object_store
 from storage.io.guard import OutsideTable, PathGuard
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from processes.runtime import TableRuntime
 
 
 def store_options(context_or_runtime: Any, iceberg_table: Any = None) -> StoreOptions | None:
@@ -28,7 +33,7 @@ def store_options(context_or_runtime: Any, iceberg_table: Any = None) -> StoreOp
     return found
 
 
-def iceberg_commit_target(spec_table: Any, guard: PathGuard | None = None) -> Any:
+def iceberg_commit_target(spec_table: Any, guard: PathGuard | None = None) -> Table:
     """The pyiceberg table to commit to; with ``guard`` (a running process's), also refused
     unless the table's location and where new data and metadata files go (its location
     provider: ``write.data.path``, ``write.metadata.path``) are places the guard allows."""
@@ -57,7 +62,11 @@ def iceberg_commit_target(spec_table: Any, guard: PathGuard | None = None) -> An
     return table
 
 
-def iceberg_catalog_table(runtime: Any, *, strict: bool = False) -> Any:
+@overload
+def iceberg_catalog_table(runtime: TableRuntime, *, strict: Literal[True]) -> Table: ...
+@overload
+def iceberg_catalog_table(runtime: TableRuntime, *, strict: bool = False) -> Table | None: ...
+def iceberg_catalog_table(runtime: TableRuntime, *, strict: bool = False) -> Table | None:
     """The table's pyiceberg table with a catalog to commit through; for one registered by location
     None (its run refuses it, saying why) or, ``strict``, an ``InputError`` saying why."""
     try:

@@ -162,6 +162,14 @@ class FileSlice:
             return self.base_file.path
         return self.delete_files[0].path if self.delete_files else ""
 
+    @property
+    def base(self) -> DataFile:
+        """``base_file`` of a slice that has one (every slice but a Hudi log-only one);
+        ``ValueError`` for a slice without."""
+        if self.base_file is None:
+            raise ValueError(f"the slice of {self.path or 'no file'} has no base file")
+        return self.base_file
+
 
 @dataclass(frozen=True, slots=True)
 class FileGroup:

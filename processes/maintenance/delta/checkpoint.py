@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
@@ -57,6 +57,10 @@ from storage.formats.delta.commit import (
     table_shape,
 )
 from storage.io.guard import kept_summary
+
+if TYPE_CHECKING:
+    from processes.runtime import TableRuntime
+    from storage.io import StoreOptions
 
 DEFAULT_LOG_RETENTION_HOURS = 30 * 24
 _VERSIONED = re.compile(r"^(\d{20})\.(?:json|crc|checkpoint\.parquet|checkpoint\.\d+\.\d+\.parquet)$")
@@ -117,7 +121,7 @@ def expired_log_files(
     return floor, [path for _, _, path in sorted(found)]
 
 
-def write_checkpoint(location: str, spec: Any, storage: Any) -> None:
+def write_checkpoint(location: str, spec: Any, storage: StoreOptions | None) -> None:
     """deltalake's checkpoint at ``spec.version``, read back and compared with the replay."""
     table = delta_table(location, storage)
     table.load_as_version(spec.version)
@@ -131,7 +135,7 @@ def write_checkpoint(location: str, spec: Any, storage: Any) -> None:
         raise
 
 
-def verify_checkpoint(location: str, spec: Any, storage: Any) -> None:
+def verify_checkpoint(location: str, spec: Any, storage: StoreOptions | None) -> None:
     """The checkpoint at ``spec.version`` holds what the replay ``spec`` read holds."""
     fresh = open_version(location, spec.version, storage)
     checkpoint = fresh.log.checkpoint_for(spec.version)
@@ -192,7 +196,8 @@ class DeltaCheckpointProcess(TableProcess):
             summary["checkpoint_created"] = True
         context.check_cancelled()
         log = open_version(location, storage=storage).log
-        floor, doomed = (None, [])
+        floor: int | None = None
+        doomed: list[str] = []
         if self.cleanup:
             floor, doomed = expired_log_files(log, hours, checkpoint_at=spec.version)
         removable, kept = context.guard.split([log.store.uri(p) for p in doomed])
@@ -253,7 +258,7 @@ class DeltaCheckpointFactory(ProcessFactory):
     def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
         return TriggerStrategy.from_properties(self.properties, on_new_snapshot=True)
 
-    def trigger(self, runtime: Any, action: str) -> TableProcess | None:
+    def trigger(self, runtime: TableRuntime, action: str) -> TableProcess | None:
         spec = open_version(runtime.location, storage=store_options(runtime))
         try:
             _check_checkpointable(spec)
@@ -263,10 +268,10 @@ class DeltaCheckpointFactory(ProcessFactory):
         since = spec.version - max(spec.log.checkpoints, default=-1)
         return DeltaCheckpointProcess({}, runtime.config) if since >= minimum else None
 
-    def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
+    def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
         return DeltaCheckpointProcess(dict(record.params), runtime.config)
 
-    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview | None:
+    def preview(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> Preview | None:
         """What a run would do (its dry run, read from the log): the checkpoint written at the
         current version from the commits since the last checkpoint, the log files removed."""
         spec = open_version(runtime.location, storage=store_options(runtime))
@@ -276,7 +281,8 @@ class DeltaCheckpointFactory(ProcessFactory):
             raise InputError(str(refused)) from None
         process = DeltaCheckpointProcess(dict(params), runtime.config)
         hours = log_retention_hours(spec.definition.properties)
-        floor, doomed = (None, [])
+        floor: int | None = None
+        doomed: list[str] = []
         if process.cleanup:
             floor, doomed = expired_log_files(spec.log, hours, checkpoint_at=spec.version)
         last = max((v for v in spec.log.checkpoints if v < spec.version), default=-1)

@@ -35,7 +35,7 @@ import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -81,6 +81,9 @@ from storage.formats.delta.commit import (
 from storage.io import StoreOptions, filesystem, is_local
 from storage.spec.errors import RewriteConflict
 from storage.spec.models import FileSlice
+
+if TYPE_CHECKING:
+    from processes.runtime import TableRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +173,7 @@ def plan_delta(
         settings,
         instant=spec.version,
         eligible=lambda s: vectors or not s.delete_files,
-        clustered=lambda s: s.base_file.path in clustered,
+        clustered=lambda s: s.base.path in clustered,
         ordering=ordering,
     )
 
@@ -452,7 +455,7 @@ class DeltaRewriteFactory(ProcessFactory):
     def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
         return TriggerStrategy.from_properties(self.properties, on_new_snapshot=True)
 
-    def trigger(self, runtime: Any, action: str) -> TableProcess | None:
+    def trigger(self, runtime: TableRuntime, action: str) -> TableProcess | None:
         options = getattr(runtime, "store_options", None)
         spec = open_version(runtime.location, storage=options() if callable(options) else None)
         process = self.process_class({}, runtime.config)
@@ -463,14 +466,14 @@ class DeltaRewriteFactory(ProcessFactory):
             return None
         return None if plan.empty else process
 
-    def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
+    def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
         return self.process_class(dict(record.params), runtime.config)
 
-    def validate(self, runtime: Any, action: str, params: dict[str, Any]) -> None:
+    def validate(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> None:
         process = self.process_class(dict(params), runtime.config)
         rewrite_preview.delta_validate(process, runtime)
 
-    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Any:
+    def preview(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> Any:
         process = self.process_class(dict(params), runtime.config)
         return rewrite_preview.delta_preview(process, runtime, WriteLayout.of)
 

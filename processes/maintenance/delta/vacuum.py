@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
@@ -51,8 +51,11 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
-from storage.io import filesystem, join, normalise
+from storage.io import StoreOptions, filesystem, join, normalise
 from storage.io.guard import KeptFiles, OutsideTable, PathGuard, kept_summary
+
+if TYPE_CHECKING:
+    from processes.runtime import TableRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +182,9 @@ class DeltaVacuumProcess(TableProcess):
         )
         return [path for path in found if path and not path.endswith("/")]
 
-    def _keep_in_trash(self, context: ProcessContext, table: Any, files: list[str], storage: Any) -> dict:
+    def _keep_in_trash(
+        self, context: ProcessContext, table: Any, files: list[str], storage: StoreOptions | None
+    ) -> dict:
         root = normalise(table.table_uri)
         assert self.trash is not None
         return keep_in_trash(
@@ -198,7 +203,9 @@ def guarded_files(root: str, relative: list[str], guard: PathGuard) -> tuple[lis
     return guard.split(relative, path=lambda relative_path: join(root, relative_path))
 
 
-def delete_guarded(context: ProcessContext, root: str, relative: list[str], storage: Any) -> int:
+def delete_guarded(
+    context: ProcessContext, root: str, relative: list[str], storage: StoreOptions | None
+) -> int:
     """Delete files relative to the table ``root`` through the guard; the number that failed."""
     failed = 0
     for position, path in enumerate(relative):
@@ -213,7 +220,7 @@ def delete_guarded(context: ProcessContext, root: str, relative: list[str], stor
     return failed
 
 
-def sized_files(root: str, relative: list[str], storage: Any) -> list[tuple[str, int, str]]:
+def sized_files(root: str, relative: list[str], storage: StoreOptions | None) -> list[tuple[str, int, str]]:
     """(location, size, kind) of files relative to the table ``root``; a file gone has size 0."""
     locations = [join(root, path) for path in relative]
     fs, base = filesystem(root, storage)
@@ -228,7 +235,7 @@ def _kind(location: str) -> str:
     return "deletion_vector" if location.rsplit("/", 1)[-1].startswith("deletion_vector_") else "data_file"
 
 
-def _log_files(log: str, storage: Any = None) -> set[str]:
+def _log_files(log: str, storage: StoreOptions | None = None) -> set[str]:
     """Names of the files in the table's log folder (local folder or object-store prefix)."""
     try:
         fs, path = filesystem(log, storage)
@@ -288,13 +295,13 @@ class DeltaVacuumFactory(ProcessFactory):
     def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
         return TriggerStrategy.from_properties(self.properties)
 
-    def trigger(self, runtime: Any, action: str) -> TableProcess | None:
+    def trigger(self, runtime: TableRuntime, action: str) -> TableProcess | None:
         return DeltaVacuumProcess({}, runtime.config)
 
-    def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
+    def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
         return DeltaVacuumProcess(dict(record.params), runtime.config)
 
-    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview | None:
+    def preview(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> Preview | None:
         """The files a vacuum would delete (or move to the trash) now and their bytes, from
         deltalake's dry run; nothing changed. A refused retention is a ``ProcessInputError``."""
         from processes.maintenance.delta.rewrite import delta_table

@@ -15,10 +15,13 @@ counted, the batch named), ``PartialProgress`` keeps what landed and what failed
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processes.maintenance.planning import CompactionPlan
 from processes.maintenance.schemas import MAX_COUNT
+
+if TYPE_CHECKING:
+    from processes.plugin import ProcessContext
 
 PARTIAL_PROGRESS, MAX_COMMITS = "partial-progress", "max-commits"
 PARTIAL_PROGRESS_SCHEMA: dict[str, Any] = {
@@ -70,7 +73,7 @@ class BatchContext:
     (and commits) of the earlier batches out of ``total`` and names the batch; everything else is
     the process's context."""
 
-    def __init__(self, context: Any, *, done_before: int, total: int, label: str) -> None:
+    def __init__(self, context: ProcessContext, *, done_before: int, total: int, label: str) -> None:
         self._context, self._done_before, self._total, self._label = context, done_before, total, label
 
     def __getattr__(self, name: str) -> Any:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processes.maintenance.iceberg.orphans import normalise
 from processes.maintenance.retention import (
@@ -49,6 +49,15 @@ from processes.plugin import (
 )
 from storage.io.guard import KeptFiles, OutsideTable, PathGuard, kept_summary
 
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.snapshots import Snapshot
+
+    from processes.runtime import TableRuntime
+    from storage.io import StoreOptions
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_AGE_SECONDS = 5 * 24 * 3600
@@ -57,13 +66,13 @@ DEFAULT_MAX_AGE_SECONDS = 5 * 24 * 3600
 class _ManifestCache:
     """Manifest entries read once per run, whichever snapshots share the manifest."""
 
-    def __init__(self, io: Any) -> None:
+    def __init__(self, io: FileIO) -> None:
         self.io = io
         self._entries: dict[str, list[tuple[int, str, int]]] = {}
         #: Sizes in bytes known from the metadata (content files, manifests).
         self.sizes: dict[str, int] = {}
 
-    def manifests(self, snapshot: Any) -> list[Any]:
+    def manifests(self, snapshot: Snapshot) -> list[Any]:
         found = list(snapshot.manifests(self.io))
         self.sizes.update((m.manifest_path, int(m.manifest_length)) for m in found)
         return found
@@ -90,7 +99,7 @@ class _ManifestCache:
 
 
 def snapshots_to_expire(
-    metadata: Any, *, max_age: dt.timedelta, min_snapshots: int, now: dt.datetime
+    metadata: TableMetadata, *, max_age: dt.timedelta, min_snapshots: int, now: dt.datetime
 ) -> list[int]:
     """Ids of the snapshots the rules above let go, oldest first."""
     cutoff_ms = (now - max_age).timestamp() * 1000
@@ -151,7 +160,7 @@ def guarded(doomed: dict[str, list[str]], guard: PathGuard) -> tuple[dict[str, l
 
 
 def plan_expiry(
-    table: Any, *, max_age: dt.timedelta, min_snapshots: int
+    table: Table, *, max_age: dt.timedelta, min_snapshots: int
 ) -> tuple[list[int], dict, _ManifestCache]:
     """(snapshot ids to expire, the files only they reach per kind, the manifest cache), from the
     metadata as it is now; nothing is changed."""
@@ -225,7 +234,7 @@ class IcebergExpireProcess(TableProcess):
         return summary
 
     def _trash_checked(
-        self, context: ProcessContext, table: Any, candidates: dict, cache: _ManifestCache
+        self, context: ProcessContext, table: Table, candidates: dict, cache: _ManifestCache
     ) -> contextlib.AbstractContextManager:
         """With trash on: the manifest is written before the commit (a store refusing the trash
         fails the process with nothing changed) and removed again if the commit fails."""
@@ -241,7 +250,7 @@ class IcebergExpireProcess(TableProcess):
         )
 
     def _keep_in_trash(
-        self, context: ProcessContext, table: Any, doomed: dict, cache: _ManifestCache
+        self, context: ProcessContext, table: Table, doomed: dict, cache: _ManifestCache
     ) -> dict:
         files = [(normalise(path), cache.size(path), kind) for kind in KINDS for path in doomed[kind]]
         assert self.trash is not None
@@ -255,7 +264,7 @@ class IcebergExpireProcess(TableProcess):
         )
 
 
-def _expire(table: Any, expired_ids: list[int]) -> list[Any]:
+def _expire(table: Table, expired_ids: list[int]) -> list[Any]:
     """Commit the expiry; the snapshots that remain (concurrent commits included)."""
     table.maintenance.expire_snapshots().by_ids(expired_ids).commit()
     table.refresh()
@@ -317,7 +326,7 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
     def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
         return TriggerStrategy.from_properties(self.properties)
 
-    def trigger(self, runtime: Any, action: str) -> TableProcess | None:
+    def trigger(self, runtime: TableRuntime, action: str) -> TableProcess | None:
         table = iceberg_catalog_table(runtime)
         if table is None:
             return None  # no catalog to commit through
@@ -330,10 +339,10 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
         )
         return process if due else None
 
-    def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
+    def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
         return IcebergExpireProcess(dict(record.params), runtime.config)
 
-    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview | None:
+    def preview(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> Preview | None:
         """The snapshots a run would expire now and the files (and bytes) it would delete, or
         move to the trash; read from the metadata, nothing changed."""
         from pyiceberg.table import StaticTable
@@ -364,7 +373,7 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
         )
 
 
-def _delete_files(guard: PathGuard, storage: Any, doomed: dict[str, list[str]]) -> int:
+def _delete_files(guard: PathGuard, storage: StoreOptions | None, doomed: dict[str, list[str]]) -> int:
     """Delete the unreachable files (through the guard, which checks each path again); the
     number that could not be deleted. Content files first, manifest lists last: an interrupted
     run leaves metadata that still lists what remains (deleted files were unreachable anyway)."""

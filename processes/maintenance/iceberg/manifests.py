@@ -37,7 +37,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processes.maintenance.errors import InputError
 from processes.maintenance.schemas import (
@@ -58,6 +58,14 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.snapshots import Snapshot
+
+    from processes.runtime import TableRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +132,9 @@ class ManifestPlan:
         return not self.rewrite or (len(self.rewrite) == 1 and len(self.bins) == 1)
 
 
-def plan_manifests(io: Any, snapshot: Any, *, target: int, spec_id: int | None = None) -> ManifestPlan:
+def plan_manifests(
+    io: FileIO, snapshot: Snapshot, *, target: int, spec_id: int | None = None
+) -> ManifestPlan:
     """Count the live entries per partition of the data manifests to rewrite and cut them into
     manifests of about ``target`` bytes (estimated from the old manifests' bytes per entry)."""
     from pyiceberg.manifest import ManifestContent
@@ -179,7 +189,7 @@ def _assign_bins(plan: ManifestPlan, target: int) -> None:
         plan.routes[spec_id] = routes
 
 
-def write_manifests(producer: Any, io: Any, plan: ManifestPlan, progress: Any = None) -> list[Any]:
+def write_manifests(producer: Any, io: FileIO, plan: ManifestPlan, progress: Any = None) -> list[Any]:
     """Stream the live entries of the planned manifests into their new manifests (written as
     EXISTING), then read those back and check them against the plan: the new ManifestFiles."""
     writers: dict[int, Any] = {}
@@ -207,7 +217,7 @@ def write_manifests(producer: Any, io: Any, plan: ManifestPlan, progress: Any = 
     return written
 
 
-def _check(io: Any, plan: ManifestPlan, written: list[Any]) -> None:
+def _check(io: FileIO, plan: ManifestPlan, written: list[Any]) -> None:
     """``RuntimeError`` unless the new manifests hold exactly the planned live entries."""
     entries = digest = 0
     for manifest in written:
@@ -229,7 +239,7 @@ def _producer_class() -> type:
     class RewriteManifestsProducer(_SnapshotProducer["RewriteManifestsProducer"]):
         """A ``replace`` snapshot whose manifests are the rewritten and the kept ones."""
 
-        def __init__(self, transaction: Any, io: Any, plan: ManifestPlan, **options: Any) -> None:
+        def __init__(self, transaction: Any, io: FileIO, plan: ManifestPlan, **options: Any) -> None:
             super().__init__(Operation.REPLACE, transaction, io, snapshot_properties=options["properties"])
             self.plan, self.target, self.spec_id = plan, options["target"], options["spec_id"]
             self.progress = options.get("progress")
@@ -244,7 +254,10 @@ def _producer_class() -> type:
         def _existing_manifests(self) -> list[Any]:
             metadata = self._transaction.table_metadata
             if self.plan.snapshot_id != self._parent_snapshot_id:
-                parent = metadata.snapshot_by_id(self._parent_snapshot_id)
+                parent_id = self._parent_snapshot_id
+                parent = metadata.snapshot_by_id(parent_id) if parent_id is not None else None
+                if parent is None:
+                    raise RuntimeError("the table has no snapshot to rewrite the manifests of any more")
                 logger.info("manifest rewrite re-plans at snapshot %s", self._parent_snapshot_id)
                 self.plan = plan_manifests(self._io, parent, target=self.target, spec_id=self.spec_id)
             self.created = (
@@ -254,7 +267,8 @@ def _producer_class() -> type:
 
         def _summary(self, snapshot_properties: Any = None) -> Any:
             metadata = self._transaction.table_metadata
-            parent = metadata.snapshot_by_id(self._parent_snapshot_id)
+            parent_id = self._parent_snapshot_id
+            parent = metadata.snapshot_by_id(parent_id) if parent_id is not None else None
             previous = parent.summary.additional_properties if parent and parent.summary else {}
             totals = {k: v for k, v in previous.items() if k.startswith("total-")}
             counts = dict(
@@ -278,7 +292,7 @@ class IcebergRewriteManifestsProcess(TableProcess):
         self.spec_id = params.get("spec-id")
         self.min_manifests = int(merged["min-manifests"])
 
-    def target_size(self, table: Any) -> int:
+    def target_size(self, table: Table) -> int:
         if self.target is not None:
             return int(self.target)
         configured = table.metadata.properties.get(TARGET_SIZE_PROPERTY)
@@ -308,7 +322,7 @@ class IcebergRewriteManifestsProcess(TableProcess):
         }
 
 
-def _check_table(metadata: Any, spec_id: int | None) -> None:
+def _check_table(metadata: TableMetadata, spec_id: int | None) -> None:
     """``InputError`` (no retry mends it) for a v3 table or a spec id the table does not have."""
     if metadata.format_version > 2:
         raise InputError(
@@ -334,7 +348,7 @@ def _plan_summary(plan: ManifestPlan, target: int) -> dict[str, Any]:
 
 
 def commit_rewrite(
-    context: ProcessContext, table: Any, plan: ManifestPlan, target: int, spec_id: int | None
+    context: ProcessContext, table: Table, plan: ManifestPlan, target: int, spec_id: int | None
 ) -> tuple[int, Any]:
     """Write the new manifests and commit the ``replace`` snapshot: (its id, the producer). New
     files of an attempt that does not land are deleted (by pyiceberg for a refused commit)."""
@@ -363,7 +377,7 @@ def commit_rewrite(
     return producer.snapshot_id, producer
 
 
-def _landed(table: Any, snapshot_id: int) -> bool:
+def _landed(table: Table, snapshot_id: int) -> bool:
     """Whether the snapshot reached the table (True when that cannot be told: keep the files)."""
     try:
         table.refresh()
@@ -372,7 +386,7 @@ def _landed(table: Any, snapshot_id: int) -> bool:
     return table.metadata.snapshot_by_id(snapshot_id) is not None
 
 
-def data_manifests(io: Any, snapshot: Any) -> list[Any]:
+def data_manifests(io: FileIO, snapshot: Snapshot) -> list[Any]:
     from pyiceberg.manifest import ManifestContent
 
     return [m for m in snapshot.manifests(io) if m.content == ManifestContent.DATA]
@@ -444,7 +458,7 @@ class IcebergRewriteManifestsFactory(ProcessFactory):
     def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
         return TriggerStrategy.from_properties(self.properties, on_new_snapshot=True)
 
-    def trigger(self, runtime: Any, action: str) -> TableProcess | None:
+    def trigger(self, runtime: TableRuntime, action: str) -> TableProcess | None:
         table = iceberg_catalog_table(runtime)
         if table is None or table.metadata.format_version > 2:
             return None
@@ -456,15 +470,15 @@ class IcebergRewriteManifestsFactory(ProcessFactory):
         due = is_due(manifests, min_manifests=process.min_manifests, target=process.target_size(table))
         return process if due else None
 
-    def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
+    def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
         return IcebergRewriteManifestsProcess(dict(record.params), runtime.config)
 
-    def validate(self, runtime: Any, action: str, params: dict[str, Any]) -> None:
+    def validate(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> None:
         table = iceberg_catalog_table(runtime)
         if table is not None:
             _check_table(table.metadata, params.get("spec-id"))
 
-    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview | None:
+    def preview(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> Preview | None:
         """The run's plan (entries counted per partition and cut into manifests), not written."""
         table = iceberg_catalog_table(runtime, strict=True)
         process = IcebergRewriteManifestsProcess(dict(params), runtime.config)

@@ -32,7 +32,7 @@ import os
 import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
@@ -59,11 +59,17 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
+from storage.formats.iceberg import IcebergSpecTable
 from storage.io import PathNotAllowed, StoreOptions, filesystem, is_local, is_object_store, local_path
 from storage.io import normalise as normalise_location
 from storage.io import uri as location_uri
 from storage.io.guard import KeptFiles, OutsideTable, PathGuard, kept_summary
 from storage.trash import PRIVATE_FOLDERS
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from processes.runtime import TableRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +93,7 @@ def normalise(path: str) -> str:
     raise ValueError(f"{path}: orphan cleanup reaches local paths and object stores only")
 
 
-def referenced_paths(table: Any, context: ProcessContext | None = None) -> set[str]:
+def referenced_paths(table: Table, context: ProcessContext | None = None) -> set[str]:
     """Every path the table's metadata references (see the module docstring)."""
     metadata = table.metadata
     io = table.io
@@ -188,7 +194,7 @@ class OrphanScan:
 
 
 def find_orphans(
-    table: Any,
+    table: Table,
     *,
     guard: PathGuard,
     min_age: dt.timedelta,
@@ -238,7 +244,9 @@ class IcebergOrphanFilesProcess(TableProcess):
         self.trash = trash_retention(merged)
 
     def run(self, context: ProcessContext) -> dict[str, Any]:
-        table = _refreshed(context.table.pyiceberg_table)
+        spec_table = context.table
+        assert isinstance(spec_table, IcebergSpecTable)  # the factory offers Iceberg tables only
+        table = _refreshed(spec_table.pyiceberg_table)
         storage = store_options(context.runtime, table)
         try:
             scan = find_orphans(
@@ -330,17 +338,17 @@ class IcebergOrphanFilesFactory(ProcessFactory):
     def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
         return TriggerStrategy.from_properties(self.properties)
 
-    def trigger(self, runtime: Any, action: str) -> TableProcess | None:
+    def trigger(self, runtime: TableRuntime, action: str) -> TableProcess | None:
         # Listing the whole location is the work itself: the interval is the only gate.
         location = runtime.location
         if not (is_local(location) or is_object_store(location)):
             return None
         return IcebergOrphanFilesProcess({}, runtime.config)
 
-    def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
+    def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
         return IcebergOrphanFilesProcess(dict(record.params), runtime.config)
 
-    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview | None:
+    def preview(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> Preview | None:
         """The orphans a run would delete (or move to the trash) now and their bytes: the location
         is listed and the metadata read, nothing changed."""
         table = getattr(runtime.load(), "pyiceberg_table", None)

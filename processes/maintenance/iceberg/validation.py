@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
 from processes.maintenance.iceberg.lineage import statistics_inputs
 from processes.maintenance.planning import CompactionPlan
 from storage.spec.errors import RewriteConflict
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +53,7 @@ DELETE_FILE_SUMMARY_KEYS = (
 )
 
 
-def validate_rewrite(table: Any, plan: CompactionPlan) -> dict[str, Any]:
+def validate_rewrite(table: Table, plan: CompactionPlan) -> dict[str, Any]:
     """The live pyiceberg DataFiles to remove, keyed by path; ``RewriteConflict`` when the plan no
     longer holds at the table's (refreshed) head: the planned snapshot is no ancestor of it, a
     delete file or deletion vector was committed since (by the summary, or by a delete manifest
@@ -82,7 +87,7 @@ def validate_rewrite(table: Any, plan: CompactionPlan) -> dict[str, Any]:
     return live
 
 
-def _snapshots_since(metadata: Any, head: Any, instant: Any) -> set[int]:
+def _snapshots_since(metadata: TableMetadata, head: Any, instant: Any) -> set[int]:
     """The ids of the snapshots from ``instant`` (exclusive) to ``head``; ``RewriteConflict`` when
     ``instant`` is not an ancestor of the head or one of them added delete files."""
     since: set[int] = set()
@@ -99,7 +104,7 @@ def _snapshots_since(metadata: Any, head: Any, instant: Any) -> set[int]:
     return since
 
 
-def iceberg_data_file(table: Any, path: str, partition: Any, spec_id: int, size: int) -> Any:
+def iceberg_data_file(table: Table, path: str, partition: Any, spec_id: int, size: int) -> Any:
     """A pyiceberg DataFile with metrics from the footer of a file written for the table (read
     through the table's file IO: a ranged read on an object store).
 
@@ -131,12 +136,12 @@ def iceberg_data_file(table: Any, path: str, partition: Any, spec_id: int, size:
     return data_file
 
 
-def snapshot_ids(table: Any) -> set[int]:
+def snapshot_ids(table: Table) -> set[int]:
     """The ids of the table's snapshots as its loaded metadata has them."""
     return {snapshot.snapshot_id for snapshot in table.metadata.snapshots}
 
 
-def landed(table: Any, known: set[int], process_id: int) -> bool:
+def landed(table: Table, known: set[int], process_id: int) -> bool:
     """Whether a commit of this process reached the table despite an error (unknown outcome): a
     snapshot of the process that is not among ``known`` (the snapshots before the commit)."""
     try:
@@ -151,7 +156,7 @@ def landed(table: Any, known: set[int], process_id: int) -> bool:
     return False
 
 
-def delete_refused_metadata(io: Any, transaction: Any) -> None:
+def delete_refused_metadata(io: FileIO, transaction: Any) -> None:
     """Delete the manifest list and the new manifests pyiceberg wrote for a commit the catalog
     refused (a refused commit is final: nothing references them)."""
     if transaction is None:

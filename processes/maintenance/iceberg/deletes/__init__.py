@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from processes.maintenance.iceberg.deletes.commit import commit_deletes
 from processes.maintenance.iceberg.deletes.state import (
@@ -102,6 +102,12 @@ from processes.plugin import (
 from storage.formats.iceberg.commit import check_v3_metadata
 from storage.spec.errors import RewriteConflict
 
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+    from processes.runtime import TableRuntime
+
 logger = logging.getLogger(__name__)
 
 MIN_DELETE_FILES = "min-delete-files"
@@ -137,16 +143,16 @@ class DeleteFilesProcess(TableProcess):
         self.min_files = max(1, int(merged[MIN_DELETE_FILES]))
         self.dry_run = bool(params.get(DRY_RUN, False))
 
-    def plan(self, table: Any, snapshot: Any) -> DeletePlan:
+    def plan(self, table: Table, snapshot: Snapshot) -> DeletePlan:
         raise NotImplementedError
 
     def write(
-        self, context: ProcessContext, table: Any, plan: DeletePlan, writer: DeleteFileWriter
+        self, context: ProcessContext, table: Table, plan: DeletePlan, writer: DeleteFileWriter
     ) -> list[Any]:
         """The new delete files of the plan, staged (``StagedDeleteFile``); updates ``plan.summary``."""
         return []
 
-    def due(self, table: Any, snapshot: Any) -> bool:
+    def due(self, table: Table, snapshot: Snapshot) -> bool:
         """Whether the scheduler should run the action (cheap: from the metadata)."""
         raise NotImplementedError
 
@@ -154,7 +160,7 @@ class DeleteFilesProcess(TableProcess):
         """Called after the new files are written, before the commit (a seam for tests that
         simulate a concurrent writer)."""
 
-    def check_table(self, table: Any) -> None:
+    def check_table(self, table: Table) -> None:
         if self.writes_files and not self.writes_vectors and table.metadata.format_version >= 3:
             raise ValueError(
                 f"{self.action_name} writes position delete files, which must not be added to a v3 table"
@@ -163,7 +169,7 @@ class DeleteFilesProcess(TableProcess):
         check_v3_metadata(table)
         self.file_format, self.compression = self.delete_output(table)
 
-    def delete_output(self, table: Any) -> tuple[str, str]:
+    def delete_output(self, table: Table) -> tuple[str, str]:
         """The format and codec of the position delete files written: the table's delete format
         (``orc_output.delete_format``: parquet or ORC; ``InputError`` for another, before anything
         is written). v3 tables get Puffin deletion vectors instead."""
@@ -179,13 +185,13 @@ class DeleteFilesProcess(TableProcess):
         swept = sweep_ended_rewrites(table, context) if self.writes_files else []
         return planned_twice(lambda attempt: self._attempt(context, table, attempt), swept)
 
-    def _outputs(self, context: ProcessContext, table: Any, attempt: int) -> Any:
+    def _outputs(self, context: ProcessContext, table: Table, attempt: int) -> Any:
         staging = context.staging_dir / f"attempt-{attempt}"
         return rewrite_outputs(
             table.location(), staging, store_options(context), context.process_id, context.guard
         )
 
-    def _attempt(self, context: ProcessContext, table: Any, attempt: int) -> dict[str, Any] | None:
+    def _attempt(self, context: ProcessContext, table: Table, attempt: int) -> dict[str, Any] | None:
         """One plan, write and commit: the run's summary, or None to plan again."""
         table.refresh()
         snapshot = table.metadata.current_snapshot()
@@ -241,7 +247,7 @@ class DeleteFilesProcess(TableProcess):
         }
 
 
-def _has_delete_files(snapshot: Any) -> bool:
+def _has_delete_files(snapshot: Snapshot) -> bool:
     """False only when the snapshot's summary says it has no delete files."""
     summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
     return str(summary.get("total-delete-files", "1")) != "0"
@@ -251,12 +257,12 @@ class RemoveDanglingDeletes(DeleteFilesProcess):
     action_name = REMOVE_DANGLING_DELETES
     writes_files = False
 
-    def plan(self, table: Any, snapshot: Any) -> DeletePlan:
+    def plan(self, table: Table, snapshot: Snapshot) -> DeletePlan:
         state = read_state(table, snapshot)
         dangling, read = find_dangling(table.io, state, read_contents=True)
         return DeletePlan(state.snapshot_id, dangling, summary={"delete_files_read": read})
 
-    def due(self, table: Any, snapshot: Any) -> bool:
+    def due(self, table: Table, snapshot: Snapshot) -> bool:
         state = read_state(table, snapshot)
         return bool(find_dangling(table.io, state, read_contents=False)[0])
 
@@ -265,7 +271,7 @@ class RewritePositionDeletes(DeleteFilesProcess):
     action_name = REWRITE_POSITION_DELETES
     writes_vectors = True
 
-    def plan(self, table: Any, snapshot: Any) -> DeletePlan:
+    def plan(self, table: Table, snapshot: Snapshot) -> DeletePlan:
         state = read_state(table, snapshot)
         groups = position_groups(state, self.min_files)
         removed = [live for group in groups for live in group.deletes]
@@ -277,7 +283,7 @@ class RewritePositionDeletes(DeleteFilesProcess):
         )
 
     def write(
-        self, context: ProcessContext, table: Any, plan: DeletePlan, writer: DeleteFileWriter
+        self, context: ProcessContext, table: Table, plan: DeletePlan, writer: DeleteFileWriter
     ) -> list[Any]:
         staged: list[StagedDeleteFile] = []
         entries_in = entries_out = 0
@@ -300,7 +306,7 @@ class RewritePositionDeletes(DeleteFilesProcess):
         )
         return staged
 
-    def due(self, table: Any, snapshot: Any) -> bool:
+    def due(self, table: Table, snapshot: Snapshot) -> bool:
         return bool(position_groups(read_state(table, snapshot, attach=False), self.min_files))
 
 
@@ -308,7 +314,7 @@ class ConvertEqualityDeletes(DeleteFilesProcess):
     action_name = CONVERT_EQUALITY_DELETES
     writes_vectors = True
 
-    def plan(self, table: Any, snapshot: Any) -> DeletePlan:
+    def plan(self, table: Table, snapshot: Snapshot) -> DeletePlan:
         state = read_state(table, snapshot, equality_targets=True)
         removed = state.of_kind(EQUALITY)
         if removed and table.metadata.format_version >= 3:
@@ -317,7 +323,7 @@ class ConvertEqualityDeletes(DeleteFilesProcess):
         return DeletePlan(state.snapshot_id, removed, [state], summary)
 
     def write(
-        self, context: ProcessContext, table: Any, plan: DeletePlan, writer: DeleteFileWriter
+        self, context: ProcessContext, table: Table, plan: DeletePlan, writer: DeleteFileWriter
     ) -> list[Any]:
         state: DeleteState = plan.work[0]
         schema = spec_view(table).schema_at(state.snapshot_id)
@@ -332,7 +338,7 @@ class ConvertEqualityDeletes(DeleteFilesProcess):
         )
         return conversion.staged
 
-    def due(self, table: Any, snapshot: Any) -> bool:
+    def due(self, table: Table, snapshot: Snapshot) -> bool:
         return bool(read_state(table, snapshot, attach=False).of_kind(EQUALITY))
 
 
@@ -385,7 +391,7 @@ class IcebergDeletesFactory(ProcessFactory):
     def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
         return TriggerStrategy.from_properties(self.properties, on_new_snapshot=True)
 
-    def trigger(self, runtime: Any, action: str) -> TableProcess | None:
+    def trigger(self, runtime: TableRuntime, action: str) -> TableProcess | None:
         table = iceberg_catalog_table(runtime)
         if table is None:
             return None  # no catalog to commit through
@@ -401,15 +407,15 @@ class IcebergDeletesFactory(ProcessFactory):
             return None  # a delete format it cannot write: a manual run says why
         return process if process.due(table, snapshot) else None
 
-    def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
+    def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
         return PROCESSES[record.action](dict(record.params), runtime.config)
 
-    def validate(self, runtime: Any, action: str, params: dict[str, Any]) -> None:
+    def validate(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> None:
         from processes.maintenance.iceberg.deletes.preview import delete_validate
 
         delete_validate(PROCESSES[action], runtime, params)
 
-    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview:
+    def preview(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> Preview:
         """Delete files in, delete files expected out, from a plan made as the run makes it;
         nothing is written (``preview``)."""
         from processes.maintenance.iceberg.deletes.preview import delete_preview

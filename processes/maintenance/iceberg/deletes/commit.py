@@ -5,7 +5,7 @@ data rewrite's ``iceberg_rewrite.commit_rewrite``, for delete files)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processes.maintenance.iceberg.deletes.state import VECTOR, LiveDelete, validate_at_head
 from processes.maintenance.iceberg.validation import (
@@ -18,11 +18,14 @@ from processes.maintenance.outputs import RewriteOutputs
 from storage.formats.iceberg.commit import NewDeleteFile, RewriteFiles, v3_metadata_writes
 from storage.spec.errors import RewriteConflict
 
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
 logger = logging.getLogger(__name__)
 
 
 def commit_deletes(
-    table: Any,
+    table: Table,
     planned_snapshot_id: int,
     removed: list[LiveDelete],
     added: list[NewDeleteFile],
@@ -46,11 +49,11 @@ def commit_deletes(
                 table.refresh()
             validate_at_head(table, planned_snapshot_id, removed)
             _commit_once(table, removed, added, properties, state)
-            return table.metadata.current_snapshot().snapshot_id, commit
+            return _head_id(table), commit
         except (CommitFailedException, ValidationException) as error:
             if landed(table, known, process_id):
                 _keep(outputs)
-                return table.metadata.current_snapshot().snapshot_id, commit
+                return _head_id(table), commit
             if "producer" in state:
                 state["producer"]._clean_all_uncommitted()
             delete_refused_metadata(table.io, state.get("transaction"))
@@ -72,13 +75,20 @@ def commit_deletes(
     raise AssertionError("unreachable")
 
 
+def _head_id(table: Table) -> int:
+    """The id of the table's current snapshot (there is one: a commit landed)."""
+    head = table.metadata.current_snapshot()
+    assert head is not None
+    return head.snapshot_id
+
+
 def _keep(outputs: RewriteOutputs | None) -> None:
     if outputs is not None:
         outputs.keep = True
 
 
 def _commit_once(
-    table: Any,
+    table: Table,
     removed: list[LiveDelete],
     added: list[NewDeleteFile],
     properties: dict[str, str],

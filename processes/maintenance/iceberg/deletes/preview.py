@@ -19,13 +19,16 @@ delete files stay until snapshot expiry.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processes.maintenance.errors import InputError
 from processes.maintenance.iceberg.deletes.state import VECTOR, LiveDelete, removed_summary
 from processes.maintenance.targets import iceberg_commit_target
 from processes.plugin import CONVERT_EQUALITY_DELETES, REWRITE_POSITION_DELETES, Preview
 from storage.formats.iceberg.commit import CONTENT_SIZE
+
+if TYPE_CHECKING:
+    from processes.runtime import TableRuntime
 
 NOTHING_TO_DO = {
     "remove-dangling-deletes": "nothing to do: every delete file can still delete a row",
@@ -34,7 +37,9 @@ NOTHING_TO_DO = {
 }
 
 
-def delete_validate(process_class: Any, runtime: Any, params: dict[str, Any], *, strict: bool = False) -> Any:
+def delete_validate(
+    process_class: Any, runtime: TableRuntime, params: dict[str, Any], *, strict: bool = False
+) -> Any:
     """The process for ``params`` (``InputError`` for a parameter of another action) checked
     against the table when it has a catalog; returns (process, catalog table or None: without a
     catalog the run says why; ``strict``: ``InputError`` saying so)."""
@@ -55,7 +60,7 @@ def delete_validate(process_class: Any, runtime: Any, params: dict[str, Any], *,
     return process, table
 
 
-def delete_preview(process_class: Any, runtime: Any, params: dict[str, Any]) -> Preview:
+def delete_preview(process_class: Any, runtime: TableRuntime, params: dict[str, Any]) -> Preview:
     """What the action would do now (module docstring); ``InputError`` for what the run refuses."""
     process, table = delete_validate(process_class, runtime, params, strict=True)
     snapshot = table.metadata.current_snapshot()

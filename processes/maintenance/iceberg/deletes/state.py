@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -37,6 +37,12 @@ from storage.formats.iceberg.commit import (
 )
 from storage.spec.errors import CorruptTable, RewriteConflict
 from storage.spec.models import FileContent, FileSlice
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.snapshots import Snapshot
 
 #: Field ids of a position delete file's columns (Iceberg spec, reserved ids).
 FILE_PATH_ID = 2147483546
@@ -111,7 +117,7 @@ class DeleteState:
 
 
 def read_state(
-    table: Any, snapshot: Any, *, attach: bool = True, equality_targets: bool = False
+    table: Table, snapshot: Snapshot, *, attach: bool = True, equality_targets: bool = False
 ) -> DeleteState:
     """The live delete files of ``snapshot`` (its delete manifests), and with ``attach`` the data
     files each applies to (a listing of the snapshot's data files through the spec index)."""
@@ -141,7 +147,7 @@ def read_state(
     return state
 
 
-def _attach(table: Any, state: DeleteState, equality_targets: bool) -> None:
+def _attach(table: Table, state: DeleteState, equality_targets: bool) -> None:
     for file_slice in spec_view(table).file_index().list_files_at(state.snapshot_id):
         equality = []
         for delete_file in file_slice.delete_files:
@@ -162,7 +168,7 @@ def _attach(table: Any, state: DeleteState, equality_targets: bool) -> None:
 # --- dangling deletes --------------------------------------------------------------------------------
 
 
-def find_dangling(io: Any, state: DeleteState, *, read_contents: bool) -> tuple[list[LiveDelete], int]:
+def find_dangling(io: FileIO, state: DeleteState, *, read_contents: bool) -> tuple[list[LiveDelete], int]:
     """The delete files that delete no row of a live data file: those the index applies to no
     live data file, and (``read_contents``) the position delete files whose ``file_path`` values
     name none of the data files it applies them to (read when their bounds span several files).
@@ -179,7 +185,7 @@ def find_dangling(io: Any, state: DeleteState, *, read_contents: bool) -> tuple[
     return sorted(dangling, key=lambda d: str(d.key)), read
 
 
-def _read_columns(io: Any, live: LiveDelete, columns: list[str]) -> pa.Table:
+def _read_columns(io: FileIO, live: LiveDelete, columns: list[str]) -> pa.Table:
     """``columns`` of a parquet or ORC position delete file (by name, as the spec fixes them)."""
     file_format = live.data_file.file_format
     if file_format not in READ_FORMATS:
@@ -197,13 +203,13 @@ def _read_columns(io: Any, live: LiveDelete, columns: list[str]) -> pa.Table:
         raise CorruptTable(f"delete file {live.path} cannot be read: {error}") from None
 
 
-def read_positions(io: Any, live: LiveDelete) -> pa.Table:
+def read_positions(io: FileIO, live: LiveDelete) -> pa.Table:
     """The ``file_path`` and ``pos`` columns of a parquet or ORC position delete file."""
     rows = _read_columns(io, live, ["file_path", "pos"])
     return pa.table({"file_path": rows["file_path"].cast(pa.string()), "pos": rows["pos"].cast(pa.int64())})
 
 
-def named_paths(io: Any, live: LiveDelete) -> set[str]:
+def named_paths(io: FileIO, live: LiveDelete) -> set[str]:
     """The data files a parquet or ORC position delete file names."""
     column = _read_columns(io, live, ["file_path"]).column("file_path")
     return set(column.unique().cast(pa.string()).to_pylist())
@@ -212,7 +218,7 @@ def named_paths(io: Any, live: LiveDelete) -> set[str]:
 # --- checks at a newer head --------------------------------------------------------------------------
 
 
-def validate_at_head(table: Any, planned_snapshot_id: int, removed: list[LiveDelete]) -> None:
+def validate_at_head(table: Table, planned_snapshot_id: int, removed: list[LiveDelete]) -> None:
     """``RewriteConflict`` when a plan made at ``planned_snapshot_id`` that removes ``removed``
     no longer holds at the table's (refreshed) head: the planned snapshot is no ancestor of it,
     one of the delete files is not live any more, or a data file committed since lies in the scope
@@ -259,7 +265,7 @@ def validate_at_head(table: Any, planned_snapshot_id: int, removed: list[LiveDel
                 )
 
 
-def snapshots_since(metadata: Any, head: Any, planned_snapshot_id: int) -> set[int]:
+def snapshots_since(metadata: TableMetadata, head: Any, planned_snapshot_id: int) -> set[int]:
     """The ids of the snapshots after ``planned_snapshot_id`` up to ``head``; ``RewriteConflict``
     when it is not an ancestor of the head."""
     since: set[int] = set()

@@ -19,7 +19,7 @@ import struct
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -35,6 +35,9 @@ from storage.formats.iceberg.commit import (
 )
 from storage.spec.errors import CorruptTable
 
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+
 #: The field id of the row position metadata column (the field a deletion vector covers).
 ROW_POSITION_FIELD_ID = 2147483645
 
@@ -45,7 +48,7 @@ def dv_blob(positions: BitMap64) -> bytes:
     return struct.pack(">I", len(body)) + body + struct.pack(">I", zlib.crc32(body))
 
 
-def read_vector(io: Any, live: LiveDelete) -> BitMap64:
+def read_vector(io: FileIO, live: LiveDelete) -> BitMap64:
     """The positions a live deletion vector deletes (its blob read by offset and size)."""
     data_file = live.data_file
     offset, size = data_file[CONTENT_OFFSET], data_file[CONTENT_SIZE]
@@ -68,7 +71,7 @@ def vectors_by_data_file(state: DeleteState) -> dict[str, LiveDelete]:
 def plan_vectors(state: DeleteState) -> list[LiveDelete]:
     """The vectors a v3 conversion replaces: those of the data files it writes a vector for."""
     by_file = vectors_by_data_file(state)
-    targets = {t.base_file.path for t in state.equality_targets}
+    targets = {t.base.path for t in state.equality_targets}
     return [by_file[path] for path in sorted(targets & by_file.keys())]
 
 
@@ -114,7 +117,7 @@ def vector_file(
 
 
 def write_vectors(
-    io: Any,
+    io: FileIO,
     replaced: Mapping[str, LiveDelete],
     homes: Mapping[str, tuple[Any, int]],
     found: Mapping[str, np.ndarray],

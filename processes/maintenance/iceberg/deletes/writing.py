@@ -15,7 +15,7 @@ import os
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +46,11 @@ from storage.formats.iceberg.read import SliceReader, equality_hits
 from storage.io import filesystem, is_local, uri
 from storage.spec.errors import CorruptTable
 from storage.spec.models import FileSlice
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
 
 _FIELD_ID = b"PARQUET:field_id"
 POSITION_SCHEMA = pa.schema(
@@ -230,7 +235,7 @@ class GroupResult:
 
 
 def rewrite_group(
-    io: Any, group: PositionGroup, writer: DeleteFileWriter, *, vectors: bool = False
+    io: FileIO, group: PositionGroup, writer: DeleteFileWriter, *, vectors: bool = False
 ) -> GroupResult:
     """One file of the group's entries that still delete a row: an entry of a delete file naming
     a data file the index applies that file to (a live data file of its partition, of a data
@@ -272,7 +277,7 @@ def rewrite_group(
 # --- convert-equality-deletes --------------------------------------------------------------------------
 
 
-def deleted_positions(io: Any, schema: pa.Schema, target: FileSlice) -> np.ndarray:
+def deleted_positions(io: FileIO, schema: pa.Schema, target: FileSlice) -> np.ndarray:
     """The positions of the rows of ``target``'s data file that its equality deletes delete.
 
     The data file is read by our reader without deletes (only the equality columns, by field id,
@@ -285,7 +290,7 @@ def deleted_positions(io: Any, schema: pa.Schema, target: FileSlice) -> np.ndarr
             raise CorruptTable(f"equality delete file {delete_file.path} names no equality columns")
     columns = sorted({c.split(".", 1)[0] for d in target.delete_files for c in d.equality_columns})
     reader = SliceReader(io, schema, columns, None)
-    base = target.base_file
+    base = target.base
     fields = [f for f in schema if f.name in columns]
     matchers = [reader._equality_set(d, fields) for d in target.delete_files]
     found: list[np.ndarray] = []
@@ -313,7 +318,7 @@ class Conversion:
 
 
 def convert_equality(
-    table: Any,
+    table: Table,
     schema: pa.Schema,
     state: DeleteState,
     writer: DeleteFileWriter,
@@ -327,13 +332,13 @@ def convert_equality(
     vector the file had)."""
     targets = state.equality_targets
     data_files = live_data_files(
-        table.io, table.metadata.snapshot_by_id(state.snapshot_id), {t.base_file.path for t in targets}
+        table.io, _snapshot(table, state.snapshot_id), {t.base.path for t in targets}
     )
     found: dict[str, np.ndarray] = {}
     sequences: dict[tuple[int, str], int] = {}
     for done, target in enumerate(targets):
         progress(done, len(targets))
-        path = target.base_file.path
+        path = target.base.path
         data_file = data_files[path]
         scope = (data_file.spec_id, encode_partition(data_file.partition))
         sequence = max(state.for_spec_file(d).sequence for d in target.delete_files)
@@ -346,7 +351,7 @@ def convert_equality(
         staged = write_vectors(table.io, replaced_vectors(state), homes, found, writer)
         return Conversion(staged, len(targets), sum(int(p.size) for p in found.values()))
     parts: dict[tuple[int, str], list[pa.Table]] = defaultdict(list)
-    homes: dict[tuple[int, str], DataFile] = {}
+    home_files: dict[tuple[int, str], DataFile] = {}
     for path, positions in found.items():
         if positions.size:
             data_file = data_files[path]
@@ -354,13 +359,13 @@ def convert_equality(
             parts[scope].append(
                 pa.table({"file_path": pa.array([path] * positions.size, pa.string()), "pos": positions})
             )
-            homes.setdefault(scope, data_file)
+            home_files.setdefault(scope, data_file)
     added: list[Any] = []
     total = 0
     for scope in sorted(parts):
         rows = unique_sorted(parts[scope])
         total += rows.num_rows
-        home = homes[scope]
+        home = home_files[scope]
         added.append(
             writer.write(
                 rows,
@@ -373,7 +378,15 @@ def convert_equality(
     return Conversion(added, len(targets), total)
 
 
-def live_data_files(io: Any, snapshot: Any, wanted: set[str]) -> dict[str, DataFile]:
+def _snapshot(table: Table, snapshot_id: int) -> Snapshot:
+    """The snapshot of ``table`` a delete state was read from."""
+    snapshot = table.metadata.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        raise RuntimeError(f"snapshot {snapshot_id} is not a snapshot of the table any more")
+    return snapshot
+
+
+def live_data_files(io: FileIO, snapshot: Snapshot, wanted: set[str]) -> dict[str, DataFile]:
     """The pyiceberg ``DataFile`` of each of the ``wanted`` live data files of ``snapshot``."""
     found: dict[str, DataFile] = {}
     if not wanted:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processes.maintenance.errors import InputError
 from processes.maintenance.iceberg.plan import spec_view
@@ -68,6 +68,13 @@ from processes.plugin import (
 )
 from storage.formats.iceberg.commit.puffin import puffin_file, statistics_file
 from storage.io import is_object_store
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
+
+    from processes.runtime import TableRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +136,7 @@ class IcebergStatisticsProcess(TableProcess):
             "commit_attempts": attempts,
         }
 
-    def _snapshot(self, metadata: Any) -> Any:
+    def _snapshot(self, metadata: TableMetadata) -> Any:
         if self.snapshot_id is None:
             return metadata.current_snapshot()
         snapshot = metadata.snapshot_by_id(int(self.snapshot_id))
@@ -138,7 +145,7 @@ class IcebergStatisticsProcess(TableProcess):
         return snapshot
 
 
-def _snapshot_schema(metadata: Any, snapshot: Any) -> Any:
+def _snapshot_schema(metadata: TableMetadata, snapshot: Any) -> Any:
     schema_id = getattr(snapshot, "schema_id", None)
     schema = metadata.schema_by_id(schema_id) if schema_id is not None else None
     return schema if schema is not None else metadata.schema()
@@ -155,7 +162,7 @@ def _blob(column: ColumnPlan, sketch: ThetaSketch, snapshot: Any) -> tuple[dict[
     return metadata, sketch.serialize()
 
 
-def _publish_and_commit(context: ProcessContext, table: Any, stats: Any, data: bytes) -> int:
+def _publish_and_commit(context: ProcessContext, table: Table, stats: Any, data: bytes) -> int:
     """Write the Puffin file where ``stats`` says (local: staged, then moved in just before the
     commit), register it, and delete it again if the commit does not land: the commits tried."""
     path = stats.statistics_path
@@ -181,7 +188,7 @@ def _publish_and_commit(context: ProcessContext, table: Any, stats: Any, data: b
             _delete_quietly(table.io, path)
 
 
-def commit_statistics(table: Any, stats: Any) -> int:
+def commit_statistics(table: Table, stats: Any) -> int:
     """Register ``stats`` on its snapshot through the catalog, again on the refreshed table when
     another writer got in first: the commits tried. ``StatisticsConflict`` when the snapshot is
     gone or the catalog keeps refusing."""
@@ -205,7 +212,7 @@ def commit_statistics(table: Any, stats: Any) -> int:
     raise AssertionError("unreachable")
 
 
-def _registered(table: Any, path: str) -> bool:
+def _registered(table: Table, path: str) -> bool:
     """Whether the table's metadata names ``path`` (True when that cannot be told: keep the file)."""
     try:
         table.refresh()
@@ -214,7 +221,7 @@ def _registered(table: Any, path: str) -> bool:
     return any(s.statistics_path == path for s in table.metadata.statistics)
 
 
-def _delete_quietly(io: Any, path: str) -> None:
+def _delete_quietly(io: FileIO, path: str) -> None:
     try:
         io.delete(path)
     except FileNotFoundError:
@@ -286,7 +293,7 @@ class IcebergComputeStatisticsFactory(ProcessFactory):
     def trigger_strategy(self, format: str, action: str) -> TriggerStrategy:
         return TriggerStrategy.from_properties(self.properties, on_new_snapshot=True)
 
-    def trigger(self, runtime: Any, action: str) -> TableProcess | None:
+    def trigger(self, runtime: TableRuntime, action: str) -> TableProcess | None:
         """Due when the current snapshot has no statistics file yet."""
         table = iceberg_catalog_table(runtime)
         if table is None:
@@ -296,13 +303,13 @@ class IcebergComputeStatisticsFactory(ProcessFactory):
             return None
         return IcebergStatisticsProcess({}, runtime.config)
 
-    def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:
+    def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
         return IcebergStatisticsProcess(dict(record.params), runtime.config)
 
-    def validate(self, runtime: Any, action: str, params: dict[str, Any]) -> None:
+    def validate(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> None:
         self._columns(runtime, params)
 
-    def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview | None:
+    def preview(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> Preview | None:
         """The files the run reads (the snapshot's data files) and the Puffin file it writes."""
         resolved = self._columns(runtime, params, strict=True)
         if resolved is None:
@@ -329,7 +336,7 @@ class IcebergComputeStatisticsFactory(ProcessFactory):
             else [],
         )
 
-    def _columns(self, runtime: Any, params: dict[str, Any], *, strict: bool = False) -> Any:
+    def _columns(self, runtime: TableRuntime, params: dict[str, Any], *, strict: bool = False) -> Any:
         """(table, snapshot, columns) the run would sketch; None without a snapshot (or, unless
         ``strict``, without a catalog: the run refuses it); ``InputError`` for bad parameters."""
         table = iceberg_catalog_table(runtime, strict=strict)
