@@ -9,6 +9,13 @@ a writer may have written a file and not committed it yet) and everything under 
 ``.lakewarden-trash`` folder (files kept by trash, purged by their own task) are left alone.
 ``dry-run`` lists the orphans without deleting them.
 
+The whole table location is listed (not only ``data/``) and compared in bounded memory: what the
+metadata references and what the location holds are written as sorted runs to a temporary folder
+(``TMPDIR``) and merged (``processes.maintenance.spill``), never held in Python sets; the orphans
+found are spilled there too and read back to delete them. Peak memory stays flat with the number
+of objects (docs/operating/workers.md gives the figures); progress reports the objects seen, their
+bytes and the unreferenced candidates while it runs.
+
 With ``trash-retention`` (off by default; a factory property, overridable per table) orphans are
 moved into ``<table>/.lakewarden-trash/<process id>/`` instead of deleted (``storage.trash``) and can
 be restored while it lasts: a file a writer committed after the cleanup took it (a slow writer, a
@@ -27,17 +34,21 @@ in-place files (``lakewarden-p<process>-...``) are unreferenced, so they go once
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import logging
 import os
 import posixpath
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
 from processes.maintenance.retention import (
     AGE_SCHEMA,
+    SUMMARY_LIST_LIMIT,
     TRASH_RETENTION,
     TRASH_RETENTION_SCHEMA,
     described,
@@ -48,6 +59,7 @@ from processes.maintenance.retention import (
     trash_retention,
 )
 from processes.maintenance.schemas import DRY_RUN, INTERVAL, PARALLELISM, with_defaults
+from processes.maintenance.spill import SortedRuns, Spilled, missing
 from processes.maintenance.targets import store_options
 from processes.plugin import (
     CLEAN_ORPHAN_FILES,
@@ -94,30 +106,35 @@ def normalise(path: str) -> str:
 
 
 def referenced_paths(table: Table, context: ProcessContext | None = None) -> set[str]:
-    """Every path the table's metadata references (see the module docstring)."""
+    """Every path the table's metadata references (see the module docstring), as a set: for
+    tests and small tables; the cleanup itself streams ``iter_referenced`` to disk."""
+    return set(iter_referenced(table, context))
+
+
+def iter_referenced(table: Table, context: ProcessContext | None = None) -> Iterator[str]:
+    """Every path the table's metadata references, comparable (``normalise``), repeats possible:
+    one manifest's entries in memory at a time (and the set of manifest paths already read)."""
     metadata = table.metadata
     io = table.io
-    found: set[str] = set()
     if table.metadata_location:
-        found.add(table.metadata_location)
-    found.update(entry.metadata_file for entry in metadata.metadata_log)
-    found.update(f.statistics_path for f in metadata.statistics)
-    found.update(f.statistics_path for f in metadata.partition_statistics)
+        yield _comparable(table.metadata_location)
+    yield from (_comparable(entry.metadata_file) for entry in metadata.metadata_log)
+    yield from (_comparable(f.statistics_path) for f in metadata.statistics)
+    yield from (_comparable(f.statistics_path) for f in metadata.partition_statistics)
     seen_manifests: set[str] = set()
     for position, snapshot in enumerate(metadata.snapshots):
         if context is not None:
             context.check_cancelled()
             context.report_progress(position, len(metadata.snapshots) + 1, "reading snapshot manifests")
         if snapshot.manifest_list:
-            found.add(snapshot.manifest_list)
+            yield _comparable(snapshot.manifest_list)
         for manifest in snapshot.manifests(io):
             if manifest.manifest_path in seen_manifests:
                 continue
             seen_manifests.add(manifest.manifest_path)
-            found.add(manifest.manifest_path)
+            yield _comparable(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
-                found.add(entry.data_file.file_path)
-    return {_comparable(p) for p in found}
+                yield _comparable(entry.data_file.file_path)
 
 
 def _comparable(path: str) -> str:
@@ -183,14 +200,51 @@ def stored_files(
         yield StoredFile(location, info.size or 0, mtime)
 
 
+class OrphanFiles:
+    """The orphans a scan found, spilled to disk in path order (``Spilled``): their number,
+    bytes and first paths (``summary_list``) known without reading them back; iterating yields
+    ``StoredFile``s."""
+
+    def __init__(self, path: str) -> None:
+        self.spilled = Spilled(path)
+        self.bytes = 0
+        self.first: list[str] = []
+
+    def append(self, stored: StoredFile) -> None:
+        self.spilled.append((stored.location, stored.size, stored.mtime))
+        self.bytes += stored.size
+        if len(self.first) < SUMMARY_LIST_LIMIT:  # in path order: the first are the summary's
+            self.first.append(stored.location)
+
+    def __len__(self) -> int:
+        return len(self.spilled)
+
+    def __iter__(self) -> Iterator[StoredFile]:
+        return (StoredFile(*item) for item in self.spilled)
+
+
 @dataclass
 class OrphanScan:
-    """What a listing of the table location found: orphans old enough to delete, the number of
-    unreferenced files still too young, and the unreferenced files the guard keeps."""
+    """What a listing of the table location found: orphans old enough to delete (on disk, in
+    ``folder``: use the scan in a ``with`` block, which removes it), the number of unreferenced
+    files still too young, and the unreferenced files the guard keeps."""
 
-    orphans: list[StoredFile]
+    orphans: OrphanFiles
     young: int
     kept: KeptFiles
+    folder: tempfile.TemporaryDirectory | None = None
+
+    def close(self) -> None:
+        self.orphans.spilled.close()
+        if self.folder is not None:
+            self.folder.cleanup()
+            self.folder = None
+
+    def __enter__(self) -> OrphanScan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def find_orphans(
@@ -208,22 +262,91 @@ def find_orphans(
     root = normalise(table.location())
     guard.check_location()
     guard.check(root, "clean orphan files under")
-    referenced = referenced_paths(table, context)
-    referenced.add(normalise(f"{root}/metadata/version-hint.text"))
-    cutoff = (now - min_age).timestamp()
-    scan = OrphanScan([], 0, KeptFiles())
-    for stored in stored_files(root, storage, guard):
-        if stored.location in referenced:
-            continue
-        if stored.mtime > cutoff:
-            scan.young += 1
-            continue
-        reason = guard.refusal(stored.location)
-        if reason:
-            scan.kept.add(stored.location, reason)
-        else:
-            scan.orphans.append(stored)
-    return scan
+    hint = normalise(f"{root}/metadata/version-hint.text")
+    referenced = itertools.chain(iter_referenced(table, context), [hint])
+    return scan_location(
+        root, referenced, guard=guard, cutoff=(now - min_age).timestamp(), context=context, storage=storage
+    )
+
+
+def scan_location(
+    root: str,
+    referenced: Iterable[str],
+    *,
+    guard: PathGuard,
+    cutoff: float,
+    context: ProcessContext | None = None,
+    storage: StoreOptions | None = None,
+) -> OrphanScan:
+    """The files under ``root`` that ``referenced`` (comparable paths, any order, repeats allowed)
+    does not name, in bounded memory: both sides are written as sorted runs to a temporary
+    folder and merged (``processes.maintenance.spill``), never held in a set. Unreferenced files
+    modified after ``cutoff`` are counted as young; the guard's refusals are kept."""
+    folder = tempfile.TemporaryDirectory(prefix="lakewarden-orphans-")
+    try:
+        names = SortedRuns(folder.name, "referenced", unique=True)
+        names.extend(referenced)
+        names.spill()  # nothing of it in memory while listing
+        listed = SortedRuns(folder.name, "listed")
+        progress = ListingProgress(context)
+        for stored in stored_files(root, storage, guard):
+            listed.add((stored.location, stored.size, stored.mtime))
+            progress.listed(stored.size)
+        scan = OrphanScan(OrphanFiles(os.path.join(folder.name, "orphans")), 0, KeptFiles(), folder)
+        for location, size, mtime in missing(listed, names, key=itemgetter(0)):
+            progress.candidate(size)
+            if mtime > cutoff:
+                scan.young += 1
+                continue
+            reason = guard.refusal(location)
+            if reason:
+                scan.kept.add(location, reason)
+            else:
+                scan.orphans.append(StoredFile(location, size, mtime))
+        progress.done(len(scan.orphans))
+        scan.orphans.spilled.close()
+        return scan
+    except BaseException:
+        folder.cleanup()
+        raise
+
+
+class ListingProgress:
+    """Progress of a scan through the context: objects seen and their bytes while listing
+    (total unknown: 0), then candidates (unreferenced files) and their bytes among the objects
+    seen while comparing; cancellation checked as often."""
+
+    EVERY = 10_000
+
+    def __init__(self, context: ProcessContext | None) -> None:
+        self.context = context
+        self.seen = self.seen_bytes = self.candidates = self.candidate_bytes = 0
+
+    def listed(self, size: int) -> None:
+        self.seen += 1
+        self.seen_bytes += size
+        if self.context is not None and self.seen % self.EVERY == 0:
+            self.context.check_cancelled()
+            message = f"listing: {self.seen:,} objects seen, {self.seen_bytes:,} bytes"
+            self.context.report_progress(self.seen, 0, message)
+
+    def candidate(self, size: int) -> None:
+        self.candidates += 1
+        self.candidate_bytes += size
+        if self.context is not None and self.candidates % self.EVERY == 0:
+            self.context.check_cancelled()
+            self.context.report_progress(self.candidates, self.seen, self._comparing())
+
+    def _comparing(self) -> str:
+        return (
+            f"comparing: {self.seen:,} objects seen ({self.seen_bytes:,} bytes), "
+            f"{self.candidates:,} unreferenced ({self.candidate_bytes:,} bytes)"
+        )
+
+    def done(self, orphans: int) -> None:
+        if self.context is not None:
+            message = f"{self._comparing()}, {orphans:,} old enough to remove"
+            self.context.report_progress(self.candidates, self.seen, message)
 
 
 def _refreshed(table: Any) -> Any:
@@ -259,16 +382,21 @@ class IcebergOrphanFilesProcess(TableProcess):
             )
         except OutsideTable as refused:
             raise ProcessInputError(f"nothing was deleted: {refused}") from None
+        with scan:
+            return self._remove(context, table, scan, storage)
+
+    def _remove(
+        self, context: ProcessContext, table: Any, scan: OrphanScan, storage: StoreOptions | None
+    ) -> dict[str, Any]:
         orphans, young = scan.orphans, scan.young
         context.check_cancelled()
-        paths = [orphan.location for orphan in orphans]
         summary: dict[str, Any] = {
             "dry_run": self.dry_run,
             "min_age_seconds": int(self.min_age.total_seconds()),
             "orphan_files": len(orphans),
-            "orphan_bytes": sum(orphan.size for orphan in orphans),
+            "orphan_bytes": orphans.bytes,
             "too_young_to_delete": young,
-            "files": summary_list(paths),
+            "files": summary_list(orphans.first),
             **kept_summary(scan.kept),
         }
         if self.dry_run:
@@ -286,15 +414,15 @@ class IcebergOrphanFilesProcess(TableProcess):
             context.report_progress(len(orphans), len(orphans), "done")
             return {**summary, "trash": trash, "deleted_files": 0, "delete_failures": trash["failed"]}
         deleted = failed = 0
-        for position, path in enumerate(paths):
+        for position, orphan in enumerate(orphans):  # read back from disk, in path order
             if position % 100 == 0:
                 context.check_cancelled()
                 context.report_progress(position, len(orphans), "deleting orphan files")
             try:
-                deleted += context.guard.delete(path, storage)
+                deleted += context.guard.delete(orphan.location, storage)
             except OSError:
                 failed += 1
-                logger.warning("could not delete orphan file %s", path, exc_info=True)
+                logger.warning("could not delete orphan file %s", orphan.location, exc_info=True)
         context.report_progress(len(orphans), len(orphans), "done")
         return {**summary, "deleted_files": deleted, "delete_failures": failed}
 
@@ -366,16 +494,17 @@ class IcebergOrphanFilesFactory(ProcessFactory):
             )
         except OutsideTable as refused:
             return Preview(notes=[f"nothing would run: {refused}"])
-        orphans, young = scan.orphans, scan.young
-        return removal_preview(
-            len(orphans),
-            sum(orphan.size for orphan in orphans),
-            {
-                "files": summary_list([orphan.location for orphan in orphans]),
-                "too_young_to_delete": young,
-                "min_age_seconds": int(process.min_age.total_seconds()),
-                **kept_summary(scan.kept),
-            },
-            trash=process.trash,
-            idle=None if orphans else "no unreferenced file is older than min-age",
-        )
+        with scan:
+            orphans, young = scan.orphans, scan.young
+            return removal_preview(
+                len(orphans),
+                orphans.bytes,
+                {
+                    "files": summary_list(orphans.first),
+                    "too_young_to_delete": young,
+                    "min_age_seconds": int(process.min_age.total_seconds()),
+                    **kept_summary(scan.kept),
+                },
+                trash=process.trash,
+                idle=None if len(orphans) else "no unreferenced file is older than min-age",
+            )
