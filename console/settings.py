@@ -393,7 +393,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["console.permissions.RolePermission"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": LAKEWARDEN_PAGE_SIZE,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # drf-spectacular's, with operations tagged by what they work on (console/api/schema.py)
+    "DEFAULT_SCHEMA_CLASS": "console.api.schema.TaggedAutoSchema",
     "EXCEPTION_HANDLER": "console.api.errors.exception_handler",
     # ?format= filters tables by table format; responses are JSON (Accept header picks otherwise).
     "URL_FORMAT_OVERRIDE": None,
@@ -422,6 +423,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "console.api.schema.postprocess_error_responses",
+        "console.api.schema.postprocess_tags",
     ],
 }
 

@@ -129,6 +129,7 @@ class Process(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "processes"
         ordering = ["-created_at", "-id"]
         constraints = [
             # The scheduler checks this too; the database makes it hold under any race.
@@ -249,6 +250,7 @@ class Query(models.Model):
     engine_reason = models.CharField(max_length=200, blank=True, help_text="Why that engine ran it")
 
     class Meta:
+        verbose_name_plural = "queries"
         ordering = ["-created_at", "-id"]
         db_table = "storage_query"
 

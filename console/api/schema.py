@@ -1,15 +1,19 @@
 """OpenAPI schema additions: the error responses every operation can give, with the one error body
-of the API (console/api/errors.py): ``{"error": message, "field": name or null, "details": ...}``.
+of the API (console/api/errors.py): ``{"error": message, "field": name or null, "details": ...}``,
+and the tag of every operation (the groups of the API docs), by what it works on.
 
-Registered in ``SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]`` (console/settings.py).
-Responses a view declares itself (e.g. 409 on process actions) are kept as they are.
+Registered in ``SPECTACULAR_SETTINGS`` (console/settings.py): the hooks in ``POSTPROCESSING_HOOKS``,
+``TaggedAutoSchema`` as ``REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"]``. Responses a view declares itself
+(e.g. 409 on process actions) are kept as they are.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import serializers
 
@@ -97,4 +101,63 @@ def postprocess_error_responses(result, generator, request, public):
             responses = operation.setdefault("responses", {})
             for status in error_statuses(operation):
                 responses.setdefault(status, _error_response(status))
+    return result
+
+
+# --- tags: the API docs' groups -------------------------------------------------------------------
+
+#: The tags in the order the docs show them, with what each group holds.
+TAGS = {
+    "tables": "Registered tables: register, refresh, snapshots, files, partitions, splits, changes, records.",
+    "processes": "Maintenance processes: run now, plan preview, list, cancel, kill, retry.",
+    "trash": "Files a process moved to the trash instead of deleting them, and their restore.",
+    "queries": "SQL queries over registered tables, and the cache of their results.",
+    "storages": "Storage backends that hold cached query results.",
+    "catalogs": "Catalogs (Iceberg SQL, Iceberg REST, path roots) and their sync.",
+    "alerts": "Notification channels (with a test send) and the record of deliveries.",
+    "audit": "The audit trail of what users and the scheduler did.",
+    "plugins": "Installed process factories: properties, parameters and trigger strategies.",
+}
+#: (path after ``/api/v1/``, tag): the first pattern that matches a path names its tag.
+TAG_RULES = (
+    (r"tables/\{[^}]+\}/processes/", "processes"),  # a process's plan preview, before it exists
+    (r"processes/\{[^}]+\}/(trash|restore)/", "trash"),
+    (r"trash/", "trash"),
+    (r"tables/", "tables"),
+    (r"processes/", "processes"),
+    (r"(queries|cached-results)/", "queries"),
+    (r"storages/", "storages"),
+    (r"catalogs/", "catalogs"),
+    (r"alert-(channels|deliveries)/", "alerts"),
+    (r"audit/", "audit"),
+    (r"plugins/", "plugins"),
+)
+API_PREFIX = "/api/v1/"
+
+
+def operation_tag(path: str) -> str:
+    """The tag of an operation on ``path`` (``/api/v1/tables/{id}/files/``): by ``TAG_RULES``, else
+    the path's first part (a test fails for a tag ``TAGS`` does not describe)."""
+    rest = path.removeprefix(API_PREFIX)
+    for pattern, tag in TAG_RULES:
+        if re.match(pattern, rest):
+            return tag
+    return rest.split("/", 1)[0]
+
+
+class TaggedAutoSchema(AutoSchema):
+    """drf-spectacular's schema with each operation tagged by what it works on (not the flat "v1"
+    its default takes from the path's first part)."""
+
+    def get_tags(self) -> list[str]:
+        return [operation_tag(self.path)]
+
+
+def postprocess_tags(result, generator, request, public):
+    """drf-spectacular postprocessing hook: the tags in the order of ``TAGS``, described."""
+    used = {
+        tag for item in result.get("paths", {}).values() for op in item.values() for tag in op.get("tags", [])
+    }
+    result["tags"] = [{"name": name, "description": text} for name, text in TAGS.items() if name in used]
+    result["tags"] += [{"name": name} for name in sorted(used - set(TAGS))]
     return result

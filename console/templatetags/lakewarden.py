@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import functools
+import math
+import re
 from html import escape as _escape
 
 from django import template
@@ -30,6 +32,37 @@ def filesize(value) -> str:
         size /= 1024
         unit += 1
     return f"{int(size)} {_UNITS[unit]}" if unit == 0 else f"{size:.1f} {_UNITS[unit]}"
+
+
+#: A key or label naming a byte count: ``bytes``, ``bytes_in``, ``orphan_bytes``, "bytes out"...
+_BYTES_KEY = re.compile(r"(^|[_\s-])bytes($|[_\s-])", re.IGNORECASE)
+
+
+@register.filter
+def fact(value, key="") -> str:
+    """A value of a process's summary, preview or prediction as a person reads it: a byte count
+    (its ``key`` names bytes) in binary units with the exact count on hover, a mapping as
+    ``key: value`` pairs read the same way, a list as its items, nothing as a dash."""
+    return mark_safe(_fact(value, str(key)))
+
+
+def _fact(value, key: str, depth: int = 0) -> str:
+    if value is None:
+        return "—"
+    if _is_count(value) and _BYTES_KEY.search(key):
+        return f'<span title="{int(value):,} bytes">{filesize(value)}</span>'
+    if isinstance(value, dict):
+        pairs = ", ".join(f"{_escape(str(k))}: {_fact(v, str(k), depth + 1)}" for k, v in value.items())
+        return f"({pairs})" if depth else pairs
+    if isinstance(value, list | tuple):
+        return ", ".join(_fact(item, key, depth + 1) for item in value)
+    return _escape(str(value))
+
+
+def _is_count(value) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @register.filter

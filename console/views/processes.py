@@ -9,6 +9,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from console.api.processes import ProcessNameFilter
 from console.decorators import role_required
 from console.htmx import hx_redirect, is_fragment, render_page
 from console.roles import OPERATOR
@@ -21,7 +22,9 @@ from storage.models import Table
 
 @require_GET
 def process_list(request):
-    processes = selectors.process_filter(request.GET, selectors.process_list_rows())
+    processes = selectors.process_list_rows()
+    if any(request.GET.get(name) for name in ProcessNameFilter.base_filters):
+        processes = ProcessNameFilter(request.GET, queryset=processes).qs
     page = selectors.process_page(processes, request.GET.get("before"))
     context = {
         "page": page,

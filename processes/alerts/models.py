@@ -113,6 +113,7 @@ class AlertDelivery(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["status"])]
+        verbose_name_plural = "alert deliveries"
 
     def __str__(self) -> str:
         return f"{self.event} to {self.channel_id}: {self.status}"

@@ -30,3 +30,16 @@ document.addEventListener("change", (event) => {
   editor.selectionStart = editor.selectionEnd = at + name.length;
   event.target.value = "";
 });
+
+// Keyboard: "/" anywhere but in a field goes to the page's search box (the top bar's "Find a
+// table"), as on GitHub; typed into a field, it stays a "/".
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented) return;
+  const target = event.target;
+  if (target instanceof Element && target.closest("input, textarea, select, [contenteditable]")) return;
+  const search = document.querySelector("[data-search-shortcut]");
+  if (!search) return;
+  event.preventDefault();  // no "/" typed into the box, no browser quick-find
+  search.focus();
+  search.select();
+});

@@ -136,6 +136,69 @@ def test_an_operator_filters_files_plans_splits_and_runs_a_process(
 
 
 @pytest.fixture
+def two_tables_processes(demo_orders):
+    """A finished process on demo.orders and one on demo.events (made before the browser starts)."""
+    from processes.models import Process
+    from storage.models import Table
+
+    events = Table.objects.get(name="demo.events")
+    return {
+        table.name: Process.objects.create(
+            table=table, action="rewrite", factory="iceberg-rewrite", status="SUCCESS"
+        ).pk
+        for table in (demo_orders, events)
+    }
+
+
+def test_a_keyboard_user_skips_to_the_content_and_presses_slash_to_search(
+    two_tables_processes, live_server, browser_page
+):
+    page = browser_page
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("input[name=username]", "ada")
+    page.fill("input[name=password]", "a long enough password")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+
+    page.goto(f"{live_server.url}/processes/")
+    page.keyboard.press("Tab")  # the first Tab stop: the skip link, shown while it has focus
+    skip = page.locator(".skip-link")
+    expect(skip).to_be_focused()
+    expect(skip).to_be_in_viewport()
+    page.keyboard.press("Enter")
+    expect(page.locator("main#content")).to_be_focused()
+
+    # "/" typed into a field stays a "/" there; outside a field it goes to the search box
+    name_box = page.locator("form.filters input[name=table_name]")
+    name_box.click()
+    page.keyboard.type("demo/x")
+    expect(name_box).to_have_value("demo/x")
+    expect(name_box).to_be_focused()
+    name_box.fill("")
+    page.locator("h1").click()
+    page.keyboard.press("/")
+    search = page.locator("header input[name=q]")
+    expect(search).to_be_focused()
+    expect(search).to_have_value("")  # the "/" itself is not typed
+    page.keyboard.type("demo.orders")
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/tables/?q=demo.orders")
+    expect(page.locator("#table-rows tbody tr")).to_have_count(1)
+
+    # the processes list, filtered by (part of) a table's name
+    page.goto(f"{live_server.url}/processes/")
+    expect(page.locator("#process-rows tbody tr")).to_have_count(len(two_tables_processes))
+    name_box.fill("ORDERS")
+    name_box.press("Enter")
+    page.wait_for_url("**table_name=ORDERS*")
+    rows = page.locator("#process-rows tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text(f"#{two_tables_processes['demo.orders']}")
+    expect(rows.first).to_contain_text("demo.orders")
+    assert page.console_errors == []
+
+
+@pytest.fixture
 def workers(celery_processes):
     celery_processes.start_worker(concurrency=1)
     celery_processes.wait_for_workers()
@@ -225,6 +288,11 @@ ADMIN_PAGES = (
     "/admin/auth/user/add/",
     "/api/docs/",
 )
+# the focused element's class, text, and whether it is on screen
+FOCUSED = """(() => {
+  const element = document.activeElement, box = element.getBoundingClientRect();
+  return [element.className, element.textContent, box.top >= 0 && box.bottom <= innerHeight && box.width > 0];
+})()"""
 # a laptop's width: every console page fits it without scrolling sideways (the run form's long
 # action names and the top bar once pushed the page wider than the window)
 WALK_WIDTH = 1024
@@ -250,6 +318,10 @@ async def _walk_every_page(browser, base_url: str, role: str, pages: list[str], 
         assert await page.locator("main").count() == 1, (role, path)
         width = await page.evaluate("document.documentElement.scrollWidth")
         assert width <= WALK_WIDTH, (role, path, f"{width} px wide in a {WALK_WIDTH} px window")
+        await page.keyboard.press("Tab")  # the skip link comes first, and shows itself
+        assert await page.evaluate(FOCUSED) == ["skip-link", "Skip to content", True], (role, path)
+        await page.keyboard.press("/")  # then "/" reaches the search box
+        assert await page.evaluate("document.activeElement.name") == "q", (role, path)
     admin_link = await page.locator("nav.mainnav a", has_text="Admin").count()
     assert admin_link == (1 if role == "admin" else 0), role
     if role == "admin":  # the Django admin (a missing icon there was a 404 on every page) and the API docs
