@@ -60,13 +60,6 @@ def process_list_rows() -> QuerySet[Process]:
     return Process.objects.only(*ROW_FIELDS).annotate(table_name=F("table__name")).order_by("-id")
 
 
-def process_filter(params, queryset: QuerySet[Process]) -> QuerySet[Process]:
-    """``queryset`` narrowed by the list filters in ``params`` (the filterset only when one is given)."""
-    if not any(params.get(name) for name in ProcessFilter.base_filters):
-        return queryset
-    return ProcessFilter(params, queryset=queryset).qs
-
-
 @dataclass
 class ProcessPage:
     """Newest first, keyset-paged by id: the hundredth page costs what the first does."""

@@ -39,6 +39,7 @@ class TrashBatch(models.Model):
     class Meta:
         app_label = "storage"
         ordering = ["-created_at"]
+        verbose_name_plural = "trash batches"
         indexes = [models.Index(fields=["state", "expires_at"], name="storage_trash_state_expires")]
 
     def __str__(self) -> str:
