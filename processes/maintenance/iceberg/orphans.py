@@ -160,16 +160,17 @@ def walk_files(root: str, guard: PathGuard | None = None) -> Iterator[os.DirEntr
     while stack:
         folder = stack.pop()
         try:
-            entries = list(os.scandir(folder))
+            entries = os.scandir(folder)
         except FileNotFoundError:
             continue
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                private = folder == root and entry.name in PRIVATE_FOLDERS
-                if not private and not (guard is not None and guard.skips_folder(entry.path)):
-                    stack.append(entry.path)
-            elif entry.is_file(follow_symlinks=False):
-                yield entry
+        with entries:  # read as it goes: a folder of millions of files is never a list
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    private = folder == root and entry.name in PRIVATE_FOLDERS
+                    if not private and not (guard is not None and guard.skips_folder(entry.path)):
+                        stack.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    yield entry
 
 
 def stored_files(
