@@ -107,3 +107,40 @@ def test_sorted_runs_merge_in_passes_and_the_difference_is_exact(tmp_path, monke
 
     assert found == sorted(name for position, name in enumerate(names) if position % 4 == 0)
     assert len(list(tmp_path.iterdir())) <= 3 + 3  # the passes removed the runs they merged
+
+
+def test_progress_reports_objects_bytes_and_candidates_while_scanning(tmp_path, monkeypatch):
+    import time
+
+    from processes.maintenance.iceberg import orphans
+    from storage.io.guard import PathGuard
+
+    monkeypatch.setattr(orphans.ListingProgress, "EVERY", 2)
+    root = tmp_path / "wh" / "t"
+    (root / "data").mkdir(parents=True)
+    for i in range(6):
+        (root / "data" / f"{i}.parquet").write_bytes(b"x" * 10)
+
+    class Context:
+        reports: list[tuple[int, int, str]] = []
+
+        def check_cancelled(self) -> None:
+            pass
+
+        def report_progress(self, done: int, total: int, message: str = "") -> None:
+            self.reports.append((done, total, message))
+
+    context = Context()
+    referenced = [f"{root}/data/{i}.parquet" for i in range(4)]
+    guard = PathGuard.build(str(root), roots=[str(tmp_path)])
+    with orphans.scan_location(
+        str(root), referenced, guard=guard, cutoff=time.time() + 60, context=context
+    ) as scan:
+        assert [o.location for o in scan.orphans] == [f"{root}/data/4.parquet", f"{root}/data/5.parquet"]
+
+    assert (6, 0, "listing: 6 objects seen, 60 bytes") in context.reports
+    assert context.reports[-1] == (
+        2,
+        6,
+        "comparing: 6 objects seen (60 bytes), 2 unreferenced (20 bytes), 2 old enough to remove",
+    )
