@@ -4,14 +4,13 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('storage', '0009_trash_manifest_digest'),
+        ("storage", "0009_trash_manifest_digest"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='trashbatch',
-            options={'ordering': ['-created_at'], 'verbose_name_plural': 'trash batches'},
+            name="trashbatch",
+            options={"ordering": ["-created_at"], "verbose_name_plural": "trash batches"},
         ),
     ]
