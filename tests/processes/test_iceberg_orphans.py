@@ -28,6 +28,7 @@ def aged_table(make_iceberg, old_mtime):
         "old_metadata": root / "metadata" / "stray-manifest.avro",
         "young_data": root / "data" / "in-flight.parquet",
         "staged": root / ".lakewarden-staging" / "process-99" / "group-00000" / "part-0.parquet",
+        "hint": root / "metadata" / "version-hint.text",  # a Hadoop-catalog reader's pointer
     }
     for path in planted.values():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -57,7 +58,7 @@ def test_only_old_unreferenced_files_are_deleted(aged_table, run_now):
     assert before_files - remaining == {planted["old_data"], planted["old_metadata"]}
     assert process.summary["deleted_files"] == 2 and process.summary["too_young_to_delete"] == 1
     assert {p for p in referenced if p.is_relative_to(root)} <= remaining  # nothing referenced is gone
-    assert planted["young_data"].exists() and planted["staged"].exists()
+    assert planted["young_data"].exists() and planted["staged"].exists() and planted["hint"].exists()
     assert multiset(iceberg_rows(table)) == before_rows
     for snapshot in table.metadata.snapshots:  # every snapshot still reads
         iceberg_rows(table, snapshot.snapshot_id)
