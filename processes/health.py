@@ -5,7 +5,7 @@ by the console's overview, metrics and health check, so it lives below the conso
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery import current_app
@@ -36,7 +36,7 @@ _SCORE_SQL = """
 + {w[file_count]} * LEAST(t.file_count::float8 / {many_files}, 1.0)
 + {w[snapshots]} * LEAST(t.instant_count::float8 / {many_snapshots}, 1.0)
 + {w[maintenance]} * (CASE WHEN t.last_maintenance_at IS NULL THEN 1.0
-                      ELSE LEAST(EXTRACT(EPOCH FROM (%(now)s - t.last_maintenance_at))::float8
+                      ELSE LEAST(EXTRACT(EPOCH FROM (%s - t.last_maintenance_at))::float8
                                  / 86400 / {stale_days}, 1.0) END)
                     * LEAST(t.file_count::float8 / 50, 1.0)
 + {w[failures]} * LEAST(COALESCE(f.n, 0)::float8 / {many_failures}, 1.0)
@@ -45,15 +45,26 @@ _SCORE_SQL = """
 _RANK_SQL = """
 WITH f AS (
   SELECT table_id, count(*) AS n FROM {process}
-  WHERE created_at >= %(week_ago)s AND status = %(failed)s GROUP BY table_id
+  WHERE created_at >= %s AND status = %s GROUP BY table_id
 )
-SELECT t.id FROM {table} t LEFT JOIN f ON f.table_id = t.id
-ORDER BY round({score}) DESC, t.name COLLATE "C", t.id
+SELECT t.id, round({score}) AS health FROM {table} t LEFT JOIN f ON f.table_id = t.id
+{where}
+ORDER BY health {direction}, t.name COLLATE "C", t.id
 """
 
 
-def _ranked_ids(now: dt.datetime, limit: int | None) -> list[int]:
-    """Table ids unhealthiest first (name, then id, among equal scores), ranked in the database."""
+def health_ranked(
+    now: dt.datetime,
+    *,
+    limit: int | None = None,
+    offset: int = 0,
+    where: tuple[str, Sequence[Any]] | None = None,
+    ascending: bool = False,
+) -> list[tuple[int, int]]:
+    """(table id, health score) unhealthiest first (healthiest first when ``ascending``; name,
+    then id, among equal scores), ranked in the database by the score of ``table_health``.
+    ``where`` is an SQL condition on the table ``t`` and its parameters (``%s``), e.g. the ids
+    of a filtered queryset; ``limit`` and ``offset`` page the ranking."""
     score = _SCORE_SQL.format(
         w=WEIGHTS,
         many_files=MANY_FILES,
@@ -61,18 +72,34 @@ def _ranked_ids(now: dt.datetime, limit: int | None) -> list[int]:
         stale_days=STALE_DAYS,
         many_failures=MANY_FAILURES,
     )
-    sql = _RANK_SQL.format(process=Process._meta.db_table, table=Table._meta.db_table, score=score)
-    params: dict[str, Any] = {
-        "now": now,
-        "week_ago": now - dt.timedelta(days=7),
-        "failed": str(ProcessStatus.FAILED),
-    }
+    condition, condition_params = where or ("", ())
+    sql = _RANK_SQL.format(
+        process=Process._meta.db_table,
+        table=Table._meta.db_table,
+        score=score,
+        where=f"WHERE {condition}" if condition else "",
+        direction="ASC" if ascending else "DESC",
+    )
+    params: list[Any] = [now - dt.timedelta(days=7), str(ProcessStatus.FAILED), now, *condition_params]
     if limit:
-        sql += " LIMIT %(limit)s"
-        params["limit"] = limit
+        sql += " LIMIT %s"
+        params.append(limit)
+    if offset:
+        sql += " OFFSET %s"
+        params.append(offset)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return [row[0] for row in cursor.fetchall()]
+        return [(pk, int(health)) for pk, health in cursor.fetchall()]
+
+
+def health_scores(now: dt.datetime, ids: Sequence[int]) -> dict[int, int]:
+    """The health score of each table of ``ids`` (one query), as ``health_ranked`` ranks it."""
+    return dict(health_ranked(now, where=("t.id = ANY(%s)", [list(ids)]))) if ids else {}
+
+
+def _ranked_ids(now: dt.datetime, limit: int | None) -> list[int]:
+    """Table ids unhealthiest first (name, then id, among equal scores), ranked in the database."""
+    return [pk for pk, _ in health_ranked(now, limit=limit)]
 
 
 def tables_by_health(*, limit: int | None = 10) -> list[TableHealth]:

@@ -4,6 +4,7 @@ import functools
 import math
 import re
 from html import escape as _escape
+from urllib.parse import urlencode
 
 from django import template
 from django.templatetags.static import static
@@ -11,6 +12,7 @@ from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.utils.text import Truncator
+from django.utils.timesince import timesince
 
 from console.api.serializers import mask_secrets
 from storage.models import format_choices
@@ -144,12 +146,14 @@ def get_item(mapping, key):
 # empty row, pager) in its template.
 
 _TABLE_ROW = (
-    '<tr>\n      <td><a href="{url}">{name}</a>{warning}</td>\n'
+    '<tr>\n      <td><a href="{url}" title="{location}">{name}</a>{warning}</td>\n'
     '      <td><span class="badge fmt-{format}">{format_label}</span></td>\n'
-    '      <td class="path" title="{location}">{location_short}</td>\n'
-    "      <td><code>{instant}</code></td>\n"
-    '      <td class="num">{files}</td>\n      <td class="num">{size}</td>\n'
-    '      <td class="num">{records}</td>\n    </tr>\n'
+    "      <td>{place}</td>\n"
+    '      <td class="num"><span class="score score-{band}" title="0 healthy, 100 needs attention now">'
+    "{health}</span></td>\n"
+    '      <td class="num">{files}</td>\n      <td class="num">{small}</td>\n'
+    '      <td class="num" title="{bytes} bytes">{size}</td>\n'
+    "      <td>{maintained}</td>\n      <td>{status}</td>\n    </tr>\n"
 )
 _PROCESS_ROW = (
     '<tr>\n      <td><a href="{url}">#{pk}</a></td>\n{table_cell}'
@@ -175,13 +179,13 @@ def _truncated(text: str, length: int) -> str:
 @register.simple_tag
 def table_rows(tables) -> str:
     """The ``<tr>`` of each table of the table list (console/partials/table_rows.html); ``tables``
-    are rows of ``Table.objects.values(...)`` (see console/views/tables.py TABLE_ROW_FIELDS)."""
+    are the rows of console/table_list.py ``table_page``."""
     url = _url_pattern("console:table-detail")
     labels = dict(format_choices())
+    now = timezone.now()
     rows = []
     for table in tables:
-        location, problem = table["location"], table["refresh_error"]
-        short, shown = _truncated(location, 60), _escape(location)
+        problem, health = table["refresh_error"], table["health"]
         warning = f' <span class="badge warn" title="{_escape(problem)}">unreadable</span>' if problem else ""
         rows.append(
             _TABLE_ROW.format(
@@ -190,15 +194,41 @@ def table_rows(tables) -> str:
                 warning=warning,
                 format=_escape(table["format"]),
                 format_label=_escape(labels.get(table["format"], table["format"])),
-                location=shown,
-                location_short=shown if short == location else _escape(short),
-                instant=_escape(table["current_instant"] or "—"),
+                location=_escape(table["location"]),
+                place=_place(table["catalog__name"], table["namespace"]),
+                band="—" if health is None else "bad" if health >= 50 else "warn" if health >= 25 else "ok",
+                health="—" if health is None else health,
                 files=intcomma_plain(table["file_count"]),
+                small=intcomma_plain(table["small_file_count"]),
+                bytes=intcomma_plain(table["total_bytes"]),
                 size=filesize(table["total_bytes"]),
-                records=intcomma_plain(table["record_count"]),
+                maintained=_ago(table["last_maintenance_at"], now),
+                status=_table_status(*table["status"]),
             )
         )
     return mark_safe("".join(rows))
+
+
+def _place(catalog: str | None, namespace: str) -> str:
+    """The catalog and namespace of a table, each a link filtering the list to it."""
+    if not catalog:
+        return '<span class="muted">—</span>'
+    html = f'<a href="?{_escape(urlencode({"catalog": catalog}))}">{_escape(catalog)}</a>'
+    if namespace:
+        html += f' / <a href="?{_escape(urlencode({"catalog": catalog, "namespace": namespace}))}">{_escape(namespace)}</a>'
+    return html
+
+
+def _ago(value, now) -> str:
+    if value is None:
+        return '<span class="muted">never</span>'
+    return f'<span title="{_datetime(value)}">{timesince(value, now, depth=1)} ago</span>'
+
+
+def _table_status(status: str, action: str) -> str:
+    css = {"running": "running", "queued": "pending", "failed": "failed", "ok": "success"}[status]
+    detail = f" {_escape(action)}" if action else ""
+    return f'<span class="status status-{css}">{status}{detail}</span>'
 
 
 def _progress_cell(process) -> str:

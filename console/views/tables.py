@@ -10,12 +10,12 @@ from pathlib import Path
 
 from django.contrib import messages
 from django.contrib.staticfiles import finders
-from django.core.paginator import Paginator
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from console import overview as overview_selectors
+from console import table_list as table_listing
 from console.charts_context import cached, remember, table_charts, with_chart_facts
 from console.decorators import role_required
 from console.forms import CatalogCreateForm, TableRegisterForm
@@ -117,35 +117,32 @@ def catalog_sync(request, pk: int):
     return redirect("console:catalog-detail", pk=catalog.pk)
 
 
-#: What a row of the table list shows (templatetags ``table_rows``), read as plain values: not the
-#: metrics JSON.
-TABLE_ROW_FIELDS = (
-    "id",
-    "name",
-    "format",
-    "location",
-    "current_instant",
-    "file_count",
-    "total_bytes",
-    "record_count",
-    "refresh_error",
-)
-
-
 @require_GET
 def table_list(request):
     search = request.GET.get("q", "").strip()
     format_filter = request.GET.get("format", "")
+    catalog_filter = request.GET.get("catalog", "").strip()
+    namespace_filter = request.GET.get("namespace", "").strip()
+    sort = table_listing.parse_sort(request.GET.get("sort", ""))
     error = None
     try:
         tables = selectors.table_list(search=search, format=format_filter)
+        tables = table_listing.filtered(tables, catalog=catalog_filter, namespace=namespace_filter)
     except ServiceError as problem:
         tables, error = Table.objects.none(), problem.message
-    page = _table_page(tables, request.GET.get("page"))
+    filters = {"q": search, "format": format_filter, "catalog": catalog_filter, "namespace": namespace_filter}
+    shown = {key: value for key, value in filters.items() if value}
     context = {
-        "page": page,
+        "page": table_listing.table_page(tables, sort=sort, number=request.GET.get("page")),
         "search": search,
         "format_filter": format_filter,
+        "catalog_filter": catalog_filter,
+        "namespace_filter": namespace_filter,
+        "namespace_crumbs": table_listing.namespace_crumbs(namespace_filter),
+        "catalogs": Catalog.objects.values_list("name", flat=True),
+        "sort": sort,
+        "headers": table_listing.sort_headers(shown, sort),
+        "list_query": table_listing.list_query(shown, sort),
         "formats": format_choices(),
         "form": TableRegisterForm(),
         "form_html": _blank_register_form_html(),
@@ -158,20 +155,6 @@ def table_list(request):
         status=400 if error else 200,
         error=error,
     )
-
-
-def _table_page(tables, number):
-    """A page of 50 rows as plain dicts (no model per row), paged in the database along the
-    (name, id) index (issue 17): the page's ids first (an index-only walk, however deep the
-    page), then those rows alone."""
-    ids = tables.select_related(None).order_by("name", "id").values_list("id", flat=True)
-    page = Paginator(ids, 50).get_page(number)
-    rows = {
-        row["id"]: row
-        for row in Table.objects.filter(pk__in=list(page.object_list)).values(*TABLE_ROW_FIELDS)
-    }
-    page.object_list = [rows[pk] for pk in page.object_list if pk in rows]
-    return page
 
 
 @functools.cache
