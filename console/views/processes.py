@@ -9,6 +9,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from console import run_params
 from console.api.processes import ProcessNameFilter
 from console.decorators import role_required
 from console.htmx import hx_redirect, is_fragment, render_page
@@ -49,12 +50,17 @@ def table_processes(request, pk: int):
     page = selectors.process_page(
         selectors.process_list_rows().filter(table=table), request.GET.get("before"), size=25
     )
+    offered = selectors.actions_for_format(table.format)
+    forms = run_params.action_forms(table, offered)
     context = {
         "table": table,
         "tab": "processes",
         "page": page,
         "any_active": any(p.status in ACTIVE_STATUSES for p in page.items),
-        "offered": selectors.actions_for_format(table.format),
+        "offered": offered,
+        "run_forms": forms,
+        "selected": run_params.default_action(forms),
+        "params_text": "{}",
         "declined": selectors.declined_actions_for_format(table.format),
         "manual_actions": sorted(manual_actions(table)),
         "params": request.GET,
@@ -87,13 +93,29 @@ def table_process_preview(request, pk: int):
 
 
 def _submitted(request, table, service):
-    """``service(table=, action=, params=)`` on the run form's fields, or the error response."""
+    """``service(table=, action=, params=)`` on the run form's fields (the generated fields, or the
+    raw JSON of "advanced"), or the error response: the form again, the error beside its field."""
+    action = request.POST.get("action", "")
+    forms = run_params.action_forms(table, selectors.actions_for_format(table.format))
+    form = next((f for f in forms if f.action == action), None)
+    use_fields = (
+        form is not None and not request.POST.get("advanced") and run_params.submitted(request.POST, action)
+    )
     try:
-        return service(table=table, action=request.POST.get("action", ""), params=_params(request))
+        params = (
+            run_params.params_from_form(action, form.schema, request.POST, form.defaults)
+            if (form is not None and use_fields)
+            else _params(request)
+        )
+        return service(table=table, action=action, params=params)
+    except run_params.FormError as error:
+        return _run_error(request, table, forms, str(error), errors={error.key: error.message})
     except BadParams as error:
-        return _run_error(request, table, str(error))
+        return _run_error(request, table, forms, str(error))
     except ServiceError as error:
-        return _run_error(request, table, error.message, status=error.status_code)
+        on_field = run_params.field_error(form, error.message) if use_fields and form else None
+        errors = dict([on_field]) if on_field else {}
+        return _run_error(request, table, forms, error.message, status=error.status_code, errors=errors)
 
 
 class BadParams(ValueError):
@@ -138,11 +160,32 @@ def process_act(request, pk: int, verb: str):
     return _go(request, result.get_absolute_url())
 
 
-def _run_error(request, table, message: str, status: int = 400):
-    if is_fragment(request):
-        return render(request, "processes/partials/run_error.html", {"message": message}, status=status)
-    messages.error(request, message)
-    return redirect("console:table-processes", pk=table.pk)
+def _run_error(request, table, forms, message: str, status: int = 400, errors=None):
+    """A refused run or preview: for htmx, the run form again as it was sent, the error beside its
+    field (or above the form), in place of the form; else the tab with the message."""
+    if not is_fragment(request):
+        messages.error(request, message)
+        return redirect("console:table-processes", pk=table.pk)
+    errors = errors or {}
+    action = request.POST.get("action", "")
+    for form in forms:
+        run_params.fill(
+            form.fields,
+            request.POST if form.action == action else {},
+            errors if form.action == action else {},
+        )
+    context = {
+        "table": table,
+        "run_forms": forms,
+        "selected": action,
+        "advanced": bool(request.POST.get("advanced")),
+        "params_text": request.POST.get("params", "{}")[:100_000],
+        "run_error": "" if errors else message,
+    }
+    response = render(request, "processes/partials/run_form.html", context, status=status)
+    response["HX-Retarget"] = "#run-form"
+    response["HX-Reswap"] = "outerHTML"
+    return response
 
 
 def _go(request, url: str):

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from processes.maintenance.schemas import MAX_AGE_SECONDS
+from processes.maintenance.schemas import MAX_AGE_SECONDS, SECONDS, UNIT
 from processes.plugin import Preview, ProcessContext, ProcessInputError
 from storage.io.guard import OutsideTable
 from storage.trash import TrashUnavailable, batch_location, prepare_batch, purge_batch
@@ -37,6 +37,7 @@ AGE_SCHEMA: dict[str, Any] = {
     "maximum": MAX_AGE_SECONDS,
     "pattern": _ISO_DURATION.pattern,
     "format": DURATION_FORMAT,
+    UNIT: SECONDS,
 }
 
 

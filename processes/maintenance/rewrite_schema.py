@@ -7,11 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from processes.maintenance.schemas import (
+    BYTES,
     INTERVAL,
     MAX_CONCURRENCY,
     MAX_COUNT,
     MAX_FILE_BYTES,
     PARALLELISM,
+    UNIT,
     with_defaults,
 )
 
@@ -73,12 +75,14 @@ REWRITE_PROPERTIES_SCHEMA: dict[str, Any] = {
             "type": "integer",
             "minimum": 65536,
             "maximum": MAX_FILE_BYTES,
+            UNIT: BYTES,
             "description": "Bytes per output file",
         },
         "min-file-size": {
             "type": "integer",
             "minimum": 0,
             "maximum": MAX_FILE_BYTES,
+            UNIT: BYTES,
             "description": "Files below this size are rewritten even when above target/8",
         },
         "min-input-files": {

@@ -24,8 +24,15 @@ MAX_INT32 = 2**31 - 1
 #: Ids the formats keep as a Java ``long`` (Iceberg snapshot ids).
 MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1
 
+#: A number's unit, for forms (issue 34): a JSON Schema annotation the validator ignores. The
+#: console shows and takes ``BYTES`` in MiB and ``SECONDS``/``HOURS`` in a readable unit of time,
+#: and sends the number in the schema's own unit.
+UNIT = "x-unit"
+BYTES, SECONDS, HOURS = "bytes", "seconds", "hours"
+
 INTERVAL: dict[str, Any] = {
     "type": "integer",
+    UNIT: SECONDS,
     "minimum": 1,
     "maximum": 366 * 86_400,
     "description": "Seconds between the scheduler's evaluations of a table for this action (at most a year)",

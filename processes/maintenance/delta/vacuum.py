@@ -39,7 +39,15 @@ from processes.maintenance.retention import (
     summary_list,
     trash_retention,
 )
-from processes.maintenance.schemas import DRY_RUN, INTERVAL, MAX_AGE_HOURS, PARALLELISM, with_defaults
+from processes.maintenance.schemas import (
+    DRY_RUN,
+    HOURS,
+    INTERVAL,
+    MAX_AGE_HOURS,
+    PARALLELISM,
+    UNIT,
+    with_defaults,
+)
 from processes.maintenance.targets import store_options
 from processes.plugin import (
     VACUUM,
@@ -251,6 +259,7 @@ RUN_PROPERTIES = {
         "type": "number",
         "minimum": 0,
         "maximum": MAX_AGE_HOURS,
+        UNIT: HOURS,
         "description": "Removed files older than this go (raised to the table's delta.deletedFileRetentionDuration)",
     },
     "full": {

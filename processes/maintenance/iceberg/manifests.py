@@ -41,11 +41,13 @@ from typing import TYPE_CHECKING, Any
 
 from processes.maintenance.errors import InputError
 from processes.maintenance.schemas import (
+    BYTES,
     INTERVAL,
     MAX_COUNT,
     MAX_FILE_BYTES,
     MAX_INT32,
     PARALLELISM,
+    UNIT,
     with_defaults,
 )
 from processes.maintenance.targets import iceberg_catalog_table, iceberg_commit_target
@@ -440,6 +442,7 @@ class IcebergRewriteManifestsFactory(ProcessFactory):
                 "type": "integer",
                 "minimum": 1024,
                 "maximum": MAX_FILE_BYTES,
+                UNIT: BYTES,
                 "description": "Bytes per new manifest (default: the property)",
             },
             "spec-id": {
