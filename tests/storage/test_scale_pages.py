@@ -79,7 +79,17 @@ def _queries(client, url: str) -> int:
 
 
 @pytest.mark.parametrize(
-    "url", ["/", "/tables/", "/tables/?page=7", "/tables/?format=delta&page=3", "/tables/?q=a1"]
+    "url",
+    [
+        "/",
+        "/tables/",
+        "/tables/?page=7",
+        "/tables/?format=delta&page=3",
+        "/tables/?q=a1",
+        "/tables/?sort=-health&page=7",
+        "/tables/?sort=size&format=hudi&page=2",
+        "/tables/?sort=-last_maintenance&q=b",
+    ],
 )
 def test_the_pages_cost_the_same_queries_with_2000_tables_as_with_20(client_as, viewer, url):
     client = client_as(viewer)
