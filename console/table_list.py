@@ -86,12 +86,15 @@ class _HealthRanked:
         return self.count()
 
     def __getitem__(self, window: slice) -> list[int]:
-        sql, params = self.ids.query.sql_with_params()
+        where = None
+        if self.ids.query.where:  # unfiltered: no semi-join of every id with itself
+            sql, params = self.ids.query.sql_with_params()
+            where = (f"t.id IN ({sql})", params)
         ranked = health_ranked(
             self.now,
             limit=(window.stop or 0) - (window.start or 0),
             offset=window.start or 0,
-            where=(f"t.id IN ({sql})", params),
+            where=where,
             ascending=self.ascending,
         )
         self.scores.update(ranked)
