@@ -126,11 +126,15 @@ def test_an_operator_filters_files_plans_splits_and_runs_a_process(
     page.screenshot(path=str(tmp_path / "splits.png"), full_page=True)
 
     page.goto(f"{live_server.url}/tables/{table.pk}/processes/")
+    assert page.locator("select[name=action]").input_value() == "rewrite"  # the form starts on rewrite
+    assert page.locator("#run-rewrite-target-file-size").is_visible()
     page.select_option("select[name=action]", "expire-snapshots")
-    page.fill("input[name=params]", '{"dry-run": true}')
+    assert not page.locator("#run-rewrite-target-file-size").is_visible()  # only the picked action's fields
+    page.check("#run-expire-snapshots-dry-run")  # the generated form: a checkbox, not JSON
     page.click("#tab-body form button[type=submit]")
     page.wait_for_url("**/processes/*/")
     assert page.locator(".status").first.inner_text() == "PENDING"
+    assert "expire-snapshots" in page.content()  # its params: tests/console/test_run_form.py
     page.screenshot(path=str(tmp_path / "process.png"), full_page=True)
     assert page.console_errors == []
 
