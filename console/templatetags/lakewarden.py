@@ -123,6 +123,14 @@ def duration(seconds) -> str:
 
 
 @register.filter
+def audit_target(event) -> dict:
+    """The audit row's target for people: its kind ("table") and a link where the console has one."""
+    from console.audit.targets import describe
+
+    return describe(event.target_model, event.target_id)
+
+
+@register.filter
 def json_inline(value) -> str:
     import json
 

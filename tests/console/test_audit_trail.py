@@ -210,3 +210,32 @@ def test_paging_walks_every_row_once_newest_first(operator, settings):
     page_two = client.get(f"{reverse('console:audit')}?user=pager&before={older}").content.decode()
     assert "demo.a04" in page_two and "demo.a00" in page_two and "demo.a05" not in page_two
     assert timezone.now() >= AuditEvent.objects.get(pk=created[0]).at
+
+
+def test_targets_read_as_their_kind_and_link_to_the_objects_page(admin_user):
+    import re
+
+    _event(
+        username="ann",
+        action="table.register",
+        target_model="storage.Table",
+        target_id="3",
+        target_label="orders",
+    )
+    _event(username="ann", action="process.kill", target_model="processes.Process", target_id="7")
+    _event(username="ann", action="storage.update", target_model="storage.StorageBackend", target_id="1")
+    _event(username="ann", action="user.update", target_model="auth.User", target_id="2")
+    _event(username="ann", action="gone.thing", target_model="nosuch.Model", target_id="x")
+
+    content = _client(admin_user).get(reverse("console:audit")).content.decode()
+    rows = re.findall(r'<tr class="audit-event">(.*?)</tr>', content, re.S)
+    ann = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in rows if "<td>ann</td>" in row]
+    cells = [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", row[4])).strip() for row in ann]
+    links = [link for row in ann for link in re.findall(r'<a href="([^"]+)" title="([^"]+)">', row[4])]
+
+    assert cells == ["nosuch.Model x", "user 2", "storage backend 1", "process 7", "table 3 orders"]
+    assert links == [
+        (reverse("console:storage-list"), "storage.StorageBackend"),
+        (reverse("console:process-detail", args=[7]), "processes.Process"),
+        (reverse("console:table-detail", args=[3]), "storage.Table"),
+    ]
