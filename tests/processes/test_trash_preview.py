@@ -69,6 +69,19 @@ def test_the_expiry_preview_says_when_there_is_nothing_to_expire(make_iceberg):
     assert preview.notes and preview.notes[0].startswith("nothing to do")
 
 
+def test_the_expiry_preview_of_a_table_without_a_catalog_says_nothing_would_run(make_iceberg):
+    from storage import services
+
+    _, table = make_iceberg(files=2, register=False)
+    by_location = services.table_register(location=table.location())
+    factory = IcebergExpireSnapshotsFactory()
+
+    preview = factory.preview(runtime(by_location, factory), "expire-snapshots", {"max-age": 0})
+
+    assert preview.notes == ["nothing would run: expiring snapshots needs a catalog to commit"]
+    assert preview.objects_to_delete == 0
+
+
 def test_the_orphan_preview_counts_old_unreferenced_files_and_deletes_nothing(make_iceberg, old_mtime):
     console_table, table = make_iceberg(files=3)
     append_files(table, [rows(100, 5)])

@@ -23,6 +23,7 @@ import datetime as dt
 import logging
 from typing import TYPE_CHECKING, Any
 
+from processes.maintenance.errors import InputError
 from processes.maintenance.iceberg.orphans import normalise
 from processes.maintenance.retention import (
     AGE_SCHEMA,
@@ -345,12 +346,12 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
     def preview(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> Preview | None:
         """The snapshots a run would expire now and the files (and bytes) it would delete, or
         move to the trash; read from the metadata, nothing changed."""
-        from pyiceberg.table import StaticTable
-
-        table = getattr(runtime.load(), "pyiceberg_table", None)
-        if table is None:
+        spec_table = runtime.load()
+        if getattr(spec_table, "pyiceberg_table", None) is None:
             return None
-        if isinstance(table, StaticTable):
+        try:
+            table = iceberg_commit_target(spec_table)
+        except InputError:  # no catalog: targets' one rule says so
             return Preview(notes=["nothing would run: expiring snapshots needs a catalog to commit"])
         process = IcebergExpireProcess(dict(params), runtime.config)
         expired_ids, doomed, cache = plan_expiry(
