@@ -272,6 +272,39 @@ def test_a_delta_rewrite_never_writes_where_a_dotdot_path_leads(make_delta, run_
     assert live and all(p.resolve().is_relative_to(path / "data") for p in live)
 
 
+@pytest.mark.parametrize(
+    ("action", "params", "refused"),
+    [
+        ("rewrite", {"min-input-files": 2}, "will not write the commit"),
+        ("checkpoint", {}, "will not write"),
+    ],
+)
+def test_a_delta_process_never_writes_through_a_log_folder_linked_out_of_the_table(
+    make_delta, run_now, tmp_path, action, params, refused
+):
+    import shutil
+
+    console_t, path = make_delta(files=6)
+    rows_before = multiset(delta_read(path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.move(str(path / "_delta_log"), str(elsewhere / "_delta_log"))
+    os.symlink(elsewhere / "_delta_log", path / "_delta_log")  # the table reads the same log
+    log_before = snapshot_of(elsewhere)
+    data_before = snapshot_of(path / "data") if (path / "data").exists() else None
+    top_before = sorted(p.name for p in path.iterdir())
+
+    process = run_now(console_t, action, params)
+
+    assert process.status == ProcessStatus.FAILED
+    assert refused in process.failure and "symlink" in process.failure
+    assert snapshot_of(elsewhere) == log_before  # no commit landed where the link leads
+    assert sorted(p.name for p in path.iterdir()) == top_before
+    if data_before is not None:
+        assert snapshot_of(path / "data") == data_before  # the published files were taken back
+    assert multiset(delta_read(path)) == rows_before
+
+
 def test_an_iceberg_rewrite_of_files_outside_the_roots_writes_inside_the_table(
     make_iceberg, run_now, tmp_path
 ):

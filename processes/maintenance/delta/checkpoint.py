@@ -191,6 +191,8 @@ class DeltaCheckpointProcess(TableProcess):
             "log_retention_hours": hours,
         }
         if not self.dry_run:
+            # the checkpoint and _last_checkpoint go to the log: never through a link out of the table
+            context.guard.check(spec.store.uri(spec.store.table_path("_delta_log/_last_checkpoint")), "write")
             context.report_progress(0, 2, f"checkpoint at version {spec.version}")
             write_checkpoint(location, spec, storage)
             summary["checkpoint_created"] = True

@@ -349,7 +349,7 @@ class DeltaRewriteProcess(TableProcess):
                 parameters=self.operation_parameters(),
                 custom=self.commit_properties(context),
             )
-            return delta_commit.commit(location, request, storage)
+            return delta_commit.commit(location, request, storage, context.guard)
         except BaseException as error:
             # Interrupted after the commit file was linked (a soft time limit, say): the files
             # are the table's now, whatever the caller does next.

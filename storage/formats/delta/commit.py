@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 
 from storage.formats.delta import unique_id
 from storage.io import PutUnsupported, StoreOptions, filesystem, put_if_absent
+from storage.io.guard import PathGuard
 from storage.spec.errors import RewriteConflict
 
 logger = logging.getLogger(__name__)
@@ -319,15 +320,19 @@ class RewriteCommit:
         return {"commitInfo": info}
 
 
-def commit(location: str, request: RewriteCommit, storage: StoreOptions | None = None) -> int:
+def commit(
+    location: str, request: RewriteCommit, storage: StoreOptions | None = None, guard: PathGuard | None = None
+) -> int:
     """Commit ``request`` at the next free version after checking it against the latest one
     (module docstring); returns the version. ``RewriteConflict`` when the table changed in a way
-    the rewrite cannot survive, ``CommitRefused`` when this writer cannot commit to it."""
+    the rewrite cannot survive, ``CommitRefused`` when this writer cannot commit to it; with a
+    ``guard`` (a running process's), ``OutsideTable`` when the commit file is a place it refuses
+    (a ``_delta_log`` that is a link out of the table, say), before anything is written."""
     for _ in range(MAX_RACES):
         latest = open_version(location, storage=storage)
         actions = _checked_actions(latest, request)
         content = "\n".join(json.dumps(a, separators=(",", ":")) for a in actions).encode()
-        if put_commit(latest.store, latest.version + 1, content):
+        if put_commit(latest.store, latest.version + 1, content, guard):
             return latest.version + 1
         logger.info(
             "commit of %s: version %s was taken meanwhile; checking again", location, latest.version + 1
@@ -364,10 +369,13 @@ def _checked_actions(latest: Any, request: RewriteCommit) -> list[dict[str, Any]
     return [info, *removes, *request.adds]
 
 
-def put_commit(store: Any, version: int, content: bytes) -> bool:
+def put_commit(store: Any, version: int, content: bytes, guard: PathGuard | None = None) -> bool:
     """Create ``_delta_log/<version>.json`` with ``content`` unless it exists (then False), through
-    ``storage.io.put_if_absent``; ``CommitUnsupported`` where the store has no put-if-absent."""
+    ``storage.io.put_if_absent``; ``CommitUnsupported`` where the store has no put-if-absent,
+    ``OutsideTable`` where ``guard`` refuses the commit file."""
     target = store.uri(store.table_path(f"_delta_log/{version:020d}.json"))
+    if guard is not None:
+        guard.check(target, "write the commit")
     try:
         return put_if_absent(target, content, store.storage)
     except PutUnsupported as error:
