@@ -6,6 +6,7 @@ test says."""
 from __future__ import annotations
 
 import json
+import struct
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyroaring import BitMap64
 
 TABLE_ID = "8a0e5e66-2f36-4a7c-9f0e-6f1d1c0a5b11"
 COMMIT_MILLIS = 1_700_000_000_000
@@ -117,3 +119,31 @@ def commit(table: Path, version: int, *actions: Mapping[str, Any], operation: st
     }
     lines = [json.dumps(action) for action in (info, *actions)]
     (log / f"{version:020d}.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+
+
+def z85(data: bytes) -> str:
+    """Z85 text of ``data`` (padded to 4 bytes), as Delta stores inline deletion vectors."""
+    data += b"\0" * (-len(data) % 4)
+    out = []
+    for start in range(0, len(data), 4):
+        (number,) = struct.unpack(">I", data[start : start + 4])
+        chars = []
+        for _ in range(5):
+            number, digit = divmod(number, 85)
+            chars.append(_Z85[digit])
+        out.append("".join(reversed(chars)))
+    return "".join(out)
+
+
+def inline_vector(positions: list[int]) -> dict[str, Any]:
+    """An inline deletion vector descriptor removing ``positions``."""
+    blob = struct.pack("<i", 1681511377) + BitMap64(positions).serialize()
+    return {
+        "storageType": "i",
+        "pathOrInlineDv": z85(blob),
+        "sizeInBytes": len(blob),
+        "cardinality": len(positions),
+    }

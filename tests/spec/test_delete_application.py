@@ -5,7 +5,6 @@ line up with the file's rows when earlier groups are not read. Values are assert
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -179,37 +178,12 @@ def test_equality_deletes_on_two_columns_match_nulls_to_nulls(tmp_path):
 
 # -- Delta deletion vectors ----------------------------------------------------------------------
 
-_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-
-
-def _z85(data: bytes) -> str:
-    data += b"\0" * (-len(data) % 4)
-    out = []
-    for start in range(0, len(data), 4):
-        (number,) = struct.unpack(">I", data[start : start + 4])
-        chars = []
-        for _ in range(5):
-            number, digit = divmod(number, 85)
-            chars.append(_Z85[digit])
-        out.append("".join(reversed(chars)))
-    return "".join(out)
-
-
-def _inline_vector(positions: list[int]) -> dict[str, Any]:
-    blob = struct.pack("<i", 1681511377) + BitMap64(positions).serialize()
-    return {
-        "storageType": "i",
-        "pathOrInlineDv": _z85(blob),
-        "sizeInBytes": len(blob),
-        "cardinality": len(positions),
-    }
-
 
 def test_a_delta_deletion_vector_lines_up_after_skipped_row_groups(tmp_path):
     table_path = tmp_path / "delta"
     data = pa.table({"id": pa.array(range(ROWS), pa.int32()), "name": [f"n{i}" for i in range(ROWS)]})
     add = w.data_file(table_path, data, row_group_size=GROUP)
-    add["add"]["deletionVector"] = _inline_vector(DELETED)
+    add["add"]["deletionVector"] = w.inline_vector(DELETED)
     fields = [w.field("id", "long"), w.field("name", "string")]  # int32 in the file: widened
     w.commit(
         table_path,

@@ -20,7 +20,9 @@ from storage.formats.delta import DeltaAdapter
 from storage.formats.delta._dv import relative_path, z85_decode
 from storage.spec.errors import CorruptTable
 from tests.spec import _delta_log_writer as w
-from tests.spec.test_delete_application import _Z85, _inline_vector, _z85
+from tests.spec._delta_log_writer import _Z85
+from tests.spec._delta_log_writer import inline_vector as _inline_vector
+from tests.spec._delta_log_writer import z85 as _z85
 
 MAGIC = 1681511377
 DELETED = [0, 3, 7, 2**16 + 1]

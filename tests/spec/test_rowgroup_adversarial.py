@@ -759,7 +759,7 @@ def _delta_table(root: Path) -> Path:
     from pyroaring import BitMap64
 
     from tests.spec import _delta_log_writer as w
-    from tests.spec.test_delete_application import _z85
+    from tests.spec._delta_log_writer import z85 as _z85
 
     table_path = root / "mapped"
     fields = [
