@@ -343,7 +343,7 @@ class SliceReader:
         """The table rows of a data file's batches: ``runs`` are (file row index of the first
         row, consecutive batches from there); deletes, lineage and the filter applied."""
         identity = IdentityValues(base, self._fields_by_id)
-        deleted_positions = self._positions(base, positional)
+        deleted_positions = _deleted_positions(self._io, self._deletes, base, positional)
         equality_sets = [self._equality_set(d, target_fields) for d in equality]
         lineage = lineage_positions(target_fields)
         for offset, batches in runs:
@@ -414,9 +414,6 @@ class SliceReader:
             return constant_source(_missing(target, 1, identity), target.type)
         except CorruptTable:
             return None  # the read itself reports it
-
-    def _positions(self, base: DataFile, positional: list[DataFile]) -> np.ndarray | None:
-        return _deleted_positions(self._io, self._deletes, base, positional)
 
     def _equality_set(self, delete_file: DataFile, target_fields: list[pa.Field]) -> tuple[list[str], Any]:
         """(table column names, deleted values) of one equality delete file."""
