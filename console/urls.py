@@ -11,6 +11,7 @@ from console.sso import oidc_login
 from console.views import processes as process_views
 from console.views import queries as storage_views
 from console.views import records as record_views
+from console.views import storages
 from console.views import tables as views
 from console.views import trash as trash_views  # trash (issue 14)
 
@@ -48,10 +49,11 @@ console_patterns = [
     path("queries/<int:pk>/cancel/", storage_views.query_cancel, name="query-cancel"),
     path("cached-results/", storage_views.cached_result_list, name="cached-result-list"),
     path("cached-results/<int:pk>/<str:verb>/", storage_views.cached_result_act, name="cached-result-act"),
-    path("storages/", storage_views.storage_list, name="storage-list"),
-    path("storages/new/", storage_views.storage_create, name="storage-create"),
-    path("storages/<int:pk>/test/", storage_views.storage_test, name="storage-test"),
-    path("storages/<int:pk>/delete/", storage_views.storage_delete, name="storage-delete"),
+    path("storages/", storages.storage_list, name="storage-list"),
+    path("storages/new/", storages.storage_create, name="storage-create"),
+    path("storages/<int:pk>/edit/", storages.storage_edit, name="storage-edit"),
+    path("storages/<int:pk>/test/", storages.storage_test, name="storage-test"),
+    path("storages/<int:pk>/delete/", storages.storage_delete, name="storage-delete"),
     # Trash (issue 14): a process's trash card and its restore button.
     path("trash/processes/<int:pk>/", trash_views.process_trash, name="process-trash"),
     path(

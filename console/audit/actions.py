@@ -29,6 +29,7 @@ ACTIONS: dict[str, dict[str, str]] = {
     "console:query-cancel": {ANY: "query.cancel"},
     "console:cached-result-act": {ANY: "cached-result.{verb}"},
     "console:storage-create": {ANY: "storage.create"},
+    "console:storage-edit": {ANY: "storage.update"},
     "console:storage-test": {ANY: "storage.test"},
     "console:storage-delete": {ANY: "storage.delete"},
     # REST API

@@ -1,4 +1,4 @@
-"""Console pages: query workbench, cached results, storage backends."""
+"""Console pages: query workbench, cached results."""
 
 from __future__ import annotations
 
@@ -10,22 +10,15 @@ from django.views.decorators.http import require_GET, require_POST
 
 from console.api.limits import MAX_SQL_CHARACTERS
 from console.decorators import role_required
-from console.forms import QueryForm, StorageBackendForm
-from console.htmx import hx_redirect, is_fragment, render_page
-from console.roles import ADMIN, OPERATOR
+from console.forms import QueryForm
+from console.htmx import is_fragment, render_page
+from console.roles import OPERATOR
 from processes import queries
 from processes.models import Query, QueryEngine
 from storage import services
 from storage.errors import ServiceError
-from storage.models import CachedResult, CachedResultState, StorageBackend, StorageSource, Table
-from storage.results.plugin import StorageDescriptor
+from storage.models import CachedResult, CachedResultState, StorageBackend, Table
 from storage.selectors import shown
-
-
-def _storage_types() -> list[str]:
-    from storage.results.registry import storage_types
-
-    return sorted(storage_types())
 
 
 @require_GET
@@ -150,55 +143,3 @@ def cached_result_act(request, pk: int, verb: str):
     except ServiceError as error:
         messages.error(request, error.message)
     return redirect("console:cached-result-list")
-
-
-@require_GET
-def storage_list(request):
-    form = StorageBackendForm(storage_types=_storage_types())
-    return _storage_page(request, form)
-
-
-def _storage_page(request, form, status: int = 200):
-    backends = [(b, services.storage_backend_masked_config(b)) for b in StorageBackend.objects.all()]
-    return render(request, "storage/storages.html", {"backends": backends, "form": form}, status=status)
-
-
-@role_required(ADMIN)
-@require_POST
-def storage_create(request):
-    form = StorageBackendForm(request.POST, storage_types=_storage_types())
-    if form.is_valid():
-        data = form.cleaned_data
-        try:
-            backend = services.storage_backend_register(
-                name=data["name"],
-                descriptor=StorageDescriptor(type=data["type"], config=data["config"]),
-                quota_bytes=data["quota_bytes"],
-                is_default=data["is_default"],
-                source=StorageSource.CONSOLE,
-            )
-            messages.success(request, f"Storage {backend.name} registered. Test it to be sure it works.")
-            return redirect("console:storage-list")
-        except ServiceError as error:
-            form.add_error(error.field if error.field in form.fields else None, error.message)
-    return _storage_page(request, form, status=400)
-
-
-@role_required(ADMIN)
-@require_POST
-def storage_test(request, pk: int):
-    backend = get_object_or_404(StorageBackend, pk=pk)
-    ok, message = queries.storage_backend_test_on_worker(backend=backend)
-    if is_fragment(request):
-        return render(request, "storage/partials/test_result.html", {"ok": ok, "message": message})
-    (messages.success if ok else messages.error)(request, f"{backend.name}: {message}")
-    return redirect("console:storage-list")
-
-
-@role_required(ADMIN)
-@require_POST
-def storage_delete(request, pk: int):
-    backend = get_object_or_404(StorageBackend, pk=pk)
-    services.storage_backend_delete(backend=backend)
-    messages.success(request, f"Storage {backend.name} deleted and its cached results cleaned.")
-    return hx_redirect(request, "console:storage-list")

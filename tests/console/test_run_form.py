@@ -7,7 +7,6 @@ the action a table's form starts on."""
 from __future__ import annotations
 
 import uuid
-from html.parser import HTMLParser
 
 import pytest
 
@@ -15,46 +14,12 @@ from console import run_params
 from processes.maintenance.delta.vacuum import DeltaVacuumFactory
 from processes.models import Process
 from storage import services
+from tests.console.forms_html import controls as _controls
 from tests.console.tables import write_delta_table, write_iceberg_table
 
 pytestmark = pytest.mark.django_db
 
 MIB = 1024 * 1024
-
-
-class _Controls(HTMLParser):
-    """The attributes of each input and select (by name, by id for unnamed ones), and the
-    selected option of each select."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.controls: dict[str, dict[str, str | None]] = {}
-        self.selected: dict[str, str] = {}
-        self.options: dict[str, list[str]] = {}
-        self._select: str | None = None
-
-    def handle_starttag(self, tag, attrs):
-        attributes = dict(attrs)
-        key = attributes.get("name") or attributes.get("id") or ""
-        if tag in ("input", "select", "textarea"):
-            self.controls[key] = {"tag": tag, **attributes}
-        if tag == "select":
-            self._select = key
-            self.options[key] = []
-        if tag == "option" and self._select is not None:
-            self.options[self._select].append(attributes.get("value") or "")
-            if "selected" in attributes:
-                self.selected[self._select] = attributes.get("value") or ""
-
-    def handle_endtag(self, tag):
-        if tag == "select":
-            self._select = None
-
-
-def _controls(html: str) -> _Controls:
-    parser = _Controls()
-    parser.feed(html)
-    return parser
 
 
 @pytest.fixture

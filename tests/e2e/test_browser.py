@@ -221,9 +221,13 @@ def test_an_operator_registers_a_storage_runs_a_query_twice_and_sees_it_served_f
     page.goto(f"{live_server.url}/storages/")
     page.fill("input[name=name]", "scratch")
     page.select_option("select[name=type]", "filesystem")
-    page.fill("textarea[name=config]", f'{{"root": "{warehouse / "scratch-cache"}"}}')
-    page.click("form.stacked button[type=submit]")
+    assert not page.locator("#storage-postgres-dsn").is_visible()  # only the picked type's fields
+    page.fill("#storage-filesystem-root", str(warehouse / "scratch-cache"))  # generated, not JSON
+    page.fill("#storage-storage-quota", "2")
+    page.select_option("select[name='u:storage:quota']", "GiB")
+    page.click("#storage-form button[type=submit]")
     page.wait_for_selector("text=Storage scratch registered")
+    expect(page.locator("tr", has_text="scratch").locator("td.num")).to_have_text("2.0 GiB")
 
     sql = "select region, count(*) as orders from demo.orders group by region order by region"
     page.goto(f"{live_server.url}/queries/")

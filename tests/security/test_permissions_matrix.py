@@ -117,6 +117,12 @@ RULES: dict[str, Rule] = {
         {"POST": ADMIN},
         body=lambda lake: {"name": "matrix-store", "type": "filesystem", "config": "{}"},
     ),
+    "console:storage-edit": Rule(
+        CONSOLE,
+        {"GET": ADMIN, "POST": ADMIN},
+        obj="storage",
+        body=lambda lake: {"p:storage:quota": "1", "u:storage:quota": "GiB"},
+    ),
     "console:storage-test": Rule(CONSOLE, {"POST": ADMIN}, obj="storage", body=lambda lake: {}),
     "console:storage-delete": Rule(CONSOLE, {"POST": ADMIN}, obj="storage", body=lambda lake: {}),
     # The audit trail (console/audit): operators and admins read it; viewers get 403.

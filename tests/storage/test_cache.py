@@ -214,7 +214,7 @@ def test_code_yaml_and_console_registration_make_the_same_backend(warehouse, tmp
     yaml_file.write_text(f"intermediate-result-storage:\n  type: filesystem\n  config:\n    root: {root}\n")
     call_command("lakewarden_storage", "from-yaml", str(yaml_file))
     client_as(admin_user).post(
-        "/storages/new/", {"name": "from-console", "type": "filesystem", "config": f'{{"root": "{root}"}}'}
+        "/storages/new/", {"name": "from-console", "type": "filesystem", "p:filesystem:root": root}
     )
 
     backends = {b.name: b for b in StorageBackend.objects.all()}
