@@ -8,7 +8,8 @@ time in memory and writes each sorted run to a file in a folder (pickled blocks 
 once, more runs merged in passes first), so the memory used is one run being sorted or one block
 per open run, whatever the number of items. ``missing`` walks two such sorted streams side by side
 and yields the items of the first whose key the second does not hold: the set difference in one
-pass. ``Spilled`` is an append-only list on disk (the difference's result, read back once or more).
+pass; ``joined`` gives every item of the first with the tag the second holds for its key (live,
+tombstoned...), for a difference with more than one kind of reference. ``Spilled`` is an append-only list on disk (the difference's result, read back once or more).
 
 Items are compared as Python compares them (``str`` by code point: the order ``sorted`` gives), so
 the merged stream's first items are what ``sorted(...)[:n]`` would give. Paths that are not valid
@@ -127,15 +128,25 @@ class SortedRuns:
 def missing(items: Iterable[Any], keys: Iterable[Any], key: Callable[[Any], Any]) -> Iterator[Any]:
     """The items (sorted by ``key``) whose key the sorted ``keys`` does not hold: one pass over
     both, nothing kept but the current key of each."""
-    others = iter(keys)
-    sentinel = object()
+    tagged = ((other, 0) for other in keys)
+    return (item for item, tag in joined(items, tagged, key=key) if tag is None)
+
+
+def joined(
+    items: Iterable[Any], tagged: Iterable[tuple[Any, Any]], key: Callable[[Any], Any]
+) -> Iterator[tuple[Any, Any]]:
+    """Each item (sorted by ``key``) with the tag of the first ``(key, tag)`` pair of the sorted
+    ``tagged`` stream that names its key (the smallest tag, pairs sorting by key then tag), or
+    None when no pair does: a merge join in one pass over both, nothing kept but the current pair.
+    Repeated keys among ``tagged`` are fine, and so are repeated items."""
+    others = iter(tagged)
+    sentinel: Any = (object(), None)
     other: Any = next(others, sentinel)
     for item in items:
         wanted = key(item)
-        while other is not sentinel and other < wanted:
+        while other is not sentinel and other[0] < wanted:
             other = next(others, sentinel)
-        if other is sentinel or other != wanted:
-            yield item
+        yield item, (other[1] if other is not sentinel and other[0] == wanted else None)
 
 
 class Spilled:

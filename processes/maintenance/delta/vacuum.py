@@ -3,10 +3,10 @@
 The retention (``retention-hours``, default 168 h = 7 days) is never below the table's own
 ``delta.deletedFileRetentionDuration``: a factory or table property below it is raised to it, and
 an explicit ``retention-hours`` parameter below it is refused with a message saying why (readers
-of older versions within the table's promised retention would lose their files). deltalake's
-vacuum deletes tombstoned files older than the retention and, with ``full`` (the default, Delta's
-own VACUUM semantics), files the log never named (what a writer killed before its commit left, such
-as a rewrite's objects on S3) once their last-modified time is older than the retention. Afterwards
+of older versions within the table's promised retention would lose their files). Vacuum deletes
+tombstoned files removed longer ago than the retention and, with ``full`` (the default, Delta's own
+VACUUM semantics), files the log never named (what a writer killed before its commit left, such as a
+rewrite's objects on S3) once their last-modified time is older than the retention. Afterwards
 a checkpoint is written and log files older than ``delta.logRetentionDuration`` that the checkpoint makes redundant are removed
 (``cleanup_metadata``). ``dry-run`` lists the files and changes nothing.
 
@@ -17,20 +17,48 @@ lasts: every version whose log entries are still kept (``delta.logRetentionDurat
 again, as before the vacuum. deltalake's own vacuum never looks inside dot-folders, so the trash is
 not vacuumed.
 
-On an object store the same runs through deltalake with the table's storage options; the
-checkpoint and log cleanup are deltalake's (a checkpoint is written under a name no other writer
-uses, and commits keep their conditional put).
+The files to delete are the ones deltalake's ``DeltaTable.vacuum`` names (the same rules: live
+files kept, top-level folders and files starting with ``_`` or ``.`` left alone except
+``_change_data``, ``_delta_index`` and partition folders), found in bounded memory
+(``processes.maintenance.listing``): the log's adds and removes (checkpoint and commits) are sorted
+on disk by path, newest first, to tell live files, kept tombstones and expired ones; the whole table
+location is listed (symlinks followed, as deltalake does, so what they lead to is reported) and
+merged with them; every file to delete goes through the path guard, and what it refuses (a nested
+table's files, files behind a symlink, outside the roots) is kept and reported. Unlike deltalake's,
+the deletion vector files of live files are never deleted. Progress reports the objects seen, the
+candidates and their bytes while listing.
+
+On an object store the same runs with the table's storage options; the checkpoint and log cleanup
+are deltalake's (a checkpoint is written under a name no other writer uses, and commits keep their
+conditional put).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import re
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
+from processes.maintenance.listing import (
+    REMOVE,
+    YOUNG,
+    LocationScan,
+    StoredFile,
+    comparable,
+    delete_all,
+    normalise,
+    scan,
+    stored_files,
+)
 from processes.maintenance.retention import (
     TRASH_RETENTION,
     TRASH_RETENTION_SCHEMA,
@@ -48,6 +76,7 @@ from processes.maintenance.schemas import (
     UNIT,
     with_defaults,
 )
+from processes.maintenance.spill import SortedRuns
 from processes.maintenance.targets import store_options
 from processes.plugin import (
     VACUUM,
@@ -59,8 +88,9 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
-from storage.io import StoreOptions, filesystem, join, normalise
-from storage.io.guard import KeptFiles, OutsideTable, PathGuard, kept_summary
+from storage.formats.delta.commit import open_version
+from storage.io import StoreOptions, filesystem
+from storage.io.guard import OutsideTable, PathGuard, kept_summary
 
 if TYPE_CHECKING:
     from processes.runtime import TableRuntime
@@ -141,31 +171,37 @@ class DeltaVacuumProcess(TableProcess):
         table = delta_table(context.runtime.location, storage)
         hours = self.retention_hours(table.metadata().configuration)
         context.report_progress(0, 2, f"vacuum with a retention of {hours} h")
-        root = normalise(table.table_uri)
         try:
-            context.guard.check_location()
-            context.guard.check(root, "vacuum")
+            found = vacuum_scan(
+                context.runtime.location,
+                hours=hours,
+                full=self.full,
+                guard=context.guard,
+                context=context,
+                storage=storage,
+            )
         except OutsideTable as refused:
             raise ProcessInputError(f"nothing was deleted: {refused}") from None
-        files, kept = guarded_files(root, self.vacuumable(table, hours), context.guard)
-        context.check_cancelled()
-        summary: dict[str, Any] = {
-            "dry_run": self.dry_run,
-            "retention_hours": hours,
-            "full": self.full,
-            "vacuumed_files": len(files),
-            "files": summary_list(list(files)),
-            "version": table.version(),
-            **kept_summary(kept),
-        }
-        if self.dry_run:
-            return summary
-        if self.trash is not None:
-            summary["trash_retention_seconds"] = int(self.trash.total_seconds())
-            summary["trash"] = self._keep_in_trash(context, table, files, storage)
-        else:
-            # deltalake lists, Lakewarden deletes: its own vacuum would delete what the guard keeps.
-            summary["delete_failures"] = delete_guarded(context, root, files, storage)
+        with found:
+            summary = self._summary(found.scan, found.root, hours, table.version())
+            if self.dry_run:
+                return summary
+            files = found.scan.removable
+            if self.trash is not None:
+                summary["trash_retention_seconds"] = int(self.trash.total_seconds())
+                summary["trash"] = keep_in_trash(
+                    context,
+                    action=VACUUM,
+                    retention=self.trash,
+                    root=found.root,
+                    files=[(f.location, f.size, _kind(f.location)) for f in files],
+                    storage=storage,
+                )
+            else:
+                # Lakewarden deletes, through the guard: deltalake's own vacuum would delete what it keeps.
+                _, summary["delete_failures"] = delete_all(
+                    context, files, len(files), storage, "vacuumable files"
+                )
         context.check_cancelled()
         context.report_progress(1, 2, "checkpoint and log cleanup")
         table.update_incremental()
@@ -181,62 +217,116 @@ class DeltaVacuumProcess(TableProcess):
         context.report_progress(2, 2, "done")
         return summary
 
-    def vacuumable(self, table: Any, hours: int) -> list[str]:
-        """What deltalake's vacuum would delete (paths relative to the table), nothing deleted.
-        Directory markers (empty objects named ``prefix/``, which pyarrow leaves on a store when a
-        delete empties a "folder"; deltalake lists the table's own as ``""``) are no table files."""
-        found = table.vacuum(
-            retention_hours=hours, dry_run=True, enforce_retention_duration=True, full=self.full
+    def _summary(self, scan: LocationScan, root: str, hours: int, version: int) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "retention_hours": hours,
+            "full": self.full,
+            "vacuumed_files": len(scan.removable),
+            "vacuumed_bytes": scan.removable.bytes,
+            "too_young_to_delete": scan.young,
+            "files": [relative_to(root, location) for location in scan.removable.first],
+            "version": version,
+            **kept_summary(scan.kept),
+        }
+
+
+# --- finding what to vacuum, in bounded memory ------------------------------------------------------
+
+#: Tags of a location in the log, the smallest winning: live (an add is its newest action), a
+#: tombstone removed within the retention, a tombstone removed longer ago.
+LIVE, KEPT_TOMBSTONE, EXPIRED_TOMBSTONE = 0, 1, 2
+
+
+@dataclass
+class VacuumScan:
+    """A vacuum's scan (``listing.LocationScan``: the files to delete, spilled) and the table's
+    root in the scan's spelling; use it in a ``with`` block."""
+
+    scan: LocationScan
+    root: str
+
+    def __enter__(self) -> VacuumScan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.scan.close()
+
+
+def vacuum_scan(
+    location: str,
+    *,
+    hours: float,
+    full: bool,
+    guard: PathGuard,
+    now: float | None = None,
+    context: ProcessContext | None = None,
+    storage: StoreOptions | None = None,
+) -> VacuumScan:
+    """What a vacuum of the Delta table at ``location`` with a retention of ``hours`` deletes (the
+    module docstring gives the rules), nothing deleted. ``OutsideTable`` when the table's
+    location is one the guard refuses."""
+    spec = open_version(location, storage=storage)
+    root = normalise(spec.store.uri(spec.store.root))
+    guard.check_location()
+    guard.check(root, "vacuum")
+    now = time.time() if now is None else now
+    cutoff = now - hours * 3600
+    snapshot = spec.state(spec.version).snapshot
+    partition_columns = tuple(snapshot.metadata.get("partitionColumns") or ())
+
+    def hidden(path: str) -> bool:
+        return is_hidden(relative_to(root, path), partition_columns)
+
+    def decide(stored: StoredFile, tag: int | None) -> str | None:
+        if tag == LIVE or hidden(stored.location):
+            return None
+        if tag == EXPIRED_TOMBSTONE:
+            return REMOVE
+        if tag == KEPT_TOMBSTONE:
+            return YOUNG
+        if not full:
+            return None
+        return REMOVE if stored.mtime < cutoff else YOUNG
+
+    with tempfile.TemporaryDirectory(prefix="lakewarden-vacuum-") as folder:
+        references = log_references(spec.log.file_actions(snapshot), folder, cutoff_ms=cutoff * 1000)
+        listed = stored_files(root, storage, hidden, follow_links=True)
+        return VacuumScan(scan(listed, references, decide, guard=guard, context=context), root)
+
+
+def log_references(actions: Iterable[Any], folder: str, *, cutoff_ms: float) -> Iterator[tuple[str, int]]:
+    """(comparable location, tag) of every file the log names, replayed on disk: the actions
+    sorted by path, newest version first (an add before a remove of the same version), so the
+    first of each path is its state; a live file's deletion vector file is live too."""
+    runs = SortedRuns(folder, "actions")
+    for action in actions:
+        vector = comparable(action.deletion_vector) if action.deletion_vector else None
+        runs.add(
+            (comparable(action.location), -action.version, not action.add, vector, action.deletion_timestamp)
         )
-        return [path for path in found if path and not path.endswith("/")]
-
-    def _keep_in_trash(
-        self, context: ProcessContext, table: Any, files: list[str], storage: StoreOptions | None
-    ) -> dict:
-        root = normalise(table.table_uri)
-        assert self.trash is not None
-        return keep_in_trash(
-            context,
-            action=VACUUM,
-            retention=self.trash,
-            root=root,
-            files=sized_files(root, files, storage),
-            storage=storage,
-        )
+    for location, group in itertools.groupby(runs, key=itemgetter(0)):
+        _, _, removed, vector, timestamp = next(group)
+        if not removed:
+            yield location, LIVE
+            if vector is not None:
+                yield vector, LIVE
+        else:
+            yield location, EXPIRED_TOMBSTONE if (timestamp or 0) < cutoff_ms else KEPT_TOMBSTONE
 
 
-def guarded_files(root: str, relative: list[str], guard: PathGuard) -> tuple[list[str], KeptFiles]:
-    """(the files, relative to the table ``root``, that the guard lets this table remove; the
-    rest, kept where they are: nested tables' files, files behind a symlink, ``../`` paths)."""
-    return guard.split(relative, path=lambda relative_path: join(root, relative_path))
+def is_hidden(relative: str, partition_columns: Iterable[str]) -> bool:
+    """deltalake's rule for what vacuum never touches: a path (relative to the table) starting
+    with ``_`` or ``.``, but not ``_delta_index``, ``_change_data`` or a partition column's name."""
+    return (
+        relative.startswith(("_", "."))
+        and not relative.startswith(("_delta_index", "_change_data"))
+        and not any(relative.startswith(column) for column in partition_columns)
+    )
 
 
-def delete_guarded(
-    context: ProcessContext, root: str, relative: list[str], storage: StoreOptions | None
-) -> int:
-    """Delete files relative to the table ``root`` through the guard; the number that failed."""
-    failed = 0
-    for position, path in enumerate(relative):
-        if position % 100 == 0:
-            context.check_cancelled()
-            context.report_progress(0, 2, f"deleting {len(relative) - position} vacuumable file(s)")
-        try:
-            context.guard.delete(join(root, path), storage)
-        except (OSError, OutsideTable):
-            failed += 1
-            logger.warning("could not delete %s", path, exc_info=True)
-    return failed
-
-
-def sized_files(root: str, relative: list[str], storage: StoreOptions | None) -> list[tuple[str, int, str]]:
-    """(location, size, kind) of files relative to the table ``root``; a file gone has size 0."""
-    locations = [join(root, path) for path in relative]
-    fs, base = filesystem(root, storage)
-    infos = fs.get_file_info([f"{base}/{path}" for path in relative]) if relative else []
-    return [
-        (location, info.size if info.type == pafs.FileType.File else 0, _kind(location))
-        for location, info in zip(locations, infos, strict=True)
-    ]
+def relative_to(root: str, location: str) -> str:
+    return location[len(root) + 1 :] if location.startswith(f"{root}/") else location
 
 
 def _kind(location: str) -> str:
@@ -311,8 +401,8 @@ class DeltaVacuumFactory(ProcessFactory):
         return DeltaVacuumProcess(dict(record.params), runtime.config)
 
     def preview(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> Preview | None:
-        """The files a vacuum would delete (or move to the trash) now and their bytes, from
-        deltalake's dry run; nothing changed. A refused retention is a ``ProcessInputError``."""
+        """The files a vacuum would delete (or move to the trash) now and their bytes (the same
+        scan as a run); nothing changed. A refused retention is a ``ProcessInputError``."""
         from processes.maintenance.delta.rewrite import delta_table
 
         storage = store_options(runtime)
@@ -322,25 +412,25 @@ class DeltaVacuumFactory(ProcessFactory):
             hours = process.retention_hours(table.metadata().configuration)
         except RetentionTooShort as error:
             raise ProcessInputError(str(error)) from None
-        root = normalise(table.table_uri)
-        guard = runtime.guard()
         try:
-            guard.check_location()
-            guard.check(root, "vacuum")
+            found = vacuum_scan(
+                runtime.location, hours=hours, full=process.full, guard=runtime.guard(), storage=storage
+            )
         except OutsideTable as refused:
             return Preview(notes=[f"nothing would run: {refused}"])
-        relative, kept = guarded_files(root, process.vacuumable(table, hours), guard)
-        files = sized_files(root, relative, storage)
-        return removal_preview(
-            len(files),
-            sum(size for _, size, _ in files),
-            {
-                "files": summary_list([location for location, _, _ in files]),
-                "retention_hours": hours,
-                "full": process.full,
-                "version": table.version(),
-                **kept_summary(kept),
-            },
-            trash=process.trash,
-            idle=None if files else f"no file is vacuumable with a retention of {hours} h",
-        )
+        with found:
+            files = found.scan.removable
+            return removal_preview(
+                len(files),
+                files.bytes,
+                {
+                    "files": summary_list(files.first),
+                    "retention_hours": hours,
+                    "full": process.full,
+                    "version": table.version(),
+                    "too_young_to_delete": found.scan.young,
+                    **kept_summary(found.scan.kept),
+                },
+                trash=process.trash,
+                idle=None if len(files) else f"no file is vacuumable with a retention of {hours} h",
+            )

@@ -11,7 +11,7 @@ a writer may have written a file and not committed it yet) and everything under 
 
 The whole table location is listed (not only ``data/``) and compared in bounded memory: what the
 metadata references and what the location holds are written as sorted runs to a temporary folder
-(``TMPDIR``) and merged (``processes.maintenance.spill``), never held in Python sets; the orphans
+(``TMPDIR``) and merged (``processes.maintenance.listing``), never held in Python sets; the orphans
 found are spilled there too and read back to delete them. Peak memory stays flat with the number
 of objects (docs/operating/workers.md gives the figures); progress reports the objects seen, their
 bytes and the unreferenced candidates while it runs.
@@ -36,19 +36,24 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import logging
-import os
-import posixpath
-import tempfile
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from operator import itemgetter
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.fs as pafs
-
+from processes.maintenance import listing
+from processes.maintenance.listing import (
+    REMOVE,
+    YOUNG,
+    ListingProgress,
+    LocationScan,
+    Removable,
+    StoredFile,
+    comparable,
+    delete_all,
+    normalise,
+    walk_files,
+)
 from processes.maintenance.retention import (
     AGE_SCHEMA,
-    SUMMARY_LIST_LIMIT,
     TRASH_RETENTION,
     TRASH_RETENTION_SCHEMA,
     described,
@@ -59,7 +64,6 @@ from processes.maintenance.retention import (
     trash_retention,
 )
 from processes.maintenance.schemas import DRY_RUN, INTERVAL, PARALLELISM, with_defaults
-from processes.maintenance.spill import SortedRuns, Spilled, missing
 from processes.maintenance.targets import store_options
 from processes.plugin import (
     CLEAN_ORPHAN_FILES,
@@ -72,10 +76,8 @@ from processes.plugin import (
     TriggerStrategy,
 )
 from storage.formats.iceberg import IcebergSpecTable
-from storage.io import PathNotAllowed, StoreOptions, filesystem, is_local, is_object_store, local_path
-from storage.io import normalise as normalise_location
-from storage.io import uri as location_uri
-from storage.io.guard import KeptFiles, OutsideTable, PathGuard, kept_summary
+from storage.io import StoreOptions, is_local, is_object_store
+from storage.io.guard import OutsideTable, PathGuard, kept_summary
 from storage.trash import PRIVATE_FOLDERS
 
 if TYPE_CHECKING:
@@ -85,6 +87,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The scan's result under the names orphan cleanup gave them first.
+OrphanScan = LocationScan
+OrphanFiles = Removable
+__all__ = ["ListingProgress", "StoredFile", "normalise", "scan_location", "stored_files", "walk_files"]
+
 DEFAULT_MIN_AGE_SECONDS = 3 * 24 * 3600
 MIN_AGE_FLOOR = dt.timedelta(hours=1)
 
@@ -92,17 +99,6 @@ MIN_AGE_FLOOR = dt.timedelta(hours=1)
 def utcnow() -> dt.datetime:
     """The clock the minimum age is measured against (a seam for tests that cannot wait hours)."""
     return dt.datetime.now(dt.UTC)
-
-
-def normalise(path: str) -> str:
-    """A comparable spelling of a location: a local path for a plain path or ``file:`` URI, taken
-    literally as pyiceberg's file IO does (no percent-decoding); the canonical URI of an object
-    (``s3a://b/k`` -> ``s3://b/k``)."""
-    if is_local(path):
-        return posixpath.normpath(str(local_path(path, percent_decoded=False)))
-    if is_object_store(path):
-        return normalise_location(path)
-    raise ValueError(f"{path}: orphan cleanup reaches local paths and object stores only")
 
 
 def referenced_paths(table: Table, context: ProcessContext | None = None) -> set[str]:
@@ -117,135 +113,45 @@ def iter_referenced(table: Table, context: ProcessContext | None = None) -> Iter
     metadata = table.metadata
     io = table.io
     if table.metadata_location:
-        yield _comparable(table.metadata_location)
-    yield from (_comparable(entry.metadata_file) for entry in metadata.metadata_log)
-    yield from (_comparable(f.statistics_path) for f in metadata.statistics)
-    yield from (_comparable(f.statistics_path) for f in metadata.partition_statistics)
+        yield comparable(table.metadata_location)
+    yield from (comparable(entry.metadata_file) for entry in metadata.metadata_log)
+    yield from (comparable(f.statistics_path) for f in metadata.statistics)
+    yield from (comparable(f.statistics_path) for f in metadata.partition_statistics)
     seen_manifests: set[str] = set()
     for position, snapshot in enumerate(metadata.snapshots):
         if context is not None:
             context.check_cancelled()
             context.report_progress(position, len(metadata.snapshots) + 1, "reading snapshot manifests")
         if snapshot.manifest_list:
-            yield _comparable(snapshot.manifest_list)
+            yield comparable(snapshot.manifest_list)
         for manifest in snapshot.manifests(io):
             if manifest.manifest_path in seen_manifests:
                 continue
             seen_manifests.add(manifest.manifest_path)
-            yield _comparable(manifest.manifest_path)
+            yield comparable(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
-                yield _comparable(entry.data_file.file_path)
+                yield comparable(entry.data_file.file_path)
 
 
-def _comparable(path: str) -> str:
-    try:
-        return normalise(path)
-    except PathNotAllowed:  # an odd key (``//``, ``%2F``...): compared as spelt
-        return path
+def _private(root: str, guard: PathGuard | None) -> Callable[[str], bool]:
+    """The folders a listing of the table location skips: Lakewarden's own (staging, trash) and
+    the folders of tables nested in it."""
+    private = tuple(f"{root}/{folder}" for folder in PRIVATE_FOLDERS)
 
+    def skip(location: str) -> bool:
+        if any(location == folder or location.startswith(f"{folder}/") for folder in private):
+            return True
+        return guard is not None and guard.skips_folder(location)
 
-@dataclass(frozen=True)
-class StoredFile:
-    """A file under the table location: its comparable location, size and modification time."""
-
-    location: str
-    size: int
-    mtime: float
-
-
-def walk_files(root: str, guard: PathGuard | None = None) -> Iterator[os.DirEntry]:
-    """Files under the local folder ``root``, Lakewarden's own folders (staging, trash) and the
-    folders of tables nested in it (``guard.skips_folder``) excluded, symlinks not followed."""
-    stack = [root]
-    while stack:
-        folder = stack.pop()
-        try:
-            entries = os.scandir(folder)
-        except FileNotFoundError:
-            continue
-        with entries:  # read as it goes: a folder of millions of files is never a list
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    private = folder == root and entry.name in PRIVATE_FOLDERS
-                    if not private and not (guard is not None and guard.skips_folder(entry.path)):
-                        stack.append(entry.path)
-                elif entry.is_file(follow_symlinks=False):
-                    yield entry
+    return skip
 
 
 def stored_files(
     root: str, storage: StoreOptions | None = None, guard: PathGuard | None = None
 ) -> Iterator[StoredFile]:
     """Files under ``root`` (a normalised location), Lakewarden's own folders (staging, trash)
-    and nested tables' folders excluded: a directory walk locally, the store's listing
-    (``LastModified`` as the time) on an object store."""
-    if is_local(root):
-        for entry in walk_files(root, guard):
-            stat = entry.stat(follow_symlinks=False)
-            yield StoredFile(posixpath.normpath(entry.path), stat.st_size, stat.st_mtime)
-        return
-    fs, base = filesystem(root, storage)
-    private = tuple(f"{base}/{folder}/" for folder in PRIVATE_FOLDERS)
-    for info in fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)):
-        if info.type != pafs.FileType.File or info.path.startswith(private):
-            continue
-        try:
-            location = normalise(location_uri(root, info.path))
-        except PathNotAllowed:  # a key that cannot be named canonically is never deleted
-            logger.warning("orphan cleanup leaves %s alone: its key is not canonical", info.path)
-            continue
-        if guard is not None and guard.skips_folder(location):
-            continue
-        # No age known: never old enough.
-        mtime = info.mtime.timestamp() if info.mtime is not None else float("inf")
-        yield StoredFile(location, info.size or 0, mtime)
-
-
-class OrphanFiles:
-    """The orphans a scan found, spilled to disk in path order (``Spilled``): their number,
-    bytes and first paths (``summary_list``) known without reading them back; iterating yields
-    ``StoredFile``s."""
-
-    def __init__(self, path: str) -> None:
-        self.spilled = Spilled(path)
-        self.bytes = 0
-        self.first: list[str] = []
-
-    def append(self, stored: StoredFile) -> None:
-        self.spilled.append((stored.location, stored.size, stored.mtime))
-        self.bytes += stored.size
-        if len(self.first) < SUMMARY_LIST_LIMIT:  # in path order: the first are the summary's
-            self.first.append(stored.location)
-
-    def __len__(self) -> int:
-        return len(self.spilled)
-
-    def __iter__(self) -> Iterator[StoredFile]:
-        return (StoredFile(*item) for item in self.spilled)
-
-
-@dataclass
-class OrphanScan:
-    """What a listing of the table location found: orphans old enough to delete (on disk, in
-    ``folder``: use the scan in a ``with`` block, which removes it), the number of unreferenced
-    files still too young, and the unreferenced files the guard keeps."""
-
-    orphans: OrphanFiles
-    young: int
-    kept: KeptFiles
-    folder: tempfile.TemporaryDirectory | None = None
-
-    def close(self) -> None:
-        self.orphans.spilled.close()
-        if self.folder is not None:
-            self.folder.cleanup()
-            self.folder = None
-
-    def __enter__(self) -> OrphanScan:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    and nested tables' folders excluded, symlinks not followed (``listing.stored_files``)."""
+    return listing.stored_files(root, storage, _private(root, guard))
 
 
 def find_orphans(
@@ -280,74 +186,17 @@ def scan_location(
     storage: StoreOptions | None = None,
 ) -> OrphanScan:
     """The files under ``root`` that ``referenced`` (comparable paths, any order, repeats allowed)
-    does not name, in bounded memory: both sides are written as sorted runs to a temporary
-    folder and merged (``processes.maintenance.spill``), never held in a set. Unreferenced files
-    modified after ``cutoff`` are counted as young; the guard's refusals are kept."""
-    folder = tempfile.TemporaryDirectory(prefix="lakewarden-orphans-")
-    try:
-        names = SortedRuns(folder.name, "referenced", unique=True)
-        names.extend(referenced)
-        names.spill()  # nothing of it in memory while listing
-        listed = SortedRuns(folder.name, "listed")
-        progress = ListingProgress(context)
-        for stored in stored_files(root, storage, guard):
-            listed.add((stored.location, stored.size, stored.mtime))
-            progress.listed(stored.size)
-        scan = OrphanScan(OrphanFiles(os.path.join(folder.name, "orphans")), 0, KeptFiles(), folder)
-        for location, size, mtime in missing(listed, names, key=itemgetter(0)):
-            progress.candidate(size)
-            if mtime > cutoff:
-                scan.young += 1
-                continue
-            reason = guard.refusal(location)
-            if reason:
-                scan.kept.add(location, reason)
-            else:
-                scan.orphans.append(StoredFile(location, size, mtime))
-        progress.done(len(scan.orphans))
-        scan.orphans.spilled.close()
-        return scan
-    except BaseException:
-        folder.cleanup()
-        raise
+    does not name, in bounded memory (``listing.scan``: both sides sorted on disk and merged,
+    never a set). Unreferenced files modified after ``cutoff`` are counted as young; the guard's
+    refusals are kept."""
 
+    def decide(stored: StoredFile, tag: object) -> str | None:
+        if tag is not None:
+            return None
+        return YOUNG if stored.mtime > cutoff else REMOVE
 
-class ListingProgress:
-    """Progress of a scan through the context: objects seen and their bytes while listing
-    (total unknown: 0), then candidates (unreferenced files) and their bytes among the objects
-    seen while comparing; cancellation checked as often."""
-
-    EVERY = 10_000
-
-    def __init__(self, context: ProcessContext | None) -> None:
-        self.context = context
-        self.seen = self.seen_bytes = self.candidates = self.candidate_bytes = 0
-
-    def listed(self, size: int) -> None:
-        self.seen += 1
-        self.seen_bytes += size
-        if self.context is not None and self.seen % self.EVERY == 0:
-            self.context.check_cancelled()
-            message = f"listing: {self.seen:,} objects seen, {self.seen_bytes:,} bytes"
-            self.context.report_progress(self.seen, 0, message)
-
-    def candidate(self, size: int) -> None:
-        self.candidates += 1
-        self.candidate_bytes += size
-        if self.context is not None and self.candidates % self.EVERY == 0:
-            self.context.check_cancelled()
-            self.context.report_progress(self.candidates, self.seen, self._comparing())
-
-    def _comparing(self) -> str:
-        return (
-            f"comparing: {self.seen:,} objects seen ({self.seen_bytes:,} bytes), "
-            f"{self.candidates:,} unreferenced ({self.candidate_bytes:,} bytes)"
-        )
-
-    def done(self, orphans: int) -> None:
-        if self.context is not None:
-            message = f"{self._comparing()}, {orphans:,} old enough to remove"
-            self.context.report_progress(self.candidates, self.seen, message)
+    references = ((path, 0) for path in referenced)
+    return listing.scan(stored_files(root, storage, guard), references, decide, guard=guard, context=context)
 
 
 def _refreshed(table: Any) -> Any:
@@ -414,17 +263,7 @@ class IcebergOrphanFilesProcess(TableProcess):
             )
             context.report_progress(len(orphans), len(orphans), "done")
             return {**summary, "trash": trash, "deleted_files": 0, "delete_failures": trash["failed"]}
-        deleted = failed = 0
-        for position, orphan in enumerate(orphans):  # read back from disk, in path order
-            if position % 100 == 0:
-                context.check_cancelled()
-                context.report_progress(position, len(orphans), "deleting orphan files")
-            try:
-                deleted += context.guard.delete(orphan.location, storage)
-            except OSError:
-                failed += 1
-                logger.warning("could not delete orphan file %s", orphan.location, exc_info=True)
-        context.report_progress(len(orphans), len(orphans), "done")
+        deleted, failed = delete_all(context, orphans, len(orphans), storage, "orphan files")
         return {**summary, "deleted_files": deleted, "delete_failures": failed}
 
 

@@ -16,13 +16,13 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from storage.formats.delta._dv import unique_id
+from storage.formats.delta._dv import relative_path, unique_id
 from storage.io import StoreOptions, filesystem, is_local, local_path
 from storage.spec.errors import CorruptTable, InstantNotFound, TableNotFound
 
@@ -101,6 +101,17 @@ class LogSnapshot:
     protocol: Mapping[str, Any]
     metadata: Mapping[str, Any]
     checkpoint: Checkpoint | None
+
+
+class FileAction(NamedTuple):
+    """An add or remove as vacuum compares it with the files in the table's folder: where the
+    file (and its deletion vector's file) is, as ``Store.uri`` spells it."""
+
+    version: int
+    add: bool
+    location: str
+    deletion_vector: str | None
+    deletion_timestamp: int | None  # of a remove, in milliseconds
 
 
 def file_key(action: Mapping[str, Any]) -> tuple[str, str | None]:
@@ -262,29 +273,75 @@ class DeltaLog:
                     yield add
 
     def checkpoint_adds(self, checkpoint: Checkpoint) -> Iterator[dict[str, Any]]:
+        return (action for _, action in self.checkpoint_actions(checkpoint, ("add",)))
+
+    def checkpoint_actions(
+        self, checkpoint: Checkpoint, kinds: tuple[str, ...] = ("add", "remove")
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(kind, action) of the checkpoint's actions of ``kinds`` (``add``, ``remove``), its
+        sidecars' included, streamed in parquet batches."""
         for path in checkpoint.paths:
             if path.endswith(".json"):
                 for action in self._json_lines(path, "checkpoint"):
-                    if "add" in action:
-                        yield action["add"]
-                    elif "sidecar" in action:
-                        yield from self._sidecar_adds(action["sidecar"])
+                    for kind in kinds:
+                        if kind in action:
+                            yield kind, action[kind]
+                    if "sidecar" in action:
+                        yield from self._sidecar_actions(action["sidecar"], kinds)
                 continue
-            for batch in self._parquet_batches(path, ("add", "sidecar")):
-                if "add" in batch.schema.names:
-                    for row in batch.column("add").drop_null().to_pylist():
-                        yield _plain(row)
+            for batch in self._parquet_batches(path, (*kinds, "sidecar")):
+                for kind in kinds:
+                    if kind in batch.schema.names:
+                        for row in batch.column(kind).drop_null().to_pylist():
+                            yield kind, _plain(row)
                 if "sidecar" in batch.schema.names:
                     for row in batch.column("sidecar").drop_null().to_pylist():
-                        yield from self._sidecar_adds(row)
+                        yield from self._sidecar_actions(row, kinds)
 
-    def _sidecar_adds(self, sidecar: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    def _sidecar_actions(
+        self, sidecar: Mapping[str, Any], kinds: tuple[str, ...]
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
         relative = sidecar["path"]
         path = self.store.fs_path(relative) if "://" in relative else f"{self.log_path}/_sidecars/{relative}"
-        for batch in self._parquet_batches(path, ("add",)):
-            if "add" in batch.schema.names:
-                for row in batch.column("add").drop_null().to_pylist():
-                    yield _plain(row)
+        for batch in self._parquet_batches(path, kinds):
+            for kind in kinds:
+                if kind in batch.schema.names:
+                    for row in batch.column(kind).drop_null().to_pylist():
+                        yield kind, _plain(row)
+
+    def file_actions(self, snapshot: LogSnapshot) -> Iterator[FileAction]:
+        """Every add and remove that makes up ``snapshot``'s state, not reconciled: the
+        checkpoint's (at its version), then each commit's after it, oldest first. The newest
+        action of a path says whether it is live or a tombstone; a caller with more files than
+        memory sorts them on disk to find it (vacuum does). Memory holds one batch or one line."""
+        first = 0
+        if snapshot.checkpoint is not None:
+            first = snapshot.checkpoint.version + 1
+            for kind, action in self.checkpoint_actions(snapshot.checkpoint):
+                yield self._file_action(snapshot.checkpoint.version, kind, action)
+        for version in range(first, snapshot.version + 1):
+            for action in self.read_commit(version):
+                for kind in ("add", "remove"):
+                    if kind in action:
+                        yield self._file_action(version, kind, action[kind])
+
+    def _file_action(self, version: int, kind: str, action: Mapping[str, Any]) -> FileAction:
+        descriptor = action.get("deletionVector")
+        relative = relative_path(descriptor) if descriptor else None
+        vector = None
+        if relative is not None:
+            inside = descriptor["storageType"] != "p"  # type: ignore[index]
+            vector = self.store.uri(
+                self.store.table_path(relative) if inside else self.store.fs_path(relative)
+            )
+        timestamp = action.get("deletionTimestamp")
+        return FileAction(
+            version,
+            kind == "add",
+            self.store.uri(self.store.data_path(action["path"])),
+            vector,
+            int(timestamp) if timestamp is not None else None,
+        )
 
     def _parquet_batches(self, path: str, columns: tuple[str, ...]):
         uri = self.store.uri(path)
