@@ -6,9 +6,9 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
-from django.utils.html import format_html
 
 from console.admin_site import RoleModelAdmin
+from console.plugin_form import PropertiesField
 from processes.models import PluginConfig, Process, TableState
 from processes.registry import broken_factories, conflicts_if_enabled, factory_classes, validate_properties
 from storage.errors import InvalidInput
@@ -113,9 +113,23 @@ else:
 
 
 class PluginConfigForm(forms.ModelForm):
+    """A configured plugin's properties are a form generated from its schema (console/plugin_form.py);
+    a new one's, until its factory is known, are JSON."""
+
     class Meta:
         model = PluginConfig
         fields = ["name", "enabled", "priority", "properties"]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        factory_cls = factory_classes().get(self.instance.name) if self.instance.pk else None
+        if factory_cls is not None:
+            self.fields["properties"] = PropertiesField(
+                factory_cls.properties_schema,
+                factory_cls.default_properties,
+                label="Properties",
+                help_text="The factory's settings; a table's own properties override some of them.",
+            )
 
     def clean(self):
         cleaned = super().clean()
@@ -126,6 +140,8 @@ class PluginConfigForm(forms.ModelForm):
         try:
             cleaned["properties"] = validate_properties(factory_cls, cleaned.get("properties") or {})
         except InvalidInput as error:
+            if isinstance(self.fields["properties"], PropertiesField):
+                self.fields["properties"].place(error.message)
             raise forms.ValidationError({"properties": error.message}) from None
         if cleaned.get("enabled"):
             conflict = conflicts_if_enabled(name)
@@ -140,14 +156,6 @@ class PluginConfigAdmin(RoleModelAdmin):
     list_display = ["name", "enabled", "priority", "supported", "updated_at"]
     list_editable = ["priority"]
     actions = ["disable_plugins"]
-    readonly_fields = ["properties_schema"]
-
-    @admin.display(description="properties: JSON Schema (defaults, descriptions)")
-    def properties_schema(self, config: PluginConfig) -> str:
-        cls = factory_classes().get(config.name)
-        if cls is None:
-            return "not installed"
-        return format_html("<pre>{}</pre>", json.dumps(cls.properties_schema, indent=2, sort_keys=True))
 
     @admin.display(description="formats → actions")
     def supported(self, config: PluginConfig) -> str:
