@@ -8,7 +8,9 @@ import logging
 from django.core.cache import cache
 from django.db.models import QuerySet
 from django.db.models.expressions import RawSQL
+from django.utils.safestring import SafeString
 
+from console.chart_axes import binary_size, size_bars, size_range_label, small_bars
 from console.charts import durations_svg, histogram_svg, timeline_svg
 from processes.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Process
 from storage.metrics import BUCKETS_MIB, bucket_labels
@@ -59,7 +61,7 @@ def _charts_key(table: Table) -> str:
         table.chart_newest_process,
         table.chart_active_processes,
     )
-    return "lakewarden:table-charts:v1:" + hashlib.sha256(repr(facts).encode()).hexdigest()
+    return "lakewarden:table-charts:v2:" + hashlib.sha256(repr(facts).encode()).hexdigest()
 
 
 def cached(key: str):
@@ -90,26 +92,50 @@ def table_charts(table: Table) -> dict:
     return charts
 
 
+def _size_charts(metrics: dict, table: Table) -> tuple[SafeString | None, list[dict]]:
+    """The table's file-size histogram and those of its busiest partitions, on one scale: the
+    power-of-two sizes from the table's smallest to its largest file. Metrics kept before
+    ``size_log2`` existed draw the fixed buckets until the next refresh."""
+    small = metrics.get("small_file_bytes", 0)
+    marker_label = f"small < {small // (1024 * 1024)} MiB (target/8)" if small else ""
+    log2 = metrics.get("size_log2")
+    if log2 is not None:
+        bars = size_bars(log2)
+        labels = [size_range_label(low, high) for low, high, _files in bars]
+        marker = small_bars(bars, small)
+
+        def counts(of: dict) -> list[int]:
+            return [
+                sum(int(of["log2"].get(str(e), 0)) for e in range(low, high)) for low, high, _files in bars
+            ]
+    else:
+        labels, marker = bucket_labels(), _small_bucket(small)
+
+        def counts(of: dict) -> list[int]:
+            return of["histogram"]
+
+    def chart(of: dict, title: str) -> SafeString:
+        return histogram_svg(labels, counts(of), title=title, marker_after=marker, marker_label=marker_label)
+
+    whole = {"log2": log2, "histogram": metrics.get("size_histogram")}
+    files = sum(whole["histogram"] or []) if log2 is None else sum(int(v) for v in log2.values())
+    histogram = (
+        chart(whole, f"File sizes (all live files): {files:,} files, {binary_size(table.total_bytes or 0)}")
+        if files
+        else None
+    )
+    partitions = [
+        {**p, "chart": chart(p, f"{p['path'] or '(unpartitioned)'}: {p['files']:,} files")}
+        for p in metrics.get("partitions", [])[:6]
+        if log2 is None or "log2" in p
+    ]
+    return histogram, partitions
+
+
 def _draw(table: Table) -> dict:
     metrics = table.metrics or {}
     series = metrics.get("timeline", [])
-    small = metrics.get("small_file_bytes", 0)
-    marker = _small_bucket(small)
-    marker_label = f"small < {small // (1024 * 1024)} MiB (target/8)" if small else ""
-    histogram = metrics.get("size_histogram")
-    partitions = [
-        {
-            **p,
-            "chart": histogram_svg(
-                bucket_labels(),
-                p["histogram"],
-                title=f"{p['path'] or '(unpartitioned)'}",
-                marker_after=marker,
-                marker_label=marker_label,
-            ),
-        }
-        for p in metrics.get("partitions", [])[:6]
-    ]
+    histogram, partitions = _size_charts(metrics, table)
     finished = (
         Process.objects.filter(
             table=table, status__in=TERMINAL_STATUSES, started_at__isnull=False, finished_at__isnull=False
@@ -125,15 +151,7 @@ def _draw(table: Table) -> dict:
         "records": timeline_svg(series, "records", "Records after each snapshot"),
         "files": timeline_svg(series, "files", "Live data files after each snapshot"),
         "bytes": timeline_svg(series, "bytes", "Bytes after each snapshot", as_bytes=True),
-        "histogram": histogram_svg(
-            bucket_labels(),
-            histogram,
-            title="File sizes (all live files)",
-            marker_after=marker,
-            marker_label=marker_label,
-        )
-        if histogram
-        else None,
+        "histogram": histogram,
         "partitions": partitions,
         "partition_count": metrics.get("partition_count", 0),
         "durations": durations_svg(durations, title="Process durations"),

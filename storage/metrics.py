@@ -2,6 +2,7 @@
 table row, so the pages that draw them never read table metadata while a person waits.
 
 - ``size_histogram``: live files per size bucket, with the small-file threshold;
+- ``size_log2``: live files per power-of-two size (``log2_bucket``), which charts scale to the table;
 - ``partitions``: the partitions with the most files, each with its own histogram;
 - ``timeline``: records, files and bytes after each of the last instants, with the operation.
 """
@@ -31,11 +32,25 @@ def bucket_labels() -> list[str]:
     return [f"< {b} MiB" for b in BUCKETS_MIB] + [f"≥ {BUCKETS_MIB[-1]} MiB"]
 
 
+def log2_bucket(size: int) -> int:
+    """The power of two a file of ``size`` bytes falls under: bucket ``k`` holds ``[2**k, 2**(k+1))``
+    bytes (empty files in bucket 0). Charts scale these to the table: a table of 100 KiB files
+    draws 32-64-128 KiB bars, not one "< 1 MiB" bar."""
+    return max(int(size).bit_length() - 1, 0)
+
+
+def add_log2(counts: dict[str, int], size: int) -> None:
+    """Count a file of ``size`` bytes in ``counts`` (bucket exponent as text: a JSON object's key)."""
+    key = str(log2_bucket(size))
+    counts[key] = counts.get(key, 0) + 1
+
+
 def table_metrics(spec_table: SpecTable) -> dict[str, Any]:
     index = spec_table.file_index()
     small = index.small_file_bytes()
     latest = spec_table.timeline().latest()
     histogram = [0] * (len(BUCKETS_MIB) + 1)
+    log2: dict[str, int] = {}
     partitions: dict[str, dict[str, Any]] = {}
     small_files = 0
     # A delete file may apply to many data files: each is counted once.
@@ -48,6 +63,7 @@ def table_metrics(spec_table: SpecTable) -> dict[str, Any]:
                 continue
             bucket = size_bucket(base.size_bytes)
             histogram[bucket] += 1
+            add_log2(log2, base.size_bytes)
             is_small = base.size_bytes < small
             small_files += is_small
             entry = partitions.setdefault(
@@ -58,12 +74,14 @@ def table_metrics(spec_table: SpecTable) -> dict[str, Any]:
                     "bytes": 0,
                     "small": 0,
                     "histogram": [0] * (len(BUCKETS_MIB) + 1),
+                    "log2": {},
                 },
             )
             entry["files"] += 1
             entry["bytes"] += base.size_bytes
             entry["small"] += is_small
             entry["histogram"][bucket] += 1
+            add_log2(entry["log2"], base.size_bytes)
     top = sorted(partitions.values(), key=lambda p: (-p["files"], p["path"]))[:TOP_PARTITIONS]
     return {
         "small_file_bytes": small,
@@ -71,6 +89,7 @@ def table_metrics(spec_table: SpecTable) -> dict[str, Any]:
         "delete_file_count": len(delete_files),
         "partition_count": len(partitions),
         "size_histogram": histogram,
+        "size_log2": log2,
         "partitions": top,
         "timeline": timeline_series(spec_table),
     }

@@ -38,7 +38,7 @@ from django.db.models.functions import Coalesce, Concat
 
 from storage.catalogs import is_catalog_error
 from storage.errors import Conflict, InvalidInput
-from storage.metrics import BUCKETS_MIB, bucket_labels, size_bucket
+from storage.metrics import BUCKETS_MIB, add_log2, bucket_labels, size_bucket
 from storage.models import Catalog, CatalogKind, Table, format_values
 from storage.services import table_open
 from storage.services.tables import table_error_text
@@ -238,6 +238,28 @@ def table_files(*, table: Table, query: SpecQuery) -> FilesPage:
                 f.base_file.size_bytes for f in window[: query.page_size] if f.base_file
             ),
         )
+
+
+def table_file_sizes(*, table: Table, query: SpecQuery) -> tuple[Instant | None, dict[str, Any]]:
+    """Every data file at the instant that might hold rows matching the filter, summed (not a
+    page of them): ``files``, ``bytes``, ``records`` and ``log2`` (files per power-of-two size,
+    as ``storage.metrics.log2_bucket``). Streams the listing once."""
+    totals: dict[str, Any] = {"files": 0, "bytes": 0, "records": 0, "log2": {}}
+    with _Reading(table):
+        spec_table = _open(table)
+        instant = _instant(spec_table, query.at)
+        expression = _bind(query.filter, spec_table.schema)
+        if instant is None:
+            return None, totals
+        for file_slice in spec_table.file_index().list_files_at(instant, expression):
+            base = file_slice.base_file
+            if base is None:
+                continue
+            totals["files"] += 1
+            totals["bytes"] += base.size_bytes
+            totals["records"] += file_slice.record_count
+            add_log2(totals["log2"], base.size_bytes)
+    return instant, totals
 
 
 @dataclass

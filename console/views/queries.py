@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import HttpResponse
+from django.db.models import Value
+from django.db.models.functions import Coalesce, NullIf
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -13,12 +15,38 @@ from console.decorators import role_required
 from console.forms import QueryForm
 from console.htmx import is_fragment, render_page
 from console.roles import OPERATOR
+from console.table_shape import table_shape
 from processes import queries
+from processes import query_export as query_export_formats
 from processes.models import Query, QueryEngine
 from storage import services
 from storage.errors import ServiceError
 from storage.models import CachedResult, CachedResultState, StorageBackend, Table
-from storage.selectors import shown
+from storage.selectors import shown, text_param
+from storage.services.tables import table_open_error
+
+#: Tables the schema browser lists at once; a search narrows the rest.
+BROWSER_TABLES = 200
+
+
+def _readable_tables(request):
+    """The tables ``request.user`` may read, by the name queries use (identifier, else name)."""
+    return Table.objects.annotate(sql_name=Coalesce(NullIf("identifier", Value("")), "name")).order_by(
+        "sql_name"
+    )
+
+
+def _browser_context(request) -> dict:
+    search = text_param(request.GET.get("tables", "").strip(), "tables")
+    tables = _readable_tables(request)
+    if search:
+        tables = tables.filter(sql_name__icontains=search)
+    shown_tables = list(tables.values("pk", "sql_name", "format")[: BROWSER_TABLES + 1])
+    return {
+        "browser_tables": shown_tables[:BROWSER_TABLES],
+        "browser_more": len(shown_tables) > BROWSER_TABLES,
+        "browser_search": search,
+    }
 
 
 @require_GET
@@ -26,11 +54,35 @@ def workbench(request):
     context = {
         "form": QueryForm(initial={"cache": True, "engine": QueryEngine.AUTO}),
         "engines": QueryEngine.choices,
-        "table_names": sorted({t.identifier or t.name for t in Table.objects.all()}),
         "backends": StorageBackend.objects.all(),
         "history": Query.objects.select_related("backend").filter(user=request.user)[:20],
+        **_browser_context(request),
     }
     return render(request, "storage/workbench.html", context)
+
+
+@require_GET
+def workbench_tables(request):
+    """The schema browser's list of tables, narrowed by its search box."""
+    try:
+        context = _browser_context(request)
+    except ServiceError as error:
+        return render(request, "storage/partials/query_error.html", {"message": error.message}, status=400)
+    return render(request, "storage/partials/schema_tables.html", context)
+
+
+@require_GET
+def workbench_columns(request, pk: int):
+    """One table's columns and types for the schema browser (read once per table state)."""
+    table = get_object_or_404(_readable_tables(request).select_related("catalog"), pk=pk)
+    context: dict = {"table": table}
+    try:
+        context["columns"] = table_shape(table)["schema_fields"]
+    except Exception as error:  # the spec's, the store's or the catalog's refusal is shown
+        context["open_error"] = table_open_error(table, error)
+        if context["open_error"] is None:
+            raise
+    return render(request, "storage/partials/schema_columns.html", context)
 
 
 @role_required(OPERATOR)
@@ -80,6 +132,29 @@ def query_detail(request, pk: int):
     )
     # the workbench polls an active query's fragment: its last answer refreshes the history
     return _changed(response) if is_fragment(request) and not query.is_active else response
+
+
+@require_GET
+def query_export(request, pk: int, fmt: str):
+    """The query's result as a CSV or Parquet download, streamed (query_export says from where)."""
+    query = get_object_or_404(Query.objects.select_related("cached_result__backend"), pk=pk)
+    if fmt not in query_export_formats.FORMATS:
+        message = f"export format must be csv or parquet, not {shown(fmt)}"
+        return render(request, "storage/partials/query_error.html", {"message": message}, status=400)
+    try:
+        export = query_export_formats.query_export_open(query=query)
+    except ServiceError as error:
+        return render(
+            request, "storage/partials/query_error.html", {"message": error.message}, status=error.status_code
+        )
+    chunks = query_export_formats.csv_chunks if fmt == "csv" else query_export_formats.parquet_chunks
+    response = StreamingHttpResponse(
+        chunks(export),
+        content_type="text/csv; charset=utf-8" if fmt == "csv" else "application/vnd.apache.parquet",
+    )
+    response["Content-Disposition"] = f'attachment; filename="query-{query.pk}.{fmt}"'
+    response["X-Lakewarden-Export"] = f"{'whole result' if export.whole else 'partial'}: {export.source}"
+    return response
 
 
 def _changed(response):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
 import time
 from pathlib import Path
 
@@ -16,18 +14,18 @@ from django.views.decorators.http import require_GET, require_POST
 
 from console import overview as overview_selectors
 from console import table_list as table_listing
-from console.charts_context import cached, remember, table_charts, with_chart_facts
+from console import table_tabs
+from console.charts_context import table_charts, with_chart_facts
 from console.decorators import role_required
 from console.forms import CatalogCreateForm, TableRegisterForm
 from console.health import health_report
 from console.htmx import hx_redirect, render_page
 from console.roles import ADMIN
+from console.table_shape import table_shape
 from processes.health import tables_by_health
 from storage import selectors, services
 from storage.errors import ServiceError
-from storage.io import is_local, local_path
 from storage.models import Catalog, Table, format_choices
-from storage.secrets import mask_mapping
 from storage.services.tables import table_open_error
 
 
@@ -187,55 +185,12 @@ def table_detail(request, pk: int):
     table = get_object_or_404(with_chart_facts(Table.objects.select_related("catalog")), pk=pk)
     context = {"table": table, "tab": "overview", "charts": table_charts(table)}
     try:
-        context.update(_table_shape(table))
+        context.update(table_shape(table))
     except Exception as error:  # the spec's, the store's or the catalog's refusal is shown
         context["open_error"] = table_open_error(table, error)
         if context["open_error"] is None:
             raise
     return render_page(request, "console/table_detail.html", "console/partials/table_overview.html", context)
-
-
-#: The shape of a table (partitioning, sort order, properties, schema) is kept this long at most;
-#: a refresh or a new snapshot changes its key sooner.
-SHAPE_SECONDS = 24 * 3600
-
-
-def _table_shape(table: Table) -> dict:
-    """``definition`` and ``schema_fields`` of the overview tab as plain data, read through the
-    spec API once per table state (its row's snapshot and refresh) instead of on every view. A
-    local table whose folder is gone is opened anyway, so the page says it cannot be read."""
-    facts = (table.pk, table.location, table.current_instant, str(table.refreshed_at))
-    key = "lakewarden:table-shape:v1:" + hashlib.sha256(repr(facts).encode()).hexdigest()
-    shape = cached(key) if _folder_present(table.location) else None
-    if shape is None:
-        spec_table = services.table_open(table)
-        definition = spec_table.definition
-        shape = {
-            "definition": {
-                "partition_spec": {
-                    "fields": [
-                        {"transform": f.transform, "source_column": f.source_column}
-                        for f in definition.partition_spec.fields
-                    ]
-                },
-                "sort_columns": list(definition.sort_columns),
-                "properties": mask_mapping(dict(definition.properties)),
-            },
-            "schema_fields": [
-                {"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in spec_table.schema
-            ],
-        }
-        remember(key, shape, SHAPE_SECONDS)
-    return shape
-
-
-def _folder_present(location: str) -> bool:
-    """False for a local table whose folder is gone (an object-store prefix is not checked: that
-    would cost a request per view, and a vanished table fails when opened)."""
-    try:
-        return not is_local(location) or os.path.isdir(local_path(location))
-    except (ValueError, OSError):
-        return False
 
 
 @role_required(ADMIN)
@@ -272,7 +227,11 @@ def table_snapshots(request, pk: int):
         request,
         pk,
         "snapshots",
-        lambda table, query: {"snapshots": selectors.table_snapshots(table=table)},
+        lambda table, query: {
+            "snapshots": table_tabs.snapshot_page(
+                selectors.table_snapshots(table=table), number=query.page, per_page=query.page_size
+            )
+        },
     )
 
 
@@ -282,8 +241,19 @@ def table_files(request, pk: int):
         request,
         pk,
         "files",
-        lambda table, query: {"files_page": selectors.table_files(table=table, query=query)},
+        _files_read,
     )
+
+
+def _files_read(table: Table, query) -> dict:
+    page = selectors.table_files(table=table, query=query)
+    first = (page.page - 1) * page.page_size + 1
+    return {
+        "files_page": page,
+        "totals": table_tabs.file_totals(table, query, page.instant),
+        "shown_first": first,
+        "shown_last": first + len(page.files) - 1,
+    }
 
 
 @require_GET

@@ -18,17 +18,32 @@ document.addEventListener("htmx:beforeSwap", (event) => {
   }
 });
 
-// Workbench: picking a table name from the completion list inserts it into the SQL at the cursor.
-document.addEventListener("change", (event) => {
-  if (event.target.id !== "table-picker") return;
+// Workbench: a table or column name, picked from the completion list or clicked in the schema
+// browser, goes into the SQL at the cursor.
+function insertIntoSql(name) {
   const editor = document.getElementById("sql");
-  const name = event.target.value;
   if (!editor || !name) return;
   const at = editor.selectionStart ?? editor.value.length;
   editor.value = editor.value.slice(0, at) + name + editor.value.slice(editor.selectionEnd ?? at);
   editor.focus();
   editor.selectionStart = editor.selectionEnd = at + name.length;
+}
+document.addEventListener("change", (event) => {
+  if (event.target.id !== "table-picker") return;
+  insertIntoSql(event.target.value);
   event.target.value = "";
+});
+document.addEventListener("click", (event) => {
+  const button = event.target instanceof Element && event.target.closest("button[data-insert]");
+  if (!button) return;
+  event.preventDefault();
+  insertIntoSql(button.dataset.insert);
+});
+// Ctrl+Enter (Cmd+Enter on a Mac) in the SQL runs the query, through htmx like the Run button.
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey) || event.target.id !== "sql") return;
+  event.preventDefault();
+  event.target.form?.requestSubmit();
 });
 
 // Keyboard: "/" anywhere but in a field goes to the page's search box (the top bar's "Find a

@@ -14,7 +14,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -208,6 +208,14 @@ class FilesystemStorage(IntermediateResultStorage):
             # an interrupted write's staging folder, if any
             for leftover in path.parent.glob(f".{path.name}{STAGING_MARK}*"):
                 shutil.rmtree(leftover, ignore_errors=True)
+
+    def batches(self, properties: Mapping[str, Any]) -> Iterator[pa.RecordBatch]:
+        if self.store is not None:
+            return self.store.batches(str(properties["path"]))
+        path = self._path(properties)
+        if not self.exists(properties):
+            raise FileNotFoundError(f"no stored result at {path}: its files are gone")
+        return (batch for name in self._files(path) for batch in pq.ParquetFile(name).iter_batches())
 
     # -- helpers -----------------------------------------------------------------------------------
 

@@ -160,6 +160,17 @@ class ObjectStoreFolders:
             if fs.get_file_info(folder).type != pafs.FileType.NotFound:
                 raise StoreError(describe_error(location, error)) from None
 
+    def batches(self, location: str) -> Iterator[pa.RecordBatch]:
+        """Every stored row, file by file, as Arrow record batches (no Spark)."""
+        location = self.checked(location)
+        fs, folder = self._fs(location)
+        files = self._listed(fs, folder)
+        if not files or not self._all_there(fs, files):
+            raise FileNotFoundError(f"no stored result at {location}: its files are gone")
+        for path in files:
+            with fs.open_input_file(path) as source:
+                yield from pq.ParquetFile(source).iter_batches()
+
     def data_files(self, location: str, filters: Any = None) -> list[str]:
         from storage.spec.expressions import bind_filter
 

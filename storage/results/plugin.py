@@ -32,11 +32,14 @@ message names the place and never a secret, within a bounded time. The default d
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 RESERVED_PREFIX = "intermediate-result-storage"
 TYPE_KEY = f"{RESERVED_PREFIX}.type"
@@ -79,6 +82,12 @@ class IntermediateResultStorage(abc.ABC):
 
     @abc.abstractmethod
     def clean(self, table_names: list[str], properties: Mapping[str, Mapping[str, Any]]) -> None: ...
+
+    def batches(self, properties: Mapping[str, Any]) -> Iterator[pa.RecordBatch]:
+        """Optional: every stored row as Arrow record batches, read without Spark (the console
+        streams a whole cached result out as CSV or Parquet through it). ``FileNotFoundError``
+        when the data is gone; the default says this storage cannot."""
+        raise NotImplementedError(f"a {self.type_name} storage is read through Spark only")
 
 
 @dataclass
