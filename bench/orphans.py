@@ -135,17 +135,19 @@ def make_files(root: Path, count: int) -> float:
     return time.monotonic() - started
 
 
-def run_case(kind: str, root: Path, count: int) -> dict:
-    out = BENCH_DIR / f"orphans-{kind}-{count}.json"
+def run_case(kind: str, root: Path, count: int, *, script: str = CASE, label: str = "orphans") -> dict:
+    """Run ``script``'s case ``kind`` in a fresh subprocess; its result, which must name a tenth
+    of the ``count`` objects under ``label`` (bench/vacuum.py runs its cases through it too)."""
+    out = BENCH_DIR / f"{label}-{kind}-{count}.json"
     subprocess.run(
-        [sys.executable, "-c", CASE, kind, str(root), str(count), str(out)],
+        [sys.executable, "-c", script, kind, str(root), str(count), str(out)],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         check=True,
     )
     result = json.loads(out.read_text())
     out.unlink()
-    assert result["orphans"] == (count + 9) // 10, result
+    assert result[label] == (count + 9) // 10, result
     print(f"  {kind} {count:,}: {result}", flush=True)
     return result
 

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -38,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import write_section  # noqa: E402
+from bench.orphans import run_case  # noqa: E402
 
 BENCH_DIR = ROOT / "var" / "bench"
 BUCKETS = 97
@@ -98,7 +98,7 @@ cpu = time.process_time()
 doomed = globals()[kind]()
 seconds = time.monotonic() - started
 json.dump(
-    {"seconds": seconds, "cpu": time.process_time() - cpu, "growth_mb": mb("VmHWM") - before, "doomed": doomed},
+    {"seconds": seconds, "cpu": time.process_time() - cpu, "growth_mb": mb("VmHWM") - before, "vacuum": doomed},
     open(out, "w"),
 )
 """
@@ -160,21 +160,6 @@ def make_table(root: Path, count: int) -> float:
     return time.monotonic() - started
 
 
-def run_case(kind: str, root: Path, count: int) -> dict:
-    out = BENCH_DIR / f"vacuum-{kind}-{count}.json"
-    subprocess.run(
-        [sys.executable, "-c", CASE, kind, str(root), str(count), str(out)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=True,
-    )
-    result = json.loads(out.read_text())
-    out.unlink()
-    assert result["doomed"] == (count + 9) // 10, result
-    print(f"  {kind} {count:,}: {result}", flush=True)
-    return result
-
-
 KINDS = ("streaming", "sets", "deltalake")
 
 
@@ -200,7 +185,7 @@ def main() -> int:
         root = BENCH_DIR / f"vacuum_{count}" / "events"
         made[count] = make_table(root, count)
         print(f"{count:,} files ready ({made[count]:.0f} s to create)", flush=True)
-        results[count] = {kind: run_case(kind, root, count) for kind in KINDS}
+        results[count] = {kind: run_case(kind, root, count, script=CASE, label="vacuum") for kind in KINDS}
         rows.append(table_row(count, results[count]))
         if not args.keep:
             shutil.rmtree(root.parent)
