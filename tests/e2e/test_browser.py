@@ -106,7 +106,7 @@ def test_an_operator_filters_files_plans_splits_and_runs_a_process(
     page.fill("input[name=filter]", "region = 'eu'")
     page.click("form.filters button[type=submit]")
     page.wait_for_url("**filter=*")
-    page.wait_for_selector(".histogram")
+    page.wait_for_selector(".files-chart svg")  # the whole snapshot's sizes (test_table_tabs.py)
     partitions = page.locator("#tab-body tbody tr td:nth-child(2)").all_inner_texts()
     assert partitions and all(p.startswith("region=eu") for p in partitions)
     page.locator("#tab-body details summary").first.click()
