@@ -8,6 +8,12 @@ manifests, the data and delete files in them) that no remaining snapshot reaches
 is computed from the refreshed metadata, so a snapshot committed concurrently protects its files
 too. ``dry-run`` computes the same lists and changes nothing.
 
+What the expired snapshots reach and what the remaining ones reach are written as sorted runs to
+a temporary folder (``TMPDIR``) and merged (``processes.maintenance.spill``), never held in Python
+sets: memory holds one manifest's entries at a time and the set of manifest paths read, whatever
+the number of files; the files to delete are spilled there too, per kind, and read back to delete
+them (docs/operating/workers.md gives the figures).
+
 ``max-age`` is seconds or an ISO 8601 duration (``P5D``), default 5 days.
 
 With ``trash-retention`` (off by default; a factory property, overridable per table) the files are
@@ -21,23 +27,28 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from processes.maintenance.errors import InputError
-from processes.maintenance.iceberg.orphans import normalise
+from processes.maintenance.listing import BoundedKept, normalise
 from processes.maintenance.retention import (
     AGE_SCHEMA,
+    SUMMARY_LIST_LIMIT,
     TRASH_RETENTION,
     TRASH_RETENTION_SCHEMA,
     described,
     keep_in_trash,
     parse_duration,
     removal_preview,
-    summary_list,
     trash_checked,
     trash_retention,
 )
 from processes.maintenance.schemas import DRY_RUN, INTERVAL, MAX_COUNT, PARALLELISM, with_defaults
+from processes.maintenance.spill import SortedRuns, Spilled, missing
 from processes.maintenance.targets import iceberg_catalog_table, iceberg_commit_target, store_options
 from processes.plugin import (
     EXPIRE_SNAPSHOTS,
@@ -48,7 +59,7 @@ from processes.plugin import (
     TableProcess,
     TriggerStrategy,
 )
-from storage.io.guard import KeptFiles, OutsideTable, PathGuard, kept_summary
+from storage.io.guard import OutsideTable, PathGuard, kept_summary
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -62,41 +73,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_AGE_SECONDS = 5 * 24 * 3600
-
-
-class _ManifestCache:
-    """Manifest entries read once per run, whichever snapshots share the manifest."""
-
-    def __init__(self, io: FileIO) -> None:
-        self.io = io
-        self._entries: dict[str, list[tuple[int, str, int]]] = {}
-        #: Sizes in bytes known from the metadata (content files, manifests).
-        self.sizes: dict[str, int] = {}
-
-    def manifests(self, snapshot: Snapshot) -> list[Any]:
-        found = list(snapshot.manifests(self.io))
-        self.sizes.update((m.manifest_path, int(m.manifest_length)) for m in found)
-        return found
-
-    def entries(self, manifest: Any) -> list[tuple[int, str, int]]:
-        """(status, file path, content) of every entry, deleted ones included."""
-        path = manifest.manifest_path
-        if path not in self._entries:
-            entries = list(manifest.fetch_manifest_entry(self.io, discard_deleted=False))
-            self.sizes.update((e.data_file.file_path, int(e.data_file.file_size_in_bytes)) for e in entries)
-            self._entries[path] = [
-                (int(e.status), e.data_file.file_path, int(e.data_file.content)) for e in entries
-            ]
-        return self._entries[path]
-
-    def size(self, path: str) -> int:
-        """The file's size: from the metadata, else (manifest lists) from the file itself."""
-        if path not in self.sizes:
-            try:
-                self.sizes[path] = len(self.io.new_input(path))
-            except OSError:
-                self.sizes[path] = 0
-        return self.sizes[path]
 
 
 def snapshots_to_expire(
@@ -120,61 +96,129 @@ def snapshots_to_expire(
     return [s.snapshot_id for s in sorted(candidates, key=lambda s: s.timestamp_ms)]
 
 
-def reachable_files(snapshots: list[Any], cache: _ManifestCache, *, live_only: bool) -> dict[str, set[str]]:
-    """Paths reached from ``snapshots``: manifest lists, manifests, content files (live entries
-    only when ``live_only``: a deleted entry is a file the snapshot no longer needs)."""
-    found: dict[str, set[str]] = {
-        "manifest_lists": set(),
-        "manifests": set(),
-        "data_files": set(),
-        "delete_files": set(),
-    }
+KINDS = ("data_files", "delete_files", "manifests", "manifest_lists")
+DATA_FILES, DELETE_FILES, MANIFESTS, MANIFEST_LISTS = range(4)
+_DELETED = 2  # a manifest entry's status
+
+
+def reached(snapshots: Iterable[Snapshot], io: FileIO, *, live_only: bool) -> Iterator[tuple[str, int, int]]:
+    """(path, kind, size) of what ``snapshots`` reach: manifest lists (size -1: not known from the
+    metadata), manifests, content files (live entries only when ``live_only``: a deleted entry
+    is a file the snapshot no longer needs); repeats possible. One manifest's entries in memory at
+    a time, and the set of manifest paths already read."""
+    read: set[str] = set()
     for snapshot in snapshots:
         if snapshot.manifest_list:
-            found["manifest_lists"].add(snapshot.manifest_list)
-        for manifest in cache.manifests(snapshot):
-            found["manifests"].add(manifest.manifest_path)
-            for status, path, content in cache.entries(manifest):
-                if live_only and status == 2:  # DELETED
+            yield snapshot.manifest_list, MANIFEST_LISTS, -1
+        for manifest in snapshot.manifests(io):
+            yield manifest.manifest_path, MANIFESTS, int(manifest.manifest_length)
+            if manifest.manifest_path in read:
+                continue
+            read.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+                if live_only and int(entry.status) == _DELETED:
                     continue
-                found["data_files" if content == 0 else "delete_files"].add(path)
-    return found
+                content = entry.data_file
+                kind = DATA_FILES if int(content.content) == 0 else DELETE_FILES
+                yield content.file_path, kind, int(content.file_size_in_bytes)
 
 
-KINDS = ("data_files", "delete_files", "manifests", "manifest_lists")
+class Candidates:
+    """What the expired snapshots reach, sorted on disk (``spill.SortedRuns``) in a temporary
+    folder: use it in a ``with`` block, which removes the folder. Iterable more than once."""
+
+    def __init__(self, expired: Iterable[Snapshot], io: FileIO) -> None:
+        self.folder = tempfile.TemporaryDirectory(prefix="lakewarden-expire-")
+        self.io = io
+        self.runs = SortedRuns(self.folder.name, "candidates", unique=True)
+        self.runs.extend(reached(expired, io, live_only=False))
+        self.runs.spill()
+
+    def __iter__(self) -> Iterator[tuple[str, int, int]]:
+        return iter(self.runs)
+
+    def size(self, path: str, size: int) -> int:
+        """``size``, or (a manifest list) the file's own; 0 when it cannot be read."""
+        if size >= 0:
+            return size
+        try:
+            return len(self.io.new_input(path))
+        except OSError:
+            return 0
+
+    def doomed(self, remaining: Iterable[Snapshot], guard: PathGuard) -> Doomed:
+        """The candidates no ``remaining`` snapshot reaches in any role, per kind, that the guard
+        lets this table delete (the rest kept: another table's files, files outside the table's
+        location or the allowed roots): a merge of two sorted streams, never a set of paths."""
+        protected = SortedRuns(self.folder.name, "protected", unique=True)
+        protected.extend(path for path, _, _ in reached(remaining, self.io, live_only=True))
+        doomed = Doomed(self.folder.name)
+        for path, kind, size in missing(self, protected, key=itemgetter(0)):
+            reason = guard.refusal(path)
+            if reason:
+                doomed.kept.add(path, reason)
+            else:
+                doomed.add(kind, path, self.size(path, size))
+        doomed.close()
+        return doomed
+
+    def close(self) -> None:
+        self.folder.cleanup()
+
+    def __enter__(self) -> Candidates:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def doomed_files(
-    candidates: dict[str, set[str]], remaining: list[Any], cache: _ManifestCache
-) -> dict[str, list[str]]:
-    """The ``candidates`` no ``remaining`` snapshot reaches, in any role, per kind."""
-    keep = reachable_files(remaining, cache, live_only=True)
-    protected = set().union(*keep.values())
-    return {kind: sorted(paths - protected) for kind, paths in candidates.items()}
+class Doomed:
+    """The files to delete per kind, spilled to disk in path order: counts, bytes and the first
+    paths of each kind known without reading them back; and the ones the guard keeps."""
 
+    def __init__(self, folder: str) -> None:
+        self.spilled = {kind: Spilled(os.path.join(folder, f"doomed-{kind}")) for kind in KINDS}
+        self.first: dict[str, list[str]] = {kind: [] for kind in KINDS}
+        self.bytes = 0
+        self.kept = BoundedKept()
 
-def guarded(doomed: dict[str, list[str]], guard: PathGuard) -> tuple[dict[str, list[str]], KeptFiles]:
-    """The doomed files the guard lets this table delete, per kind, and the rest (kept where they
-    are: another table's files, files outside the table's location or the allowed roots)."""
-    kept = KeptFiles()
-    return {kind: guard.split(paths, kept)[0] for kind, paths in doomed.items()}, kept
+    def add(self, kind: int, path: str, size: int) -> None:
+        name = KINDS[kind]
+        self.spilled[name].append((path, size))
+        self.bytes += size
+        if len(self.first[name]) < SUMMARY_LIST_LIMIT:
+            self.first[name].append(path)
+
+    def close(self) -> None:
+        for spilled in self.spilled.values():
+            spilled.close()
+
+    def counts(self) -> dict[str, int]:
+        return {f"deleted_{kind}": len(self.spilled[kind]) for kind in KINDS}
+
+    def __len__(self) -> int:
+        return sum(len(spilled) for spilled in self.spilled.values())
+
+    def files(self) -> Iterator[tuple[str, int, str]]:
+        """(path, size, kind), content files first, manifest lists last."""
+        for kind in KINDS:
+            yield from ((path, size, kind) for path, size in self.spilled[kind])
 
 
 def plan_expiry(
-    table: Table, *, max_age: dt.timedelta, min_snapshots: int
-) -> tuple[list[int], dict, _ManifestCache]:
-    """(snapshot ids to expire, the files only they reach per kind, the manifest cache), from the
-    metadata as it is now; nothing is changed."""
+    table: Table, *, max_age: dt.timedelta, min_snapshots: int, guard: PathGuard
+) -> tuple[list[int], Candidates | None, Doomed | None]:
+    """(snapshot ids to expire, their candidates, the files only they reach), from the metadata
+    as it is now; nothing is changed. Close the candidates (a ``with`` block) when done."""
     expired_ids = snapshots_to_expire(
         table.metadata, max_age=max_age, min_snapshots=min_snapshots, now=dt.datetime.now(dt.UTC)
     )
-    cache = _ManifestCache(table.io)
     if not expired_ids:
-        return [], {kind: [] for kind in KINDS}, cache
+        return [], None, None
     expired = [table.metadata.snapshot_by_id(i) for i in expired_ids]
     remaining = [s for s in table.metadata.snapshots if s.snapshot_id not in set(expired_ids)]
-    candidates = reachable_files(expired, cache, live_only=False)
-    return expired_ids, doomed_files(candidates, remaining, cache), cache
+    candidates = Candidates(expired, table.io)  # type: ignore[arg-type]
+    return expired_ids, candidates, candidates.doomed(remaining, guard)
 
 
 class IcebergExpireProcess(TableProcess):
@@ -202,65 +246,62 @@ class IcebergExpireProcess(TableProcess):
         if self.trash is not None:
             summary["trash_retention_seconds"] = int(self.trash.total_seconds())
         if not expired_ids:
-            return {**summary, **_counts({}), "kept_snapshots": len(table.metadata.snapshots)}
+            return {**summary, **_counts(), "kept_snapshots": len(table.metadata.snapshots)}
         expired = [table.metadata.snapshot_by_id(i) for i in expired_ids]
-        cache = _ManifestCache(table.io)
         context.report_progress(0, 3, f"reading the manifests of {len(expired)} expired snapshots")
-        candidates = reachable_files(expired, cache, live_only=False)
-        context.check_cancelled()
-
-        if self.dry_run:
-            remaining = [s for s in table.metadata.snapshots if s.snapshot_id not in set(expired_ids)]
-        else:
-            context.report_progress(1, 3, "expiring snapshots")
-            with self._trash_checked(context, table, candidates, cache):
-                remaining = _expire(table, expired_ids)
-        # A file a remaining snapshot reaches in any role is never deleted, nor one the guard keeps.
-        doomed, kept = guarded(doomed_files(candidates, remaining, cache), context.guard)
-        summary["kept_snapshots"] = len(remaining)
-        summary.update(_counts(doomed))
-        summary["files"] = {kind: summary_list(paths) for kind, paths in doomed.items()}
-        summary.update(kept_summary(kept))
-        if self.dry_run:
-            return summary
-
-        if self.trash is not None:
-            context.report_progress(2, 3, "moving unreachable files to the trash")
-            summary["trash"] = self._keep_in_trash(context, table, doomed, cache)
-        else:
-            context.report_progress(2, 3, "deleting unreachable files")
+        with Candidates(expired, table.io) as candidates:  # type: ignore[arg-type]
+            context.check_cancelled()
+            if self.dry_run:
+                remaining = [s for s in table.metadata.snapshots if s.snapshot_id not in set(expired_ids)]
+            else:
+                context.report_progress(1, 3, "expiring snapshots")
+                with self._trash_checked(context, table, candidates):
+                    remaining = _expire(table, expired_ids)
+            # A file a remaining snapshot reaches in any role is never deleted, nor one the guard keeps.
+            doomed = candidates.doomed(remaining, context.guard)
+            summary["kept_snapshots"] = len(remaining)
+            summary.update(doomed.counts())
+            summary["files"] = {kind: doomed.first[kind] for kind in KINDS}
+            summary.update(kept_summary(doomed.kept))
+            if self.dry_run:
+                return summary
             storage = store_options(context.runtime, table)
-            summary["delete_failures"] = _delete_files(context.guard, storage, doomed)
+            if self.trash is not None:
+                context.report_progress(2, 3, "moving unreachable files to the trash")
+                summary["trash"] = keep_in_trash(
+                    context,
+                    action=EXPIRE_SNAPSHOTS,
+                    retention=self.trash,
+                    root=normalise(table.location()),
+                    files=[(normalise(path), size, kind) for path, size, kind in doomed.files()],
+                    storage=storage,
+                )
+            else:
+                context.report_progress(2, 3, "deleting unreachable files")
+                summary["delete_failures"] = _delete_files(context.guard, storage, doomed)
         context.report_progress(3, 3, "done")
         return summary
 
     def _trash_checked(
-        self, context: ProcessContext, table: Table, candidates: dict, cache: _ManifestCache
+        self, context: ProcessContext, table: Table, candidates: Candidates
     ) -> contextlib.AbstractContextManager:
         """With trash on: the manifest is written before the commit (a store refusing the trash
         fails the process with nothing changed) and removed again if the commit fails."""
         if self.trash is None:
             return contextlib.nullcontext()
-        allowed, _ = guarded({kind: sorted(candidates[kind]) for kind in KINDS}, context.guard)
+        allowed = sorted(
+            (
+                (normalise(path), candidates.size(path, size), KINDS[kind])
+                for path, kind, size in candidates
+                if context.guard.allows(path)
+            ),
+            key=lambda file: KINDS.index(file[2]),
+        )
         return trash_checked(
             context,
             action=EXPIRE_SNAPSHOTS,
             root=normalise(table.location()),
-            files=[(normalise(p), cache.sizes.get(p, 0), kind) for kind in KINDS for p in allowed[kind]],
-            storage=store_options(context.runtime, table),
-        )
-
-    def _keep_in_trash(
-        self, context: ProcessContext, table: Table, doomed: dict, cache: _ManifestCache
-    ) -> dict:
-        files = [(normalise(path), cache.size(path), kind) for kind in KINDS for path in doomed[kind]]
-        assert self.trash is not None
-        return keep_in_trash(
-            context,
-            action=EXPIRE_SNAPSHOTS,
-            retention=self.trash,
-            root=normalise(table.location()),
-            files=files,
+            files=allowed,
             storage=store_options(context.runtime, table),
         )
 
@@ -276,8 +317,8 @@ def _expire(table: Table, expired_ids: list[int]) -> list[Any]:
     return remaining
 
 
-def _counts(doomed: dict[str, Any]) -> dict[str, int]:
-    return {f"deleted_{kind}": len(doomed.get(kind, ())) for kind in KINDS}
+def _counts() -> dict[str, int]:
+    return {f"deleted_{kind}": 0 for kind in KINDS}
 
 
 #: Properties a run-now may override too.
@@ -354,36 +395,34 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
         except InputError:  # no catalog: targets' one rule says so
             return Preview(notes=["nothing would run: expiring snapshots needs a catalog to commit"])
         process = IcebergExpireProcess(dict(params), runtime.config)
-        expired_ids, doomed, cache = plan_expiry(
-            table, max_age=process.max_age, min_snapshots=process.min_snapshots
+        expired_ids, candidates, doomed = plan_expiry(
+            table, max_age=process.max_age, min_snapshots=process.min_snapshots, guard=runtime.guard()
         )
-        doomed, kept = guarded(doomed, runtime.guard())
-        files = [path for kind in KINDS for path in doomed[kind]]
-        return removal_preview(
-            len(files),
-            sum(cache.size(path) for path in files),
-            {
-                "snapshots_to_expire": expired_ids,
-                "snapshots_removed": len(expired_ids),  # read by the health prediction
-                "kept_snapshots": len(table.metadata.snapshots) - len(expired_ids),
-                **_counts(doomed),
-                **kept_summary(kept),
-            },
-            trash=process.trash,
-            idle=None if expired_ids else "no snapshot is older than max-age beyond the kept ones",
-        )
+        with candidates or contextlib.nullcontext():
+            return removal_preview(
+                len(doomed) if doomed else 0,
+                doomed.bytes if doomed else 0,
+                {
+                    "snapshots_to_expire": expired_ids,
+                    "snapshots_removed": len(expired_ids),  # read by the health prediction
+                    "kept_snapshots": len(table.metadata.snapshots) - len(expired_ids),
+                    **(doomed.counts() if doomed else _counts()),
+                    **(kept_summary(doomed.kept) if doomed else {}),
+                },
+                trash=process.trash,
+                idle=None if expired_ids else "no snapshot is older than max-age beyond the kept ones",
+            )
 
 
-def _delete_files(guard: PathGuard, storage: StoreOptions | None, doomed: dict[str, list[str]]) -> int:
+def _delete_files(guard: PathGuard, storage: StoreOptions | None, doomed: Doomed) -> int:
     """Delete the unreachable files (through the guard, which checks each path again); the
     number that could not be deleted. Content files first, manifest lists last: an interrupted
     run leaves metadata that still lists what remains (deleted files were unreachable anyway)."""
     failed = 0
-    for kind in ("data_files", "delete_files", "manifests", "manifest_lists"):
-        for path in doomed[kind]:
-            try:
-                guard.delete(path, storage)
-            except (OSError, OutsideTable):
-                failed += 1
-                logger.warning("could not delete %s", path, exc_info=True)
+    for path, _, _ in doomed.files():
+        try:
+            guard.delete(path, storage)
+        except (OSError, OutsideTable):
+            failed += 1
+            logger.warning("could not delete %s", path, exc_info=True)
     return failed
