@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import functools
 
-from django.shortcuts import render
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404, render
 
 from console.roles import has_role
+from console.teams.access import can, visible
 
 
 def role_required(role: str):
@@ -22,3 +25,12 @@ def role_required(role: str):
         return wrapper
 
     return decorator
+
+
+def visible_or_404(request, queryset: QuerySet, *, via: str = "", action: str = "view", **lookup):
+    """The one object of ``queryset`` that ``lookup`` names, if the user's teams may see it (else
+    404, as for a missing one), and may do ``action`` (``view``, ``operate``) on it (else 403)."""
+    obj = get_object_or_404(visible(request.user, queryset, via=via), **lookup)
+    if action != "view" and not can(request.user, action, obj):
+        raise PermissionDenied(f"Your team has no grant to {action} {obj}.")
+    return obj

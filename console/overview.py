@@ -8,26 +8,36 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from console.health import recent_workers
 from processes import health
 from processes.models import ACTIVE_STATUSES, Process, ProcessStatus
+from storage.models import Table
 
 
-def running_processes():
+def _of(tables: QuerySet[Table] | None) -> QuerySet[Process]:
+    """Processes of ``tables`` (None: of every table)."""
+    processes = Process.objects.all()
+    return processes if tables is None else processes.filter(table__in=tables.values("pk"))
+
+
+def running_processes(tables: QuerySet[Table] | None = None):
     return (
-        Process.objects.select_related("table")
+        _of(tables)
+        .select_related("table")
         .defer("table__metrics")
         .filter(status__in=ACTIVE_STATUSES)
         .order_by("created_at")[:20]
     )
 
 
-def recent_failures(hours: int = 24):
+def recent_failures(hours: int = 24, tables: QuerySet[Table] | None = None):
     since = timezone.now() - dt.timedelta(hours=hours)
     return (
-        Process.objects.select_related("table")
+        _of(tables)
+        .select_related("table")
         .defer("table__metrics")
         .filter(status=ProcessStatus.FAILED, finished_at__gte=since)
         .order_by("-finished_at")[:20]

@@ -67,6 +67,8 @@ INSTALLED_APPS = [
     "storage",
     # The audit trail (console/audit): its signal handlers and admin page.
     "console.audit.apps.AuditConfig",
+    # Teams and grants (console/teams, issue 32): who sees and operates which tables.
+    "console.teams.apps.TeamsConfig",
 ]
 
 MIDDLEWARE = [

@@ -11,7 +11,7 @@ from typing import Any
 from celery import current_app
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from processes.models import Process, ProcessStatus, ServiceHeartbeat
@@ -92,22 +92,26 @@ def health_ranked(
         return [(pk, int(health)) for pk, health in cursor.fetchall()]
 
 
+def ids_condition(tables: QuerySet[Table] | None) -> tuple[str, Sequence[Any]] | None:
+    """``health_ranked``'s ``where`` for the ids of ``tables`` (None: every table)."""
+    if tables is None:
+        return None
+    sql, params = tables.select_related(None).order_by().values("id").query.sql_with_params()
+    return f"t.id IN ({sql})", params
+
+
 def health_scores(now: dt.datetime, ids: Sequence[int]) -> dict[int, int]:
     """The health score of each table of ``ids`` (one query), as ``health_ranked`` ranks it."""
     return dict(health_ranked(now, where=("t.id = ANY(%s)", [list(ids)]))) if ids else {}
 
 
-def _ranked_ids(now: dt.datetime, limit: int | None) -> list[int]:
-    """Table ids unhealthiest first (name, then id, among equal scores), ranked in the database."""
-    return [pk for pk, _ in health_ranked(now, limit=limit)]
-
-
-def tables_by_health(*, limit: int | None = 10) -> list[TableHealth]:
+def tables_by_health(*, limit: int | None = 10, tables: QuerySet[Table] | None = None) -> list[TableHealth]:
     """Unhealthiest first; three queries whatever the number of tables or processes (the last
     successful maintenance is kept on the table row by the executor): the database ranks every
-    table, only the tables shown are loaded and explained (``table_health``)."""
+    table, only the tables shown are loaded and explained (``table_health``). ``tables``: rank
+    only these (what a user's teams may see); default every table."""
     now = timezone.now()
-    ids = _ranked_ids(now, limit)
+    ids = [pk for pk, _ in health_ranked(now, limit=limit, where=ids_condition(tables))]
     failures = dict(
         Process.objects.filter(
             table_id__in=ids, created_at__gte=now - dt.timedelta(days=7), status=ProcessStatus.FAILED

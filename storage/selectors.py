@@ -364,13 +364,17 @@ def jsonable(value: Any) -> Any:
 # --- lists shared by pages and the API --------------------------------------------------------
 
 
-def table_list(*, search: str = "", format: str = "") -> QuerySet[Table]:
+def table_list(
+    *, search: str = "", format: str = "", tables: QuerySet[Table] | None = None
+) -> QuerySet[Table]:
+    """``tables`` (default: every table; a surface passes what the user may see) searched and
+    filtered by format."""
     text_param(search, "search")
     if format and format not in format_values():
         raise InvalidInput(
             f"format must be one of {', '.join(format_values())}, not {shown(format)}", field="format"
         )
-    tables = Table.objects.select_related("catalog")
+    tables = (Table.objects.all() if tables is None else tables).select_related("catalog")
     if search:
         tables = tables.filter(
             Q(name__icontains=search) | Q(identifier__icontains=search) | Q(location__icontains=search)
@@ -383,37 +387,43 @@ def table_list(*, search: str = "", format: str = "") -> QuerySet[Table]:
 def catalog_tables(catalog: Catalog) -> QuerySet[Table]:
     """The tables a catalog's page lists, as its sync counts them: those registered from it, and
     for a path root the tables registered by location under its root (a sync registers them so)."""
-    tables = Table.objects.select_related("catalog")
+    return Table.objects.select_related("catalog").filter(catalog_tables_q(catalog))
+
+
+def catalog_tables_q(catalog: Catalog) -> Q:
+    """The condition on ``Table`` of ``catalog_tables`` (a team's grant on a catalog covers these)."""
     root = str((catalog.properties or {}).get("root") or "").rstrip("/")
     if catalog.kind != CatalogKind.PATH_ROOT or not root:
-        return tables.filter(catalog=catalog)
+        return Q(catalog_id=catalog.pk)
     under_root = Q(catalog__isnull=True) & (Q(location=root) | Q(location__startswith=root + "/"))
-    return tables.filter(Q(catalog=catalog) | under_root)
+    return Q(catalog_id=catalog.pk) | under_root
 
 
-def catalog_list() -> QuerySet[Catalog]:
-    """Catalogs by name with ``table_count``: what ``catalog_tables`` lists for each."""
+def catalog_list(*, tables: QuerySet[Table] | None = None) -> QuerySet[Catalog]:
+    """Catalogs by name with ``table_count``: what ``catalog_tables`` lists for each (only those of
+    ``tables`` when given: a surface passes what the user may see)."""
     root = Func(
         KeyTextTransform("root", OuterRef("properties")),
         Value("/"),
         function="RTRIM",
         output_field=CharField(),
     )
-    under_root = Table.objects.filter(catalog__isnull=True).filter(
-        Q(location=root) | Q(location__startswith=Concat(root, Value("/")))
-    )
+    under_root = (Table.objects.all() if tables is None else tables).filter(catalog__isnull=True)
+    under_root = under_root.filter(Q(location=root) | Q(location__startswith=Concat(root, Value("/"))))
+    counted_tables = Count("tables") if tables is None else Count("tables", filter=Q(tables__in=tables))
     # COUNT as a plain function: one row for the whole subquery, no GROUP BY.
     counted = under_root.order_by().annotate(n=Func(F("id"), function="COUNT")).values("n")
     path_root_count = Case(
         When(kind=CatalogKind.PATH_ROOT, then=Coalesce(Subquery(counted[:1]), 0)), default=Value(0)
     )
     return Catalog.objects.annotate(
-        table_count=ExpressionWrapper(Count("tables") + path_root_count, output_field=IntegerField())
+        table_count=ExpressionWrapper(counted_tables + path_root_count, output_field=IntegerField())
     ).order_by("name")
 
 
-def lakehouse_totals() -> dict[str, int]:
-    totals = Table.objects.aggregate(
+def lakehouse_totals(*, tables: QuerySet[Table] | None = None) -> dict[str, int]:
+    """Counts and sums over ``tables`` (default: every table)."""
+    totals = (Table.objects.all() if tables is None else tables).aggregate(
         tables=Count("id"), files=Sum("file_count"), bytes=Sum("total_bytes"), records=Sum("record_count")
     )
     return {key: value or 0 for key, value in totals.items()}

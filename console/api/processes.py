@@ -13,7 +13,9 @@ from rest_framework.response import Response
 from console.api.base import ApiDefaults
 from console.api.schema import CONFLICT
 from console.api.serializers import mask_secrets
+from console.permissions import table_for_operation
 from console.roles import OPERATOR
+from console.teams.access import visible
 from processes import selectors, services
 from processes.models import Process, ProcessStatus
 from processes.plugin import known_actions
@@ -171,12 +173,13 @@ class ProcessViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMix
     action_roles = {"cancel": OPERATOR, "kill": OPERATOR, "retry": OPERATOR, "create": OPERATOR}
 
     def get_queryset(self):
-        return selectors.process_list()
+        return visible(self.request.user, selectors.process_list(), via="table")  # console/teams
 
     @extend_schema(request=ProcessCreateSerializer, responses={201: ProcessSerializer, 409: CONFLICT})
     def create(self, request):
         data = ProcessCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        table_for_operation(request, data.validated_data["table"])
         process = services.process_create(user=request.user, **data.validated_data)
         return Response(ProcessSerializer(process).data, status=status.HTTP_201_CREATED)
 

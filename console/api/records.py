@@ -20,6 +20,7 @@ from rest_framework.response import Response
 from console.api.base import ApiDefaults
 from console.api.serializers import InstantSerializer
 from console.roles import VIEWER
+from console.teams.access import tables_scope
 from storage import selectors
 from storage.errors import Conflict, InvalidInput
 from storage.models import Table
@@ -167,7 +168,7 @@ class TableRecordViewSet(ApiDefaults, viewsets.ViewSet):
         " key absent or deleted there has found=false.",
     )
     def list(self, request, table_pk=None):
-        table = get_object_or_404(selectors.table_list(), pk=table_pk)
+        table = get_object_or_404(selectors.table_list(tables=tables_scope(request.user)), pk=table_pk)
         query = record_query_parse(request.query_params)
         return Response(lookup_data(table_records(table=table, query=query)))
 
@@ -180,7 +181,7 @@ class TableRecordViewSet(ApiDefaults, viewsets.ViewSet):
         " viewers may post it (it changes nothing).",
     )
     def create(self, request, table_pk=None):
-        table = get_object_or_404(selectors.table_list(), pk=table_pk)
+        table = get_object_or_404(selectors.table_list(tables=tables_scope(request.user)), pk=table_pk)
         data = RecordLookupRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         query = record_query_parse(data.validated_data)

@@ -116,6 +116,7 @@ TAGS = {
     "catalogs": "Catalogs (Iceberg SQL, Iceberg REST, path roots) and their sync.",
     "alerts": "Notification channels (with a test send) and the record of deliveries.",
     "audit": "The audit trail of what users and the scheduler did.",
+    "teams": "Teams, their members and SSO groups, and their grants on catalogs, namespaces and tables.",
     "plugins": "Installed process factories: properties, parameters and trigger strategies.",
 }
 #: (path after ``/api/v1/``, tag): the first pattern that matches a path names its tag.
@@ -130,6 +131,7 @@ TAG_RULES = (
     (r"catalogs/", "catalogs"),
     (r"alert-(channels|deliveries)/", "alerts"),
     (r"audit/", "audit"),
+    (r"(teams|grants)/", "teams"),
     (r"plugins/", "plugins"),
 )
 API_PREFIX = "/api/v1/"

@@ -11,7 +11,10 @@ from rest_framework.views import APIView
 
 from console.api.base import ApiDefaults
 from console.api.schema import CONFLICT
+from console.decorators import visible_or_404
 from console.roles import OPERATOR
+from console.teams.access import visible
+from processes.models import Process
 from processes.trash import process_trash, process_trash_restore
 from storage.errors import InvalidInput
 from storage.trash.models import TrashBatch, TrashState
@@ -45,6 +48,7 @@ class TrashBatchSerializer(serializers.ModelSerializer):
 class ProcessTrashView(ApiDefaults, APIView):
     @extend_schema(responses={200: TrashBatchSerializer})
     def get(self, request, pk: int):
+        visible_or_404(request, Process.objects.all(), via="table", pk=pk)  # console/teams
         return Response(TrashBatchSerializer(process_trash(process_id=pk)).data)
 
 
@@ -53,6 +57,7 @@ class ProcessTrashRestoreView(ApiDefaults, APIView):
 
     @extend_schema(request=None, responses={200: TrashBatchSerializer, 409: CONFLICT})
     def post(self, request, pk: int):
+        visible_or_404(request, Process.objects.all(), via="table", action="operate", pk=pk)
         batch = process_trash_restore(process_id=pk, user=request.user)
         return Response(TrashBatchSerializer(batch).data)
 
@@ -61,7 +66,8 @@ class TrashBatchListView(ApiDefaults, generics.ListAPIView):
     serializer_class = TrashBatchSerializer
 
     def get_queryset(self):
-        batches = TrashBatch.objects.select_related("table").order_by("-created_at", "-pk")
+        batches = visible(self.request.user, TrashBatch.objects.select_related("table"), via="table")
+        batches = batches.order_by("-created_at", "-pk")
         table, state = self.request.query_params.get("table"), self.request.query_params.get("state")
         if table:
             if not table.isdigit():

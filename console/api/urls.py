@@ -41,3 +41,12 @@ alert_router.include_root_view = False
 alert_router.register("alert-channels", AlertChannelViewSet, basename="alert-channel")
 alert_router.register("alert-deliveries", AlertDeliveryViewSet, basename="alert-delivery")
 urlpatterns += alert_router.urls
+
+# Teams and grants (issue 32, console/teams): admins change them; others read their own teams.
+from console.api.teams import GrantViewSet, TeamViewSet  # noqa: E402
+
+team_router = ApiRouter(trailing_slash=True)
+team_router.include_root_view = False
+team_router.register("teams", TeamViewSet, basename="team")
+team_router.register("grants", GrantViewSet, basename="grant")
+urlpatterns += team_router.urls

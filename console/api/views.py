@@ -23,6 +23,8 @@ from console.api.serializers import (
     TableSerializer,
 )
 from console.roles import OPERATOR
+from console.teams.access import catalogs_visible, tables_scope
+from console.teams.services import table_owner_assign
 from processes import services as process_services
 from storage import selectors, services
 from storage.models import Catalog, Table, format_values
@@ -68,7 +70,8 @@ class CatalogViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMix
     queryset = Catalog.objects.none()
 
     def get_queryset(self):
-        return selectors.catalog_list()
+        user = self.request.user
+        return catalogs_visible(user, selectors.catalog_list(tables=tables_scope(user)))
 
     @extend_schema(request=CatalogCreateSerializer, responses={201: CatalogSerializer})
     def create(self, request):
@@ -92,10 +95,13 @@ class TableViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin
     action_roles = {"process_preview": OPERATOR}
 
     def get_queryset(self):
+        scope = tables_scope(self.request.user)  # what the user's teams may see (console/teams)
         if self.action != "list":  # the list's filters never hide the table a detail URL names
-            return selectors.table_list()
+            return selectors.table_list(tables=scope)
         params = self.request.query_params
-        return selectors.table_list(search=params.get("search", ""), format=params.get("format", ""))
+        return selectors.table_list(
+            search=params.get("search", ""), format=params.get("format", ""), tables=scope
+        )
 
     @extend_schema(
         parameters=[
@@ -111,6 +117,7 @@ class TableViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin
         data = TableRegisterSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         table = services.table_register(**data.validated_data)
+        table_owner_assign(table=table, user=request.user)
         return Response(TableSerializer(table).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(

@@ -16,6 +16,7 @@ from django.conf import settings
 from django_auth_ldap.backend import LDAPBackend, ldap_error
 
 from console.sso.accounts import SsoLoginRefused, role_for_groups, sso_account_check, user_role_set
+from console.teams.services import sso_teams_set
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ class LakewardenLDAPBackend(LDAPBackend):
             raise SsoLoginRefused(_error_message(errors[0]))
         if user is not None:
             user_role_set(user=user, role=_role(ldap_user))
+            sso_teams_set(user=user, groups=ldap_user.group_dns, ignore_case=True)  # console/teams
         return user
 
     def get_or_build_user(self, username, ldap_user):

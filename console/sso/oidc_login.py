@@ -25,6 +25,7 @@ from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
 from console.sso.accounts import SsoLoginRefused, role_for_groups, sso_account_check, user_role_set
+from console.teams.services import sso_teams_set
 
 logger = logging.getLogger(__name__)
 
@@ -65,10 +66,8 @@ class LakewardenOIDCBackend(OIDCAuthenticationBackend):
                 f"Single sign-on failed: the provider sent no usable “{username_claim}” claim."
             )
         groups = claims.get(getattr(settings, "LAKEWARDEN_OIDC_GROUPS_CLAIM", "groups")) or []
-        role = role_for_groups(
-            [groups] if isinstance(groups, str) else [str(g) for g in groups],
-            getattr(settings, "LAKEWARDEN_OIDC_ROLE_GROUPS", {}),
-        )
+        groups = [groups] if isinstance(groups, str) else [str(g) for g in groups]
+        role = role_for_groups(groups, getattr(settings, "LAKEWARDEN_OIDC_ROLE_GROUPS", {}))
         user = sso_account_check(username=username, role=role, provider=provider_name())
         if user is None:
             user = get_user_model()(username=username)
@@ -78,6 +77,7 @@ class LakewardenOIDCBackend(OIDCAuthenticationBackend):
         user.last_name = (claims.get("family_name") or user.last_name)[:150]
         user.save()
         user_role_set(user=user, role=role)
+        sso_teams_set(user=user, groups=groups)  # the teams the groups map to (console/teams)
         return user
 
 

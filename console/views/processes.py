@@ -6,14 +6,15 @@ import json
 
 from django.contrib import messages
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from console import run_params
 from console.api.processes import ProcessNameFilter
-from console.decorators import role_required
+from console.decorators import role_required, visible_or_404
 from console.htmx import hx_redirect, is_fragment, render_page
 from console.roles import OPERATOR
+from console.teams.access import visible
 from processes import selectors, services
 from processes.models import ACTIVE_STATUSES, Process, ProcessStatus
 from processes.scheduler import manual_actions
@@ -23,7 +24,7 @@ from storage.models import Table
 
 @require_GET
 def process_list(request):
-    processes = selectors.process_list_rows()
+    processes = visible(request.user, selectors.process_list_rows(), via="table")  # console/teams
     if any(request.GET.get(name) for name in ProcessNameFilter.base_filters):
         processes = ProcessNameFilter(request.GET, queryset=processes).qs
     page = selectors.process_page(processes, request.GET.get("before"))
@@ -38,7 +39,8 @@ def process_list(request):
 
 @require_GET
 def process_detail(request, pk: int):
-    process = get_object_or_404(Process.objects.select_related("table", "retry_of", "requested_by"), pk=pk)
+    processes = Process.objects.select_related("table", "retry_of", "requested_by")
+    process = visible_or_404(request, processes, via="table", pk=pk)
     return render_page(
         request, "processes/detail.html", "processes/partials/status.html", {"process": process}
     )
@@ -46,7 +48,7 @@ def process_detail(request, pk: int):
 
 @require_GET
 def table_processes(request, pk: int):
-    table = get_object_or_404(Table, pk=pk)
+    table = visible_or_404(request, Table.objects.all(), pk=pk)
     page = selectors.process_page(
         selectors.process_list_rows().filter(table=table), request.GET.get("before"), size=25
     )
@@ -71,7 +73,7 @@ def table_processes(request, pk: int):
 @role_required(OPERATOR)
 @require_POST
 def table_process_run(request, pk: int):
-    table = get_object_or_404(Table, pk=pk)
+    table = visible_or_404(request, Table.objects.all(), action="operate", pk=pk)
     process = _submitted(request, table, lambda **form: services.process_create(user=request.user, **form))
     if isinstance(process, HttpResponse):
         return process
@@ -83,7 +85,7 @@ def table_process_run(request, pk: int):
 @require_POST
 def table_process_preview(request, pk: int):
     """The run form's "Preview": what the process would do, rendered beside the form."""
-    table = get_object_or_404(Table, pk=pk)
+    table = visible_or_404(request, Table.objects.all(), action="operate", pk=pk)
     preview = _submitted(request, table, services.process_preview)
     if isinstance(preview, HttpResponse):
         return preview
@@ -135,7 +137,9 @@ def _params(request):
 @role_required(OPERATOR)
 @require_POST
 def process_act(request, pk: int, verb: str):
-    process = get_object_or_404(Process.objects.select_related("table"), pk=pk)
+    process = visible_or_404(
+        request, Process.objects.select_related("table"), via="table", action="operate", pk=pk
+    )
     try:
         if verb == "cancel":
             result = services.process_cancel(process=process)

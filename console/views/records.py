@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_GET
 
 from console.api import records as record_api
+from console.decorators import visible_or_404
 from console.htmx import render_page
 from storage.errors import ServiceError
 from storage.models import Table
@@ -14,7 +14,7 @@ from storage.models import Table
 @require_GET
 def table_records(request, pk: int):
     """The lookup box; with keys, their locations. An htmx request gets the fragment only."""
-    table = get_object_or_404(Table.objects.select_related("catalog"), pk=pk)
+    table = visible_or_404(request, Table.objects.select_related("catalog"), pk=pk)
     context = {"table": table, "tab": "records", "params": request.GET}
     status = 200
     try:

@@ -16,12 +16,14 @@ from console import overview as overview_selectors
 from console import table_list as table_listing
 from console import table_tabs
 from console.charts_context import table_charts, with_chart_facts
-from console.decorators import role_required
+from console.decorators import role_required, visible_or_404
 from console.forms import CatalogCreateForm, TableRegisterForm
 from console.health import health_report
 from console.htmx import hx_redirect, render_page
 from console.roles import ADMIN
 from console.table_shape import table_shape
+from console.teams.access import catalogs_visible, tables_scope, visible
+from console.teams.services import table_owner_assign
 from processes.health import tables_by_health
 from storage import selectors, services
 from storage.errors import ServiceError
@@ -50,11 +52,12 @@ def _favicon() -> bytes:
 
 @require_GET
 def overview(request):
+    scope = tables_scope(request.user)  # what the user's teams may see (console/teams)
     context = {
-        "totals": selectors.lakehouse_totals(),
-        "attention": tables_by_health(limit=10),
-        "running": overview_selectors.running_processes(),
-        "failures": overview_selectors.recent_failures(),
+        "totals": selectors.lakehouse_totals(tables=scope),
+        "attention": tables_by_health(limit=10, tables=scope),
+        "running": overview_selectors.running_processes(tables=scope),
+        "failures": overview_selectors.recent_failures(tables=scope),
     }
     return render_page(request, "console/overview.html", "console/partials/overview_live.html", context)
 
@@ -68,7 +71,8 @@ def overview_liveness(request):
 
 @require_GET
 def catalog_list(request):
-    context = {"catalogs": selectors.catalog_list(), "form": CatalogCreateForm()}
+    catalogs = selectors.catalog_list(tables=tables_scope(request.user))
+    context = {"catalogs": catalogs_visible(request.user, catalogs), "form": CatalogCreateForm()}
     return render_page(request, "console/catalogs.html", "console/partials/catalog_rows.html", context)
 
 
@@ -93,8 +97,8 @@ def catalog_create(request):
 
 @require_GET
 def catalog_detail(request, pk: int):
-    catalog = get_object_or_404(Catalog, pk=pk)
-    tables = selectors.catalog_tables(catalog)
+    catalog = get_object_or_404(catalogs_visible(request.user, Catalog.objects.all()), pk=pk)
+    tables = visible(request.user, selectors.catalog_tables(catalog))
     return render(request, "console/catalog_detail.html", {"catalog": catalog, "tables": tables})
 
 
@@ -124,7 +128,7 @@ def table_list(request):
     sort = table_listing.parse_sort(request.GET.get("sort", ""))
     error = None
     try:
-        tables = selectors.table_list(search=search, format=format_filter)
+        tables = selectors.table_list(search=search, format=format_filter, tables=tables_scope(request.user))
         tables = table_listing.filtered(tables, catalog=catalog_filter, namespace=namespace_filter)
     except ServiceError as problem:
         tables, error = Table.objects.none(), problem.message
@@ -173,6 +177,7 @@ def table_register(request):
                 format=form.cleaned_data["format"] or None,
                 allow_nested=form.cleaned_data["allow_nested"],
             )
+            table_owner_assign(table=table, user=request.user)
             messages.success(request, f"Registered {table.name}.")
             return hx_redirect(request, table)
         except ServiceError as error:
@@ -182,7 +187,7 @@ def table_register(request):
 
 @require_GET
 def table_detail(request, pk: int):
-    table = get_object_or_404(with_chart_facts(Table.objects.select_related("catalog")), pk=pk)
+    table = visible_or_404(request, with_chart_facts(Table.objects.select_related("catalog")), pk=pk)
     context = {"table": table, "tab": "overview", "charts": table_charts(table)}
     try:
         context.update(table_shape(table))
@@ -206,7 +211,7 @@ def table_refresh(request, pk: int):
 
 def _table_tab(request, pk: int, tab: str, read):
     """Render one tab of the table page; ``read(table, query)`` returns the tab's context."""
-    table = get_object_or_404(Table.objects.select_related("catalog"), pk=pk)
+    table = visible_or_404(request, Table.objects.select_related("catalog"), pk=pk)
     context = {"table": table, "tab": tab, "params": request.GET}
     status = 200
     try:

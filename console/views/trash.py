@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 
-from console.decorators import role_required
+from console.decorators import role_required, visible_or_404
 from console.roles import OPERATOR
 from processes.models import Process
 from processes.trash import process_trash_restore
@@ -33,13 +33,13 @@ def _card(request, process: Process, *, error: str = "", status: int = 200):
 
 @require_GET
 def process_trash(request, pk: int):
-    return _card(request, get_object_or_404(Process, pk=pk))
+    return _card(request, visible_or_404(request, Process.objects.all(), via="table", pk=pk))
 
 
 @role_required(OPERATOR)
 @require_POST
 def process_trash_restore_view(request, pk: int):
-    process = get_object_or_404(Process, pk=pk)
+    process = visible_or_404(request, Process.objects.all(), via="table", action="operate", pk=pk)
     try:
         process_trash_restore(process_id=process.pk, user=request.user)
     except ServiceError as error:

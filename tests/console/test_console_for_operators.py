@@ -321,6 +321,17 @@ EXPECTED_TAGS = {
         "GET /api/v1/alert-deliveries/",
     },
     "audit": {"GET /api/v1/audit/"},
+    "teams": {
+        "GET /api/v1/teams/",
+        "POST /api/v1/teams/",
+        "GET /api/v1/teams/{id}/",
+        "PATCH /api/v1/teams/{id}/",
+        "DELETE /api/v1/teams/{id}/",
+        "GET /api/v1/grants/",
+        "POST /api/v1/grants/",
+        "GET /api/v1/grants/{id}/",
+        "DELETE /api/v1/grants/{id}/",
+    },
     "plugins": {"GET /api/v1/plugins/"},
 }
 
