@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up what Lakewarden needs on a Debian/Ubuntu machine; safe to run again.
 #   scripts/setup.sh            system packages, services, database, virtualenv, migrations
-#   scripts/setup.sh --test     the same plus Chromium for the browser tests
+#   scripts/setup.sh --test     the same plus Chromium for the browser tests, podman for tests/deploy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,6 +61,12 @@ command -v gcc >/dev/null || apt_install gcc
 if [ "$WITH_TEST" = 1 ] && [ ! -x /usr/sbin/slapd ]; then apt_install slapd; fi
 # The metrics test lets a real Prometheus scrape /metrics once (skipped without it).
 if [ "$WITH_TEST" = 1 ] && ! command -v prometheus >/dev/null; then apt_install prometheus; fi
+# The container tests (tests/deploy) build the image and run the compose quickstart with podman
+# (runc; netavark, iptables and aardvark-dns give the compose network its names); debootstrap makes the
+# Debian base where no registry answers.
+if [ "$WITH_TEST" = 1 ] && { ! command -v podman >/dev/null || ! command -v debootstrap >/dev/null; } && is_root; then
+  apt_install podman buildah runc debootstrap netavark aardvark-dns iptables fuse-overlayfs slirp4netns uidmap
+fi
 
 # --- services ----------------------------------------------------------------------------------
 if [ "$DB_LOCAL" = 1 ] && ! pg_isready -q -h 127.0.0.1 -p "$DB_PORT"; then
@@ -106,6 +112,14 @@ if [ ! -f "$STAMP" ]; then
   done
   rm -f "$VENV"/.installed-*
   touch "$STAMP"
+fi
+# The container tests' tools (tests/deploy/requirements.txt), outside requirements.txt: the image
+# does not carry them.
+DEPLOY_STAMP="$VENV/.deploy-$(sha256sum tests/deploy/requirements.txt | cut -c1-16)"
+if [ "$WITH_TEST" = 1 ] && [ ! -f "$DEPLOY_STAMP" ]; then
+  "$VENV/bin/pip" install -q -r tests/deploy/requirements.txt
+  rm -f "$VENV"/.deploy-*
+  touch "$DEPLOY_STAMP"
 fi
 "$VENV/bin/python" scripts/build_native.py || echo "the compiled manifest decoder did not build: Lakewarden uses the Python one" >&2
 # A class-data archive for the local Spark driver's JVM (processes/spark/cds.py): each worker's
