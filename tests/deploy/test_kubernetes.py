@@ -105,8 +105,16 @@ def test_lakewarden_pods_run_as_non_root_on_a_read_only_root_with_resources(over
 def test_probes_beat_and_disruption_budgets():
     docs = _by_name(render(KUBERNETES / "overlays" / "production"))
     web = _pod(docs[("Deployment", "lakewarden-web")])["containers"][0]
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert web[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
+    # the pages, not /healthz (503 while no worker answers), with a Host ALLOWED_HOSTS lists
+    for probe in ("startupProbe", "readinessProbe"):
+        assert web[probe]["httpGet"] == {
+            "path": "/accounts/login/",
+            "port": "http",
+            "httpHeaders": [{"name": "Host", "value": "localhost"}],
+        }
+    assert web["livenessProbe"]["tcpSocket"] == {"port": "http"}
+    allowed = docs[("ConfigMap", "lakewarden")]["data"]["ALLOWED_HOSTS"].split(",")
+    assert "localhost" in allowed
     beat = docs[("Deployment", "lakewarden-beat")]["spec"]
     assert (beat["replicas"], beat["strategy"]) == (1, {"type": "Recreate"})
     heavy = docs[("Deployment", "lakewarden-worker-heavy")]
