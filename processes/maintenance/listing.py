@@ -36,6 +36,7 @@ from storage.io import PathNotAllowed, StoreOptions, filesystem, is_local, is_ob
 from storage.io import normalise as normalise_location
 from storage.io import uri as location_uri
 from storage.io.guard import KeptFiles, OutsideTable, PathGuard
+from storage.trash import PRIVATE_FOLDERS
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,19 @@ def comparable(path: str) -> str:
         return normalise(path)
     except PathNotAllowed:
         return path
+
+
+def private_or_nested(root: str, guard: PathGuard | None) -> Callable[[str], bool]:
+    """What a listing of the table location at ``root`` skips (``stored_files``' ``skip``):
+    Lakewarden's own folders (staging, trash) and the folders of tables nested in it."""
+    private = tuple(f"{root}/{folder}" for folder in PRIVATE_FOLDERS)
+
+    def skip(location: str) -> bool:
+        if any(location == folder or location.startswith(f"{folder}/") for folder in private):
+            return True
+        return guard is not None and guard.skips_folder(location)
+
+    return skip
 
 
 @dataclass(frozen=True)

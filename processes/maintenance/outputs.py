@@ -30,14 +30,17 @@ import os
 import posixpath
 import re
 import shutil
+import tempfile
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
 import pyarrow.fs as pafs
 
-from storage.io import StoreOptions, filesystem, is_local, is_object_store, join, uri
+from processes.maintenance import listing
+from processes.maintenance.spill import Spilled
+from storage.io import StoreOptions, filesystem, is_local, is_object_store, join
 from storage.io import local_path as io_local_path
 from storage.io.guard import PathGuard
 
@@ -234,41 +237,67 @@ def sweep_leftovers(
     *,
     current: int,
     finished: Callable[[Iterable[int]], set[int]],
-    referenced: Callable[[], set[str]],
+    referenced: Callable[[], Iterable[str]],
     comparable: Callable[[str], str] = lambda location: location,
     guard: PathGuard | None = None,
 ) -> list[str]:
-    """Delete the objects under ``prefix`` that an earlier rewrite wrote in place and never
-    committed (a worker killed before its cleanup): named ``lakewarden-p<id>-...`` for a process
-    ``finished`` says has ended (so no writer of this installation is about to commit them), and
-    not in ``referenced()`` (every file the table's metadata names, in ``comparable`` spelling).
-    Only what ``guard`` allows is deleted. Call it holding the table's lock. Returns the
-    locations deleted."""
+    """Delete the objects under ``prefix`` (the table's whole location; Lakewarden's own folders
+    and nested tables skipped) that an earlier rewrite wrote in place and never committed (a
+    worker killed before its cleanup): named ``lakewarden-p<id>-...`` for a process ``finished``
+    says has ended (so no writer of this installation is about to commit them), and not among
+    ``referenced()`` (every file the table's metadata names, any order, repeats allowed, in
+    ``comparable`` spelling). Compared in bounded memory (``listing.scan``: both sides sorted on
+    disk and merged, never a set of paths). Only what ``guard`` allows is deleted. Call it
+    holding the table's lock. Returns the locations deleted (the leftovers, not the table)."""
     if not is_object_store(prefix):
         return []
-    fs, base = filesystem(prefix, storage)
-    found: dict[int, list[str]] = {}
-    for info in fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)):
-        match = _LEFTOVER.match(info.base_name) if info.type == pafs.FileType.File else None
-        if match and int(match.group(1)) != current:
-            found.setdefault(int(match.group(1)), []).append(info.path)
-    ended = finished(found) if found else set()
-    if not ended:
+    root = listing.normalise(prefix)
+    ended = _ended_leftovers(root, storage, current, finished, guard)
+    if ended is None:
         return []
-    named = referenced()
-    deleted = []
-    for process_id in sorted(ended):
-        for fs_path in found[process_id]:
-            location = uri(prefix, fs_path)
-            if comparable(location) in named or (guard is not None and not guard.allows(location)):
-                continue
-            try:
-                fs.delete_file(fs_path)
-            except FileNotFoundError:
-                pass
-            deleted.append(location)
+    leftovers, folder = ended
+    with folder:
+        references = ((comparable(location), 0) for location in referenced())
+        guard = guard or PathGuard.build(root, roots=[root])
+        with listing.scan(leftovers, references, _unreferenced, guard=guard) as found:
+            deleted = []
+            for stored in found.removable:
+                fs, fs_path = filesystem(stored.location, storage)
+                try:
+                    fs.delete_file(fs_path)
+                except FileNotFoundError:
+                    pass
+                deleted.append(stored.location)
     if deleted:
         logger.warning(
             "removed %s object(s) of ended rewrites under %s: %s", len(deleted), prefix, deleted[:5]
         )
     return deleted
+
+
+def _unreferenced(stored: listing.StoredFile, tag: object) -> str | None:
+    return listing.REMOVE if tag is None else None
+
+
+def _ended_leftovers(
+    root: str,
+    storage: StoreOptions | None,
+    current: int,
+    finished: Callable[[Iterable[int]], set[int]],
+    guard: PathGuard | None,
+) -> tuple[Iterator[listing.StoredFile], tempfile.TemporaryDirectory] | None:
+    """(the leftovers of ended processes under ``root``, read back from disk; the temporary
+    folder holding them), or None when there are none."""
+    folder = tempfile.TemporaryDirectory(prefix="lakewarden-sweep-")
+    found = Spilled(f"{folder.name}/leftovers")
+    owners: set[int] = set()
+    for stored in listing.stored_files(root, storage, listing.private_or_nested(root, guard)):
+        match = _LEFTOVER.match(stored.location.rsplit("/", 1)[-1])
+        if match and int(match.group(1)) != current:
+            owners.add(int(match.group(1)))
+            found.append((int(match.group(1)), stored))
+    ended = finished(owners) if owners else set()
+    if not ended:
+        folder.cleanup()
+        return None
+    return (stored for owner, stored in found if owner in ended), folder

@@ -36,7 +36,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from processes.maintenance import listing
@@ -78,7 +78,6 @@ from processes.plugin import (
 from storage.formats.iceberg import IcebergSpecTable
 from storage.io import StoreOptions, is_local, is_object_store
 from storage.io.guard import OutsideTable, PathGuard, kept_summary
-from storage.trash import PRIVATE_FOLDERS
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -133,25 +132,12 @@ def iter_referenced(table: Table, context: ProcessContext | None = None) -> Iter
                 yield comparable(entry.data_file.file_path)
 
 
-def _private(root: str, guard: PathGuard | None) -> Callable[[str], bool]:
-    """The folders a listing of the table location skips: Lakewarden's own (staging, trash) and
-    the folders of tables nested in it."""
-    private = tuple(f"{root}/{folder}" for folder in PRIVATE_FOLDERS)
-
-    def skip(location: str) -> bool:
-        if any(location == folder or location.startswith(f"{folder}/") for folder in private):
-            return True
-        return guard is not None and guard.skips_folder(location)
-
-    return skip
-
-
 def stored_files(
     root: str, storage: StoreOptions | None = None, guard: PathGuard | None = None
 ) -> Iterator[StoredFile]:
     """Files under ``root`` (a normalised location), Lakewarden's own folders (staging, trash)
     and nested tables' folders excluded, symlinks not followed (``listing.stored_files``)."""
-    return listing.stored_files(root, storage, _private(root, guard))
+    return listing.stored_files(root, storage, listing.private_or_nested(root, guard))
 
 
 def find_orphans(

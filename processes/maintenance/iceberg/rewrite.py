@@ -300,20 +300,21 @@ class IcebergRewriteProcess(TableProcess):
 
 
 def sweep_ended_rewrites(table: Any, context: ProcessContext) -> list[str]:
-    """On an object store: delete what an ended rewrite of this table wrote and never committed
-    (``outputs.sweep_leftovers``; referenced = anything any snapshot's manifests name)."""
+    """On an object store: delete what an ended rewrite of this table wrote and never committed,
+    anywhere under its location (``outputs.sweep_leftovers``; referenced = anything any
+    snapshot's manifests name, streamed)."""
     finished = getattr(context.runtime, "finished_processes", None)
     if finished is None or not is_object_store(table.location()):
         return []
-    from processes.maintenance.iceberg.orphans import normalise, referenced_paths
+    from processes.maintenance.iceberg.orphans import iter_referenced, normalise
 
     table.refresh()
     return sweep_leftovers(
-        f"{table.location()}/data",
+        table.location(),
         store_options(context),
         current=context.process_id,
         finished=finished,
-        referenced=lambda: referenced_paths(table),
+        referenced=lambda: iter_referenced(table),
         comparable=normalise,
         guard=context.guard,
     )
