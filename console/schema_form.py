@@ -380,3 +380,86 @@ def field_error(fields: list[ParamField], message: str) -> tuple[str, str] | Non
     elif param.kind in (SIZE, DURATION) and param.limits:
         reason += f" (allowed: {param.limits})"
     return key, reason
+
+
+# --- forms that switch between schemas (a storage's type, a catalog's kind) ----------------------
+
+
+@dataclass
+class Variant:
+    """One of the schemas a form switches between, with its fields (prefixed by ``name``)."""
+
+    name: str
+    description: str
+    schema: Mapping[str, Any]
+    secrets: frozenset[str]
+    fields: list[ParamField]
+    others: list[str] = field(default_factory=list)  # stored keys without a field (kept as they are)
+
+
+def variant(
+    name: str,
+    schema: Mapping[str, Any],
+    *,
+    description: str = "",
+    secrets: Collection[str] = (),
+    stored: Mapping[str, Any] | None = None,
+    id_prefix: str,
+) -> Variant:
+    """The variant ``name`` of a form, its fields filled with ``stored`` (a registered object's)."""
+    properties = schema.get("properties", {})
+    return Variant(
+        name=name,
+        description=description,
+        schema=schema,
+        secrets=frozenset(secrets),
+        fields=build_fields(name, schema, {}, values=stored, secrets=secrets, id_prefix=id_prefix),
+        others=sorted(key for key in (stored or {}) if key not in properties),
+    )
+
+
+def variant_values(chosen: Variant, post: Mapping[str, str], stored: Mapping[str, Any]) -> dict[str, Any]:
+    """The dict the submitted fields of ``chosen`` mean: a secret left empty is sent blank (the
+    services' ``merge_secrets`` keeps the stored one) and keys without a field keep their value."""
+    values = values_from_form(chosen.name, chosen.schema, post, {})
+    for param in chosen.fields:
+        if param.secret and param.key not in values and param.key in stored:
+            values[param.key] = ""
+    values.update({key: stored[key] for key in chosen.others if key in stored})
+    return values
+
+
+def submitted_dict(
+    chosen: Variant | None,
+    post: Mapping[str, str],
+    stored: Mapping[str, Any],
+    *,
+    advanced: bool,
+    json_text: str,
+    key: str,
+) -> dict[str, Any]:
+    """What a form of variants means: its JSON under "Advanced" (``FormError`` on ``key`` when it
+    is no JSON object), else the fields of the ``chosen`` variant."""
+    if advanced:
+        try:
+            value = json.loads(json_text)
+        except (json.JSONDecodeError, RecursionError) as error:
+            raise FormError(key, f"not valid JSON: {error}") from None
+        if not isinstance(value, dict):
+            raise FormError(key, "the settings must be a JSON object")
+        return value
+    return variant_values(chosen, post, stored) if chosen is not None else {}
+
+
+def place_errors(fields: list[ParamField], message: str) -> str:
+    """Each ``key: reason`` of a refusal (parts joined by ``; ``) put beside its field; what names
+    no field is returned (empty when all found their field)."""
+    unplaced = []
+    for part in message.split("; "):
+        found = field_error(fields, part)
+        if found is None:
+            unplaced.append(part)
+            continue
+        param = next(f for f in fields if f.key == found[0])
+        param.error = f"{param.error} {found[1]}".strip()
+    return "; ".join(unplaced)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from console import schema_form
-from console.schema_form import FormError, ParamField
+from console.schema_form import FormError, ParamField, Variant
 from processes.maintenance.schemas import BYTES, UNIT
 from storage.models import StorageBackend
 from storage.results import registry
@@ -38,51 +38,40 @@ OWN = "storage"
 
 
 @dataclass
-class TypeFields:
-    """One storage type's configuration fields."""
-
-    type: str
-    description: str
-    schema: dict[str, Any]
-    secrets: frozenset[str]
-    fields: list[ParamField]
-    others: list[str] = field(default_factory=list)  # stored keys without a field (kept as they are)
-
-
-@dataclass
 class StorageForm:
     backend: StorageBackend | None
     name: str = ""
     type: str = ""
     is_default: bool = False
     quota: ParamField | None = None
-    types: list[TypeFields] = field(default_factory=list)
+    types: list[Variant] = field(default_factory=list)
     advanced: bool = False
     config_text: str = "{}"
     errors: dict[str, str] = field(default_factory=dict)  # name, type, config
     error: str = ""  # not about one field
 
     @property
+    def select_id(self) -> str:
+        """The type's select (none once registered: the type is fixed)."""
+        return "" if self.backend is not None else "storage-type"
+
+    @property
     def quota_fields(self) -> list[ParamField]:
         return [self.quota] if self.quota is not None else []
 
     @property
-    def selected(self) -> TypeFields | None:
-        return next((t for t in self.types if t.type == self.type), None)
+    def selected(self) -> Variant | None:
+        return next((t for t in self.types if t.name == self.type), None)
 
 
-def _type_fields(type_name: str, cls: Any, config: Mapping[str, Any] | None) -> TypeFields:
-    secrets = frozenset(cls.secret_keys)
-    properties = cls.config_schema.get("properties", {})
-    return TypeFields(
-        type=type_name,
+def _type_fields(type_name: str, cls: Any, config: Mapping[str, Any] | None) -> Variant:
+    return schema_form.variant(
+        type_name,
+        cls.config_schema,
         description=cls.description,
-        schema=cls.config_schema,
-        secrets=secrets,
-        fields=schema_form.build_fields(
-            type_name, cls.config_schema, {}, values=config, secrets=secrets, id_prefix="storage"
-        ),
-        others=sorted(key for key in (config or {}) if key not in properties),
+        secrets=cls.secret_keys,
+        stored=config,
+        id_prefix="storage",
     )
 
 
@@ -137,8 +126,8 @@ def submitted_values(form: StorageForm, post: Mapping[str, str]) -> Submitted:
     form.is_default = "is_default" in post
     form.advanced = bool(post.get("advanced"))
     form.config_text = post.get("config", "")[:100_000] or "{}"
-    for type_fields in form.types:
-        schema_form.fill(type_fields.fields, post if type_fields.type == form.type else {}, {})
+    for variant in form.types:
+        schema_form.fill(variant.fields, post if variant.name == form.type else {}, {})
     assert form.quota is not None
     schema_form.fill([form.quota], post, {})
     quota = schema_form.values_from_form(OWN, QUOTA_SCHEMA, post, {}, size_units=QUOTA_UNITS).get("quota")
@@ -147,31 +136,17 @@ def submitted_values(form: StorageForm, post: Mapping[str, str]) -> Submitted:
     return Submitted(
         name=form.name,
         type=form.type,
-        config=_config(form, post),
+        config=schema_form.submitted_dict(
+            form.selected,
+            post,
+            form.backend.config if form.backend is not None else {},
+            advanced=form.advanced,
+            json_text=form.config_text,
+            key="config",
+        ),
         quota_bytes=quota,
         is_default=form.is_default,
     )
-
-
-def _config(form: StorageForm, post: Mapping[str, str]) -> dict[str, Any]:
-    if form.advanced:
-        try:
-            value = json.loads(form.config_text)
-        except (json.JSONDecodeError, RecursionError) as error:
-            raise FormError("config", f"not valid JSON: {error}") from None
-        if not isinstance(value, dict):
-            raise FormError("config", "the configuration must be a JSON object")
-        return value
-    selected = form.selected
-    if selected is None:
-        return {}
-    config = schema_form.values_from_form(selected.type, selected.schema, post, {})
-    stored = form.backend.config if form.backend is not None else {}
-    for param in selected.fields:  # a secret left empty keeps the stored one
-        if param.secret and param.key not in config and param.key in stored:
-            config[param.key] = ""
-    config.update({key: stored[key] for key in selected.others if key in stored})
-    return config
 
 
 def place_errors(form: StorageForm, key: str, message: str) -> None:
@@ -186,13 +161,4 @@ def place_errors(form: StorageForm, key: str, message: str) -> None:
         form.errors[key] = message
         return
     fields = list(selected.fields) if selected is not None else []
-    unplaced = []
-    for part in message.removeprefix(f"{form.type} configuration: ").split("; "):
-        found = schema_form.field_error(fields, part)
-        if found is None:
-            unplaced.append(part)
-            continue
-        param = next(f for f in fields if f.key == found[0])
-        param.error = f"{param.error} {found[1]}".strip()
-    if unplaced:
-        form.error = "; ".join(unplaced)
+    form.error = schema_form.place_errors(fields, message.removeprefix(f"{form.type} configuration: "))

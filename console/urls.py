@@ -8,10 +8,10 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from console.api.base import AUTHENTICATION_CLASSES
 from console.auth import ThrottledLoginView
 from console.sso import oidc_login
+from console.views import catalogs, storages
 from console.views import processes as process_views
 from console.views import queries as storage_views
 from console.views import records as record_views
-from console.views import storages
 from console.views import tables as views
 from console.views import trash as trash_views  # trash (issue 14)
 
@@ -19,9 +19,12 @@ console_patterns = [
     path("", views.overview, name="overview"),
     path("liveness/", views.overview_liveness, name="liveness"),
     path("catalogs/", views.catalog_list, name="catalog-list"),
-    path("catalogs/new/", views.catalog_create, name="catalog-create"),
+    path("catalogs/new/", catalogs.catalog_create, name="catalog-create"),
     path("catalogs/<int:pk>/", views.catalog_detail, name="catalog-detail"),
     path("catalogs/<int:pk>/sync/", views.catalog_sync, name="catalog-sync"),
+    path("catalogs/<int:pk>/edit/", catalogs.catalog_edit, name="catalog-edit"),
+    path("catalogs/<int:pk>/delete/", catalogs.catalog_delete, name="catalog-delete"),
+    path("catalogs/<int:pk>/test/", catalogs.catalog_test, name="catalog-test"),
     path("tables/", views.table_list, name="table-list"),
     path("tables/register/", views.table_register, name="table-register"),
     path("tables/<int:pk>/", views.table_detail, name="table-detail"),

@@ -19,6 +19,9 @@ ACTIONS: dict[str, dict[str, str]] = {
     # console
     "console:catalog-create": {ANY: "catalog.create"},
     "console:catalog-sync": {ANY: "catalog.sync"},
+    "console:catalog-edit": {ANY: "catalog.update"},
+    "console:catalog-delete": {ANY: "catalog.delete"},
+    "console:catalog-test": {ANY: "catalog.test"},
     "console:table-register": {ANY: "table.register"},
     "console:table-refresh": {ANY: "table.refresh"},
     "console:table-process-run": {ANY: "process.run"},

@@ -15,9 +15,10 @@ from django.views.decorators.http import require_GET, require_POST
 from console import overview as overview_selectors
 from console import table_list as table_listing
 from console import table_tabs
+from console.catalog_form import catalog_form
 from console.charts_context import table_charts, with_chart_facts
 from console.decorators import role_required, visible_or_404
-from console.forms import CatalogCreateForm, TableRegisterForm
+from console.forms import TableRegisterForm
 from console.health import health_report
 from console.htmx import hx_redirect, render_page
 from console.roles import ADMIN
@@ -72,27 +73,8 @@ def overview_liveness(request):
 @require_GET
 def catalog_list(request):
     catalogs = selectors.catalog_list(tables=tables_scope(request.user))
-    context = {"catalogs": catalogs_visible(request.user, catalogs), "form": CatalogCreateForm()}
+    context = {"catalogs": catalogs_visible(request.user, catalogs), "form": catalog_form()}
     return render_page(request, "console/catalogs.html", "console/partials/catalog_rows.html", context)
-
-
-@role_required(ADMIN)
-@require_POST
-def catalog_create(request):
-    form = CatalogCreateForm(request.POST)
-    if form.is_valid():
-        try:
-            catalog = services.catalog_create(
-                name=form.cleaned_data["name"],
-                kind=form.cleaned_data["kind"],
-                properties=form.catalog_properties(),
-            )
-            messages.success(request, f"Catalog {catalog.name} created. Sync it to find its tables.")
-            return redirect("console:catalog-list")
-        except ServiceError as error:
-            form.add_error(error.field if error.field in form.fields else None, error.message)
-    context = {"catalogs": selectors.catalog_list(), "form": form}
-    return render(request, "console/catalogs.html", context, status=400)
 
 
 @require_GET

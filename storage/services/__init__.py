@@ -5,6 +5,7 @@ storages and cached results."""
 from __future__ import annotations
 
 from storage.catalogs import iceberg_catalog
+from storage.services.catalogs import catalog_delete, catalog_test, catalog_update
 from storage.services.results import (
     DEFAULT_BACKEND_NAME,
     cached_result_drop,
@@ -42,7 +43,10 @@ __all__ = [
     "cached_results_evict",
     "cached_results_invalidate_for_table",
     "catalog_create",
+    "catalog_delete",
     "catalog_sync",
+    "catalog_test",
+    "catalog_update",
     "iceberg_catalog",
     "storage_backend_default",
     "storage_backend_delete",

@@ -181,7 +181,8 @@ def test_a_process_run_from_the_console_page_is_named_from_the_url(operator, del
 
 def test_creating_a_catalog_in_the_console_names_the_new_catalog_and_its_settings(admin_user, warehouse):
     response = _session(admin_user).post(
-        reverse("console:catalog-create"), {"name": "lake", "kind": "path_root", "root": str(warehouse)}
+        reverse("console:catalog-create"),
+        {"name": "lake", "kind": "path_root", "p:path_root:root": str(warehouse)},
     )
 
     assert response.status_code == 302, response.content

@@ -158,17 +158,17 @@ def test_the_console_adds_a_path_root_on_s3_syncs_it_and_refuses_a_wrong_secret(
     form = {
         "name": "s3-root",
         "kind": CatalogKind.PATH_ROOT,
-        "root": s3_prefix,
-        "s3_endpoint": properties["s3.endpoint"],
-        "s3_access_key_id": properties["s3.access-key-id"],
-        "s3_secret_access_key": "typed-wrong-secret",
-        "s3_region": "us-east-1",
+        "p:path_root:root": s3_prefix,
+        "p:path_root:s3.endpoint": properties["s3.endpoint"],
+        "p:path_root:s3.access-key-id": properties["s3.access-key-id"],
+        "p:path_root:s3.secret-access-key": "typed-wrong-secret",
+        "p:path_root:s3.region": "us-east-1",
     }
     client = client_as(admin_user)
 
     refused = client.post(reverse("console:catalog-create"), form)
     created = client.post(
-        reverse("console:catalog-create"), {**form, "s3_secret_access_key": seaweedfs.secret_key}
+        reverse("console:catalog-create"), {**form, "p:path_root:s3.secret-access-key": seaweedfs.secret_key}
     )
     catalog = Catalog.objects.get()
     synced = client.post(reverse("console:catalog-sync", args=[catalog.pk]), follow=True)

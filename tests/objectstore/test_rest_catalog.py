@@ -312,18 +312,18 @@ def test_the_console_form_creates_a_rest_catalog_and_refuses_a_bad_one(seaweedfs
     properties = seaweedfs.rest_catalog_properties()
     form = {
         "kind": CatalogKind.ICEBERG_REST,
-        "uri": properties["uri"],
-        "warehouse": properties["warehouse"],
-        "credential": properties["credential"],
-        "s3_endpoint": properties["s3.endpoint"],
-        "s3_access_key_id": properties["s3.access-key-id"],
-        "s3_secret_access_key": properties["s3.secret-access-key"],
-        "s3_region": "us-east-1",
+        "p:iceberg_rest:uri": properties["uri"],
+        "p:iceberg_rest:warehouse": properties["warehouse"],
+        "p:iceberg_rest:credential": properties["credential"],
+        "p:iceberg_rest:s3.endpoint": properties["s3.endpoint"],
+        "p:iceberg_rest:s3.access-key-id": properties["s3.access-key-id"],
+        "p:iceberg_rest:s3.secret-access-key": properties["s3.secret-access-key"],
+        "p:iceberg_rest:s3.region": "us-east-1",
     }
     client = client_as(admin_user)
 
     refused = client.post(
-        reverse("console:catalog-create"), {**form, "name": "bad", "credential": "x:wrong-one"}
+        reverse("console:catalog-create"), {**form, "name": "bad", "p:iceberg_rest:credential": "x:wrong-one"}
     )
     created = client.post(reverse("console:catalog-create"), {**form, "name": "good"})
 

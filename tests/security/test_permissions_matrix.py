@@ -64,10 +64,23 @@ RULES: dict[str, Rule] = {
     "console:catalog-create": Rule(
         CONSOLE,
         {"POST": ADMIN},
-        body=lambda lake: {"name": "matrix-root", "kind": "path_root", "root": str(lake.warehouse)},
+        body=lambda lake: {
+            "name": "matrix-root",
+            "kind": "path_root",
+            "p:path_root:root": str(lake.warehouse),
+        },
     ),
     "console:catalog-detail": _read(obj="catalog"),
     "console:catalog-sync": Rule(CONSOLE, {"POST": ADMIN}, obj="catalog", body=lambda lake: {}),
+    # Catalog changes (issue 34): admins edit, delete and test; viewers and operators read.
+    "console:catalog-edit": Rule(
+        CONSOLE,
+        {"GET": ADMIN, "POST": ADMIN},
+        obj="catalog",
+        body=lambda lake: {"p:path_root:root": str(lake.warehouse)},
+    ),
+    "console:catalog-delete": Rule(CONSOLE, {"POST": ADMIN}, obj="catalog", body=lambda lake: {}),
+    "console:catalog-test": Rule(CONSOLE, {"POST": ADMIN}, obj="catalog", body=lambda lake: {}),
     "console:table-list": _read(),
     "console:table-register": Rule(
         CONSOLE, {"POST": ADMIN}, body=lambda lake: {"location": str(lake.unregistered), "format": ""}
