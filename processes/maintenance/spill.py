@@ -119,7 +119,8 @@ class SortedRuns:
         return (item for item, _ in itertools.groupby(items))
 
     def __iter__(self) -> Iterator[Any]:
-        """Every item, sorted: the buffer is written as the last run first. Iterate once."""
+        """Every item, sorted: the buffer is written as the last run first. Each iteration reads
+        the runs again (expiry reads its candidates twice with trash on)."""
         self._flush()
         self._merge_passes()
         return self._unique(heapq.merge(*(read_items(path) for path in self.runs)))
