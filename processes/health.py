@@ -15,32 +15,96 @@ from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from processes.models import Process, ProcessStatus, ServiceHeartbeat
+from processes.plugin import CHECKPOINT, EXPIRE_SNAPSHOTS, REWRITE
+from processes.registry import configured_factories
 from storage.health import (
     MANY_FAILURES,
     MANY_FILES,
     MANY_SNAPSHOTS,
     STALE_DAYS,
     WEIGHTS,
+    Remedies,
     TableHealth,
     table_health,
 )
 from storage.models import Table
 
+#: The actions that trim a format's snapshots (Delta's checkpoint drops log versions past the
+#: log retention, which is what a Delta table's snapshot count counts).
+_TRIMMING = (EXPIRE_SNAPSHOTS, CHECKPOINT)
+_PART_ACTIONS = {"compact": (REWRITE,), "trim_snapshots": _TRIMMING}
+_PART_VERBS = {"compact": "compacts the files of", "trim_snapshots": "trims the snapshots of"}
+
+
+def format_remedies() -> dict[str, Remedies]:
+    """Per format, the enabled actions that improve each part of the health score and, where
+    none does, why (declined by a factory, disabled, or none installed). Formats no factory
+    names get nothing: ``remedies_of`` answers for them."""
+    enabled: dict[str, set[str]] = {}
+    why: dict[tuple[str, str], str] = {}
+    for configured in configured_factories(include_disabled=True):
+        factory = configured.factory
+        for table_format, declined in factory.declined_actions().items():
+            for action, reason in declined.items():
+                why.setdefault(
+                    (table_format, action), f"{action} is declined for {table_format} tables: {reason}"
+                )
+        for table_format, action in factory.pairs():
+            if configured.enabled:
+                enabled.setdefault(table_format, set()).add(action)
+            else:
+                why.setdefault((table_format, action), f"{action} is disabled ({configured.name})")
+    formats = set(enabled) | {table_format for table_format, _ in why}
+    return {
+        table_format: _remedies(table_format, enabled.get(table_format, set()), why)
+        for table_format in formats
+    }
+
+
+def _remedies(table_format: str, actions: set[str], why: dict[tuple[str, str], str]) -> Remedies:
+    chosen = {
+        part: next((a for a in candidates if a in actions), "") for part, candidates in _PART_ACTIONS.items()
+    }
+    declined = {}
+    for part, candidates in _PART_ACTIONS.items():
+        if not chosen[part]:
+            reasons = [why[(table_format, a)] for a in candidates if (table_format, a) in why]
+            declined[part] = (
+                reasons[0] if reasons else f"no enabled action {_PART_VERBS[part]} {table_format} tables"
+            )
+    return Remedies(chosen["compact"], chosen["trim_snapshots"], tuple(sorted(actions)), declined)
+
+
+def remedies_of(remedies: dict[str, Remedies], table_format: str) -> Remedies:
+    """``table_format``'s entry of ``format_remedies()``: nothing counted when no factory names it."""
+    found = remedies.get(table_format)
+    if found is not None:
+        return found
+    declined = {part: f"no enabled action {verb} {table_format} tables" for part, verb in _PART_VERBS.items()}
+    return Remedies(declined=declined)
+
+
 #: The health score of storage/health.py in SQL, term by term in the same order and the same
 #: double-precision arithmetic, so the database ranks exactly as ``table_health`` scores (Postgres
-#: rounds a double half to even, as Python's ``round`` does).
+#: rounds a double half to even, as Python's ``round`` does). ``c`` is the table's compactable
+#: small files; each gate (``t.format = ANY(%s)``) is the formats whose enabled actions improve
+#: the part: compacting ones, trimming ones, any.
 _SCORE_SQL = """
-  {w[small_files]} * (CASE WHEN t.file_count = 0 THEN 0.0
-                      ELSE t.small_file_count::float8 / t.file_count END)
-                   * LEAST(t.small_file_count::float8 / 20, 1.0)
+  {w[small_files]} * (CASE WHEN t.file_count = 0 THEN 0.0 ELSE {c}::float8 / t.file_count END)
+                   * LEAST({c}::float8 / 20, 1.0)
+                   * (CASE WHEN t.format = ANY(%s) THEN 1.0 ELSE 0.0 END)
 + {w[file_count]} * LEAST(t.file_count::float8 / {many_files}, 1.0)
+                  * (CASE WHEN {c} > 0 AND t.format = ANY(%s) THEN 1.0 ELSE 0.0 END)
 + {w[snapshots]} * LEAST(t.instant_count::float8 / {many_snapshots}, 1.0)
+                 * (CASE WHEN t.format = ANY(%s) THEN 1.0 ELSE 0.0 END)
 + {w[maintenance]} * (CASE WHEN t.last_maintenance_at IS NULL THEN 1.0
                       ELSE LEAST(EXTRACT(EPOCH FROM (%s - t.last_maintenance_at))::float8
                                  / 86400 / {stale_days}, 1.0) END)
                     * LEAST(t.file_count::float8 / 50, 1.0)
+                    * (CASE WHEN t.format = ANY(%s) THEN 1.0 ELSE 0.0 END)
 + {w[failures]} * LEAST(COALESCE(f.n, 0)::float8 / {many_failures}, 1.0)
 """
+_COMPACTABLE = "LEAST(t.compactable_file_count, t.small_file_count)"
 
 _RANK_SQL = """
 WITH f AS (
@@ -53,6 +117,14 @@ ORDER BY health {direction}, t.name COLLATE "C", t.id
 """
 
 
+def _score_params(now: dt.datetime, remedies: dict[str, Remedies]) -> list[Any]:
+    """The parameters of ``_SCORE_SQL`` in the order it names them."""
+    compacting = sorted(f for f, r in remedies.items() if r.compact)
+    trimming = sorted(f for f, r in remedies.items() if r.trim_snapshots)
+    maintained = sorted(f for f, r in remedies.items() if r.actions)
+    return [compacting, compacting, trimming, now, maintained]
+
+
 def health_ranked(
     now: dt.datetime,
     *,
@@ -60,13 +132,16 @@ def health_ranked(
     offset: int = 0,
     where: tuple[str, Sequence[Any]] | None = None,
     ascending: bool = False,
+    remedies: dict[str, Remedies] | None = None,
 ) -> list[tuple[int, int]]:
     """(table id, health score) unhealthiest first (healthiest first when ``ascending``; name,
     then id, among equal scores), ranked in the database by the score of ``table_health``.
     ``where`` is an SQL condition on the table ``t`` and its parameters (``%s``), e.g. the ids
-    of a filtered queryset; ``limit`` and ``offset`` page the ranking."""
+    of a filtered queryset; ``limit`` and ``offset`` page the ranking. ``remedies``: what
+    ``format_remedies()`` answers (read when not given)."""
     score = _SCORE_SQL.format(
         w=WEIGHTS,
+        c=_COMPACTABLE,
         many_files=MANY_FILES,
         many_snapshots=MANY_SNAPSHOTS,
         stale_days=STALE_DAYS,
@@ -80,7 +155,9 @@ def health_ranked(
         where=f"WHERE {condition}" if condition else "",
         direction="ASC" if ascending else "DESC",
     )
-    params: list[Any] = [now - dt.timedelta(days=7), str(ProcessStatus.FAILED), now, *condition_params]
+    params: list[Any] = [now - dt.timedelta(days=7), str(ProcessStatus.FAILED)]
+    params += _score_params(now, format_remedies() if remedies is None else remedies)
+    params += condition_params
     if limit:
         sql += " LIMIT %s"
         params.append(limit)
@@ -106,12 +183,14 @@ def health_scores(now: dt.datetime, ids: Sequence[int]) -> dict[int, int]:
 
 
 def tables_by_health(*, limit: int | None = 10, tables: QuerySet[Table] | None = None) -> list[TableHealth]:
-    """Unhealthiest first; three queries whatever the number of tables or processes (the last
-    successful maintenance is kept on the table row by the executor): the database ranks every
-    table, only the tables shown are loaded and explained (``table_health``). ``tables``: rank
-    only these (what a user's teams may see); default every table."""
+    """Unhealthiest first; bounded queries whatever the number of tables or processes (the last
+    successful maintenance is kept on the table row by the executor): the enabled factories are
+    read once, the database ranks every table, only the tables shown are loaded and explained
+    (``table_health``, with the remedies of their format). ``tables``: rank only these (what a
+    user's teams may see); default every table."""
     now = timezone.now()
-    ids = [pk for pk, _ in health_ranked(now, limit=limit, where=ids_condition(tables))]
+    remedies = format_remedies()
+    ids = [pk for pk, _ in health_ranked(now, limit=limit, remedies=remedies, where=ids_condition(tables))]
     failures = dict(
         Process.objects.filter(
             table_id__in=ids, created_at__gte=now - dt.timedelta(days=7), status=ProcessStatus.FAILED
@@ -120,12 +199,12 @@ def tables_by_health(*, limit: int | None = 10, tables: QuerySet[Table] | None =
         .values_list("table_id")
         .annotate(n=Count("id"))
     )
-    tables = Table.objects.defer("metrics", "properties").in_bulk(ids)
+    rows = Table.objects.defer("metrics", "properties").in_bulk(ids)
     result = []
     for pk in ids:
-        table = tables[pk]
-        health = table_health(table, table.last_maintenance_at, failures.get(pk, 0), now)
-        result.append(health)
+        table = rows[pk]
+        fixes = remedies_of(remedies, table.format)
+        result.append(table_health(table, table.last_maintenance_at, failures.get(pk, 0), now, fixes))
     return result
 
 

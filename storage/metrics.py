@@ -3,6 +3,8 @@ table row, so the pages that draw them never read table metadata while a person 
 
 - ``size_histogram``: live files per size bucket, with the small-file threshold;
 - ``size_log2``: live files per power-of-two size (``log2_bucket``), which charts scale to the table;
+- ``compactable_file_count``: small files in partitions holding at least
+  ``storage.health.COMPACTABLE_MIN_FILES`` of them (what a compaction could merge);
 - ``partitions``: the partitions with the most files, each with its own histogram;
 - ``timeline``: records, files and bytes after each of the last instants, with the operation.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from storage.health import COMPACTABLE_MIN_FILES
 from storage.spec import SpecTable
 
 MIB = 1024 * 1024
@@ -83,9 +86,11 @@ def table_metrics(spec_table: SpecTable) -> dict[str, Any]:
             entry["histogram"][bucket] += 1
             add_log2(entry["log2"], base.size_bytes)
     top = sorted(partitions.values(), key=lambda p: (-p["files"], p["path"]))[:TOP_PARTITIONS]
+    compactable = sum(p["small"] for p in partitions.values() if p["small"] >= COMPACTABLE_MIN_FILES)
     return {
         "small_file_bytes": small,
         "small_file_count": small_files,
+        "compactable_file_count": compactable,
         "delete_file_count": len(delete_files),
         "partition_count": len(partitions),
         "size_histogram": histogram,

@@ -87,6 +87,9 @@ class Table(models.Model):
     instant_count = models.IntegerField(default=0)
     last_commit_at = models.DateTimeField(null=True, blank=True)
     small_file_count = models.BigIntegerField(default=0)
+    compactable_file_count = models.BigIntegerField(
+        default=0, help_text="Small files in partitions holding enough of them to compact (storage/health.py)"
+    )
     delete_file_count = models.BigIntegerField(default=0, help_text="Live delete files and deletion vectors")
     last_maintenance_at = models.DateTimeField(null=True, blank=True, help_text="Last successful process")
     metrics = models.JSONField(

@@ -20,6 +20,7 @@ from django.db.models import Count, Q, Sum, Value
 from django.db.models.functions import Coalesce
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from processes.health import format_remedies, remedies_of
 from processes.models import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -73,19 +74,34 @@ def table_rows(now: dt.datetime) -> tuple[list[str], list[list]]:
         "instant_count",
         deletes,
         "last_maintenance_at",
+        "compactable_file_count",
     )
+    remedies = format_remedies()
     labels: list[str] = []
     columns: list[list] = [[] for _ in TABLE_GAUGES]
     files, small, size, instants, delete_files, scores, since = columns
-    for pk, catalog, name, fmt, file_count, small_count, total, instant_count, deleted, maintained in rows:
+    for (
+        pk,
+        catalog,
+        name,
+        fmt,
+        file_count,
+        small_count,
+        total,
+        instant_count,
+        deleted,
+        maintained,
+        compactable,
+    ) in rows:
         labels.append(f'catalog="{_escape(catalog)}",table="{_escape(name)}",format="{fmt}",table_id="{pk}"')
         files.append(file_count)
         small.append(small_count)
         size.append(total)
         instants.append(instant_count)
         delete_files.append(deleted)
-        facts = TableFacts(file_count, small_count, instant_count)
-        scores.append(table_health(facts, maintained, failures.get(pk, 0), now).score)
+        facts = TableFacts(file_count, small_count, instant_count, compactable)
+        fixes = remedies_of(remedies, fmt)
+        scores.append(table_health(facts, maintained, failures.get(pk, 0), now, fixes).score)
         since.append("+Inf" if maintained is None else max((now - maintained).total_seconds(), 0.0))
     return labels, columns
 

@@ -457,6 +457,7 @@ def _apply_summary(table: Table, spec_table: SpecTable) -> None:
     metrics = table_metrics(spec_table)
     table.metrics = metrics
     table.small_file_count = metrics["small_file_count"]
+    table.compactable_file_count = metrics["compactable_file_count"]
     table.delete_file_count = metrics["delete_file_count"]
     table.refreshed_at = timezone.now()
     table.scheduler_wake_at = None  # new facts: the scheduler looks at the table at its next tick

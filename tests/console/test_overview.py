@@ -70,9 +70,12 @@ def test_small_files_never_maintained_and_failures_rank_a_table_first_and_say_wh
 
     assert [h.table.name for h in ranked] == ["many_small", "few_files"]
     assert ranked[0].score > ranked[1].score
-    assert any("small" in reason for reason in ranked[0].reasons)
-    assert "never maintained" in ranked[0].reasons
-    assert any("failed process" in reason for reason in ranked[0].reasons)
+    enabled = "checkpoint, purge-deletion-vectors, rewrite, vacuum"
+    assert ranked[0].reasons == [
+        "100% of 30 files are small and compactable: rewrite would fix it",
+        f"never maintained (enabled: {enabled})",
+        "1 failed process in 7 days: fix the cause and retry",
+    ]
 
 
 def test_recent_maintenance_lowers_the_score(many_small):

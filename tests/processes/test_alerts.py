@@ -108,7 +108,7 @@ def test_a_process_marked_not_retryable_alerts_on_its_first_attempt(receiver, we
 
 def test_health_below_par_alerts_only_after_the_minutes_and_resolves(receiver, webhook):
     rule("table_health", webhook, threshold=60, minutes=10)
-    table = make_table(file_count=1000, small_file_count=1000, instant_count=600)
+    table = make_table(file_count=1000, small_file_count=1000, compactable_file_count=1000, instant_count=600)
     start = timezone.now()
     assert tick(start) == []  # seen, not yet long enough
     assert AlertEpisode.objects.get().fired_at is None
@@ -117,7 +117,9 @@ def test_health_below_par_alerts_only_after_the_minutes_and_resolves(receiver, w
     tick(start + dt.timedelta(minutes=11))
     assert [body["event"] for body in receiver.bodies()] == ["opened"]
     assert receiver.bodies()[0]["subject"] == f"table:{table.pk}"
-    assert "100% of 1,000 files are small" in receiver.bodies()[0]["text"]
+    assert (
+        "100% of 1,000 files are small and compactable: rewrite would fix it" in receiver.bodies()[0]["text"]
+    )
 
     Table.objects.filter(pk=table.pk).update(
         small_file_count=0, instant_count=1, last_maintenance_at=timezone.now()
@@ -128,7 +130,7 @@ def test_health_below_par_alerts_only_after_the_minutes_and_resolves(receiver, w
 
 def test_a_short_episode_that_never_fired_resolves_silently(receiver, webhook):
     rule("table_health", webhook, threshold=60, minutes=10)
-    table = make_table(file_count=1000, small_file_count=1000, instant_count=600)
+    table = make_table(file_count=1000, small_file_count=1000, compactable_file_count=1000, instant_count=600)
     tick()
     Table.objects.filter(pk=table.pk).update(small_file_count=0)
     tick()

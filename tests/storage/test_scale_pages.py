@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from processes.health import tables_by_health
+from processes.health import format_remedies, remedies_of, tables_by_health
 from processes.models import Process, ProcessStatus
 from storage.health import table_health
 from storage.models import Table
@@ -26,16 +26,18 @@ def _tables(count: int, seed: int = 17) -> list[Table]:
     rows = []
     for i in range(count):
         files = rng.choice([0, 5, 60, 4_000, 12_000, rng.randrange(0, 20_000)])
+        small = rng.randrange(0, files + 1)
         maintained = rng.choice(
             [None, now - dt.timedelta(days=rng.randrange(0, 60), hours=rng.randrange(24))]
         )
         rows.append(
             Table(
                 name=rng.choice(["a", "B", "b", "_x", "Ä"]) + f"{rng.randrange(50)}",
-                format=rng.choice(["delta", "iceberg", "hudi"]),
+                format=rng.choice(["delta", "iceberg", "hudi", "paimon"]),
                 location=f"/lake/s{seed}/t{i}",
                 file_count=files,
-                small_file_count=rng.randrange(0, files + 1),
+                small_file_count=small,
+                compactable_file_count=rng.choice([0, small, rng.randrange(0, small + 1)]),
                 instant_count=rng.choice([0, 3, 260, 900]),
                 last_maintenance_at=maintained,
             )
@@ -53,8 +55,10 @@ def _python_ranking(now) -> list[tuple[int, int]]:
     for table_id in Process.objects.filter(status=ProcessStatus.FAILED).values_list("table_id", flat=True):
         failures[table_id] = failures.get(table_id, 0) + 1
     scored = []
+    remedies = format_remedies()
     for table in Table.objects.all():
-        score = table_health(table, table.last_maintenance_at, failures.get(table.pk, 0), now).score
+        fixes = remedies_of(remedies, table.format)
+        score = table_health(table, table.last_maintenance_at, failures.get(table.pk, 0), now, fixes).score
         scored.append((-score, table.name, table.pk))
     return [(-score, pk) for score, _, pk in sorted(scored)]
 
