@@ -63,3 +63,27 @@ def django_on_bench_database() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+
+
+def recreate_database(url: str, drop_only: bool = False) -> None:
+    """Drop the database of ``url`` (a throwaway benchmark database) and create it again."""
+    import psycopg
+
+    server, name = url.rsplit("/", 1)
+    with psycopg.connect(server + "/postgres", autocommit=True) as conn:
+        conn.execute(f'drop database if exists "{name}" with (force)')
+        if not drop_only:
+            conn.execute(f'create database "{name}"')
+
+
+def pointer_folder(location: Path, table_format: str) -> str:
+    """A folder holding only what a pointer check lists (a Delta log's version names, an Iceberg
+    ``metadata/`` file name) at ``location``; answers the pointer a refresh keeps for it."""
+    if table_format == "delta":
+        (location / "_delta_log").mkdir(parents=True)
+        for version in range(4):
+            (location / "_delta_log" / f"{version:020d}.json").touch()
+        return "delta:3"
+    (location / "metadata").mkdir(parents=True)
+    (location / "metadata" / "00003-a.metadata.json").touch()
+    return "iceberg:00003-a.metadata.json"

@@ -36,16 +36,15 @@ REFRESH_SECONDS = 300
 
 
 def _recreate_database(drop_only: bool = False) -> None:
-    import psycopg
+    from common import recreate_database
 
-    with psycopg.connect(DATABASE.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        conn.execute('drop database if exists "lakewarden_bench_scale" with (force)')
-        if not drop_only:
-            conn.execute('create database "lakewarden_bench_scale"')
+    recreate_database(DATABASE, drop_only)
 
 
 def _make_tables(count: int, folder: Path) -> None:
     """``count`` rows, half Delta half Iceberg, each with a folder holding its pointer's file."""
+    from common import pointer_folder
+
     from storage.models import Table
 
     rng = random.Random(17)
@@ -53,15 +52,7 @@ def _make_tables(count: int, folder: Path) -> None:
     for i in range(count):
         table_format = ("delta", "iceberg")[i % 2]
         location = folder / f"t{i}"
-        if table_format == "delta":
-            (location / "_delta_log").mkdir(parents=True)
-            for version in range(4):
-                (location / "_delta_log" / f"{version:020d}.json").touch()
-            pointer = "delta:3"
-        else:
-            (location / "metadata").mkdir(parents=True)
-            (location / "metadata" / "00003-a.metadata.json").touch()
-            pointer = "iceberg:00003-a.metadata.json"
+        pointer = pointer_folder(location, table_format)
         files = rng.randrange(0, 20_000)
         rows.append(
             Table(

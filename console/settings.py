@@ -314,10 +314,19 @@ LAKEWARDEN_BROKER_VISIBILITY_SECONDS = env_int(
 )
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": LAKEWARDEN_BROKER_VISIBILITY_SECONDS}
 # The one beat schedule (the Celery app reads it as ``beat_schedule``); every tick is light work.
+# LAKEWARDEN_ACTIVE_REFRESH_SECONDS: how often the pointers of recently active tables are read.
+LAKEWARDEN_ACTIVE_REFRESH_SECONDS = env_int("LAKEWARDEN_ACTIVE_REFRESH_SECONDS", 5, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "refresh-tables": {
         "task": "storage.tasks.refresh_tables_task",
         "schedule": env_int("LAKEWARDEN_REFRESH_SECONDS", 300, minimum=1),
+    },
+    # Fresh figures (issue 31): pointer checks of the tables with recent activity, seconds apart,
+    # so another writer's commit shows within 15 s; a tick not started in time is dropped.
+    "refresh-active-tables": {
+        "task": "storage.tasks.refresh_active_tables_task",
+        "schedule": LAKEWARDEN_ACTIVE_REFRESH_SECONDS,
+        "options": {"expires": LAKEWARDEN_ACTIVE_REFRESH_SECONDS},
     },
     "schedule-processes": {
         "task": "processes.tasks.schedule_processes_task",

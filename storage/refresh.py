@@ -1,6 +1,16 @@
 """The periodic metadata refresh at scale (issue 17): a cheap pointer check per table, a full
 refresh (``table_refresh``) only for tables whose pointer moved since their last refresh.
 
+Two beats share it (issue 31): the long pass checks every table (``refresh_tables_task``, minutes
+apart), the short one (``refresh_active_tables_task``, seconds apart) only the tables with recent
+activity (``active_table_ids``: a commit, a registration or a maintenance within ``ACTIVE_WINDOW``,
+at most ``ACTIVE_LIMIT`` of them), so another writer's commit to a busy table shows within seconds
+while the cost of a tick stays bounded whatever the number of tables. The short beat refreshes a
+table only when its pointer is readable and differs from the kept one (at most once per
+``QUEUED_SECONDS``); tables whose format has no pointer are left to the long pass, which
+refreshes them fully. A process that commits
+refreshes its table itself (``refresh_facts``, from the executor).
+
 A table is refreshed fully when its kept pointer is blank (never refreshed with one, or its last
 refresh failed), when its format has no pointer, when the pointer cannot be read (the refresh
 records why on the row), or when the pointer differs from the kept one. Every other table is left
@@ -9,9 +19,15 @@ untouched: no metadata read, no write, ``refreshed_at`` stays.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.cache import cache
+from django.db.models import Q
+from django.db.models.functions import Greatest
 
 from storage.models import Table
 from storage.pointers import table_pointer
@@ -51,12 +67,7 @@ def refresh_changed(
     """Check the pointers of ``table_ids`` (one query for their rows) and refresh the tables whose
     pointer moved: by ``refresh(table_id)`` when given (a task queues one), else in place."""
     report = RefreshPassReport()
-    rows = (
-        Table.objects.filter(pk__in=list(table_ids))
-        .select_related("catalog")
-        .only(*POINTER_FIELDS, "catalog__kind", "catalog__name", "catalog__properties")
-    )
-    for table in rows.order_by("pk"):
+    for table in _pointer_rows(table_ids):
         report.checked += 1
         if not needs_refresh(table, report):
             report.unchanged += 1
@@ -69,10 +80,99 @@ def refresh_changed(
     return report
 
 
+def _pointer_rows(table_ids: Iterable[int]) -> Iterable[Table]:
+    """The rows of ``table_ids`` with what a pointer check reads (one query), by id."""
+    rows = (
+        Table.objects.filter(pk__in=list(table_ids))
+        .select_related("catalog")
+        .only(*POINTER_FIELDS, "catalog__kind", "catalog__name", "catalog__properties")
+    )
+    return rows.order_by("pk")
+
+
 def _refresh_in_place(table_id: int) -> None:
+    refresh_facts(table_id)
+
+
+#: A table's facts as a process records them before and after its run (name: Table field).
+FACTS = {
+    "files": "file_count",
+    "small_files": "small_file_count",
+    "compactable_files": "compactable_file_count",
+    "bytes": "total_bytes",
+    "records": "record_count",
+    "snapshots": "instant_count",
+    "delete_files": "delete_file_count",
+    "instant": "current_instant",
+}
+
+
+def table_facts(table: Table) -> dict[str, Any]:
+    """The facts the table row keeps now (``FACTS``), with its refresh error when it has one."""
+    facts = {name: getattr(table, column) for name, column in FACTS.items()}
+    if table.refresh_error:
+        facts["refresh_error"] = table.refresh_error
+    return facts
+
+
+def refresh_facts(table_id: int) -> dict[str, Any] | None:
+    """Re-read the table's metadata now (``table_refresh``) and answer its facts (None: the table
+    is no longer registered)."""
     table = Table.objects.select_related("catalog").filter(pk=table_id).first()
-    if table is not None:
-        table_refresh(table=table)
+    if table is None:
+        return None
+    return table_facts(table_refresh(table=table))
+
+
+#: A table with a commit, a registration or a maintenance within this window is active.
+ACTIVE_WINDOW = dt.timedelta(hours=1)
+#: At most this many active tables per short tick (the most recently active first): a tick's
+#: pointer reads (one object-store request or catalog query each) stay bounded.
+ACTIVE_LIMIT = 500
+#: How long a queued refresh keeps the short beat from queueing the same table again.
+QUEUED_SECONDS = 60
+
+
+def active_table_ids(
+    now: dt.datetime, *, window: dt.timedelta = ACTIVE_WINDOW, limit: int = ACTIVE_LIMIT
+) -> list[int]:
+    """The tables with recent activity, most recent first (one query)."""
+    since = now - window
+    recent = Q(last_commit_at__gte=since) | Q(registered_at__gte=since) | Q(last_maintenance_at__gte=since)
+    rows = (
+        Table.objects.filter(recent)
+        .annotate(active_at=Greatest("last_commit_at", "registered_at", "last_maintenance_at"))
+        .order_by("-active_at", "pk")
+        .values_list("pk", flat=True)
+    )
+    return list(rows[:limit])
+
+
+def refresh_moved(table_ids: Iterable[int], *, refresh: Callable[[int], object]) -> RefreshPassReport:
+    """The short beat's check: ``refresh(table_id)`` for each table of ``table_ids`` whose pointer
+    is readable and differs from the one its last refresh kept (blank: none kept yet, as after a
+    registration or a failed refresh), unless one was queued within ``QUEUED_SECONDS`` (one query
+    for the rows, one pointer read per table)."""
+    report = RefreshPassReport()
+    for table in _pointer_rows(table_ids):
+        report.checked += 1
+        try:
+            pointer = table_pointer(table)
+        except Exception as error:  # noqa: BLE001 - the long pass refreshes it and records why
+            report.unreadable_pointer[table.pk] = f"{type(error).__name__}: {error}"
+            continue
+        if pointer is None or pointer == table.metadata_pointer:
+            report.unchanged += 1
+            continue
+        if cache.add(queued_key(table.pk), 1, timeout=QUEUED_SECONDS):
+            report.refreshed.append(table.pk)
+            refresh(table.pk)
+    return report
+
+
+def queued_key(table_id: int) -> str:
+    """The cache key saying a refresh of the table is queued (the refresh task deletes it)."""
+    return f"lakewarden:refresh-queued:{table_id}"
 
 
 def table_id_batches(size: int = CHECK_BATCH) -> Iterable[list[int]]:

@@ -4,20 +4,31 @@ refresh of tables, and the trash's beat task that purges the batches whose reten
 from __future__ import annotations
 
 from celery import shared_task
+from django.core.cache import cache
+from django.utils import timezone
 
-from storage import refresh, services
-from storage.models import Table
+from storage import refresh
 from storage.trash.services import trash_batches_purge
 
 
 @shared_task(soft_time_limit=300, time_limit=360, acks_late=True)
 def refresh_table_task(table_id: int) -> dict:
     """Re-read one table's metadata facts (idempotent, hence acks_late)."""
-    table = Table.objects.filter(pk=table_id).first()
-    if table is None:
+    cache.delete(refresh.queued_key(table_id))  # a pointer that moves again meanwhile queues another
+    facts = refresh.refresh_facts(table_id)
+    if facts is None:
         return {"table": table_id, "refreshed": False, "reason": "table no longer registered"}
-    table = services.table_refresh(table=table)
-    return {"table": table_id, "refreshed": not table.refresh_error, "error": table.refresh_error}
+    error = facts.get("refresh_error", "")
+    return {"table": table_id, "refreshed": not error, "error": error}
+
+
+@shared_task(soft_time_limit=30, time_limit=45)
+def refresh_active_tables_task() -> dict:
+    """The short beat (issue 31): check the pointers of the tables with recent activity and queue
+    a refresh of those whose pointer moved, so another writer's commit shows within seconds."""
+    ids = refresh.active_table_ids(timezone.now())
+    report = refresh.refresh_moved(ids, refresh=refresh_table_task.delay)
+    return {"checked": report.checked, "unchanged": report.unchanged, "refreshed": report.refreshed}
 
 
 @shared_task(soft_time_limit=60, time_limit=90)

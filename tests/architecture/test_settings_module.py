@@ -149,6 +149,7 @@ def test_the_beat_schedule_is_defined_once_and_is_the_one_celery_runs():
     assert app.conf.beat_schedule == settings.CELERY_BEAT_SCHEDULE
     assert set(settings.CELERY_BEAT_SCHEDULE) == {
         "refresh-tables",
+        "refresh-active-tables",
         "schedule-processes",
         "reap-processes",
         "reap-queries",
