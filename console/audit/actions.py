@@ -24,6 +24,7 @@ ACTIONS: dict[str, dict[str, str]] = {
     "console:catalog-test": {ANY: "catalog.test"},
     "console:table-register": {ANY: "table.register"},
     "console:table-refresh": {ANY: "table.refresh"},
+    "console:table-overrides": {"POST": "table.update"},
     "console:table-process-run": {ANY: "process.run"},
     "console:table-process-preview": {ANY: "process.preview"},
     "console:process-act": {ANY: "process.{verb}"},

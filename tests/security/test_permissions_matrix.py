@@ -87,6 +87,13 @@ RULES: dict[str, Rule] = {
     ),
     "console:table-detail": _read(obj="table"),
     "console:table-refresh": Rule(CONSOLE, {"POST": ADMIN}, obj="table", body=lambda lake: {}),
+    # A table's overrides (issue 34): everyone reads them, admins change them.
+    "console:table-overrides": Rule(
+        CONSOLE,
+        {"GET": VIEWER, "POST": ADMIN},
+        obj="table",
+        body=lambda lake: {"p:override:manual-actions": "touch"},
+    ),
     "console:table-snapshots": _read(obj="table"),
     "console:table-files": _read(obj="table"),
     "console:table-splits": _read(obj="table"),
