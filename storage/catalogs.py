@@ -10,7 +10,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -269,22 +269,31 @@ def iceberg_identifiers(catalog: Catalog) -> Iterator[str]:
         pending.extend(pyiceberg_catalog.list_namespaces(namespace))
 
 
-def store_options_for(location: str, catalog: Catalog | None = None) -> StoreOptions:
+def store_options_for(
+    location: str, catalog: Catalog | None = None, *, roots: Iterable[Catalog] | None = None
+) -> StoreOptions:
     """The credentials reaching ``location``: the catalog's ``s3.*`` properties when the table
     belongs to one, else those of the path-root catalog whose root holds the location, over the
-    environment's (``LAKEWARDEN_S3_*``, ``AWS_*``). Local locations get the environment's (unused)."""
+    environment's (``LAKEWARDEN_S3_*``, ``AWS_*``). Local locations get the environment's (unused).
+    ``roots``: the path-root catalogs when the caller read them already (``path_root_catalogs``:
+    a pass over many tables reads them once, not once per table)."""
     if catalog is None and is_object_store(location):
-        catalog = _root_catalog_of(location)
+        catalog = _root_catalog_of(location, roots)
     properties = (catalog.properties or {}) if catalog is not None else {}
     return StoreOptions.from_properties(properties)
 
 
-def _root_catalog_of(location: str) -> Catalog | None:
+def path_root_catalogs() -> list[Catalog]:
+    """Every path-root catalog (one query): ``store_options_for``'s ``roots``."""
+    return list(Catalog.objects.filter(kind=CatalogKind.PATH_ROOT))
+
+
+def _root_catalog_of(location: str, roots: Iterable[Catalog] | None = None) -> Catalog | None:
     """The path-root catalog with the longest root holding ``location`` (object stores only)."""
     best: Catalog | None = None
     best_length = -1
     # (``properties__root__contains`` would be JSON containment on Postgres, not a substring test.)
-    for catalog in Catalog.objects.filter(kind=CatalogKind.PATH_ROOT):
+    for catalog in path_root_catalogs() if roots is None else roots:
         root = str((catalog.properties or {}).get("root", ""))
         if not is_object_store(root):
             continue

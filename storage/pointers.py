@@ -12,26 +12,29 @@ reads the pointer of every table and re-reads the metadata only of tables whose 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from storage.catalogs import iceberg_catalog, store_options_for
 from storage.io import is_object_store
-from storage.models import CatalogKind, Table
+from storage.models import Catalog, CatalogKind, Table
 from storage.spec import format_adapters
 
 ICEBERG_CATALOG_KINDS = (CatalogKind.ICEBERG_SQL, CatalogKind.ICEBERG_REST)
 
 
-def table_pointer(table: Table) -> str | None:
+def table_pointer(table: Table, *, roots: Iterable[Catalog] | None = None) -> str | None:
     """The table's pointer now, or None when its format has none. Raises what reading it raised
     (a missing folder, a catalog's refusal): the caller refreshes such a table fully, which
-    records the error on its row."""
+    records the error on its row. ``roots``: the path-root catalogs, when a pass over many
+    tables read them once (``store_options_for``)."""
     if table.catalog_id is not None and table.identifier and table.catalog.kind in ICEBERG_CATALOG_KINDS:
         return "catalog:" + _catalog_metadata_location(table)
     adapter = format_adapters().get(table.format)
     if adapter is None:
         return None
-    storage = store_options_for(table.location, table.catalog) if is_object_store(table.location) else None
+    on_store = is_object_store(table.location)
+    storage = store_options_for(table.location, table.catalog, roots=roots) if on_store else None
     pointer = adapter.metadata_pointer(table.location, storage)
     return None if pointer is None else f"{table.format}:{pointer}"
 

@@ -29,7 +29,9 @@ from django.core.cache import cache
 from django.db.models import Q
 from django.db.models.functions import Greatest
 
-from storage.models import Table
+from storage.catalogs import path_root_catalogs
+from storage.io import is_object_store
+from storage.models import Catalog, Table
 from storage.pointers import table_pointer
 from storage.services.tables import table_refresh
 
@@ -49,12 +51,27 @@ class RefreshPassReport:
     unreadable_pointer: dict[int, str] = field(default_factory=dict)
 
 
-def needs_refresh(table: Table, report: RefreshPassReport) -> bool:
+class _Roots:
+    """The path-root catalogs, read once per pass and only when an object-store table needs them
+    (its credentials may be its root catalog's): a pass's queries stay bounded."""
+
+    def __init__(self) -> None:
+        self._catalogs: list[Catalog] | None = None
+
+    def of(self, table: Table) -> list[Catalog] | None:
+        if table.catalog_id is not None or not is_object_store(table.location):
+            return None
+        if self._catalogs is None:
+            self._catalogs = path_root_catalogs()
+        return self._catalogs
+
+
+def needs_refresh(table: Table, report: RefreshPassReport, roots: _Roots | None = None) -> bool:
     """Whether ``table``'s metadata must be re-read: its pointer moved, or cannot be relied on."""
     if not table.metadata_pointer:
         return True
     try:
-        pointer = table_pointer(table)
+        pointer = table_pointer(table, roots=(roots or _Roots()).of(table))
     except Exception as error:  # noqa: BLE001 - the full refresh records the problem on the row
         report.unreadable_pointer[table.pk] = f"{type(error).__name__}: {error}"
         return True
@@ -67,9 +84,10 @@ def refresh_changed(
     """Check the pointers of ``table_ids`` (one query for their rows) and refresh the tables whose
     pointer moved: by ``refresh(table_id)`` when given (a task queues one), else in place."""
     report = RefreshPassReport()
+    roots = _Roots()
     for table in _pointer_rows(table_ids):
         report.checked += 1
-        if not needs_refresh(table, report):
+        if not needs_refresh(table, report, roots):
             report.unchanged += 1
             continue
         report.refreshed.append(table.pk)
@@ -154,10 +172,11 @@ def refresh_moved(table_ids: Iterable[int], *, refresh: Callable[[int], object])
     registration or a failed refresh), unless one was queued within ``QUEUED_SECONDS`` (one query
     for the rows, one pointer read per table)."""
     report = RefreshPassReport()
+    roots = _Roots()
     for table in _pointer_rows(table_ids):
         report.checked += 1
         try:
-            pointer = table_pointer(table)
+            pointer = table_pointer(table, roots=roots.of(table))
         except Exception as error:  # noqa: BLE001 - the long pass refreshes it and records why
             report.unreadable_pointer[table.pk] = f"{type(error).__name__}: {error}"
             continue
