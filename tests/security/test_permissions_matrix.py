@@ -219,6 +219,20 @@ RULES: dict[str, Rule] = {
         body=lambda lake: {"quota_bytes": 10**9},
     ),
     "storage-test": Rule(API, {"POST": ADMIN}, obj="storage", body=lambda lake: {}),
+    # Teams and grants (issue 32): admins only, reads too.
+    "team-list": Rule(API, {"GET": ADMIN, "POST": ADMIN}, body=lambda lake: {"name": "matrix-new"}),
+    "team-detail": Rule(
+        API,
+        {"GET": ADMIN, "PATCH": ADMIN, "DELETE": ADMIN},
+        obj="team",
+        body=lambda lake: {"description": "x"},
+    ),
+    "grant-list": Rule(
+        API,
+        {"GET": ADMIN, "POST": ADMIN},
+        body=lambda lake: {"team": lake.team.name, "role": "operator", "table": lake.table.pk},
+    ),
+    "grant-detail": Rule(API, {"GET": ADMIN, "DELETE": ADMIN}, obj="grant"),
     "query-list": Rule(API, {"GET": VIEWER, "POST": OPERATOR}, body=lambda lake: {"sql": "select 1"}),
     "query-detail": _read(API, "query"),
     "query-cancel": Rule(API, {"POST": OPERATOR}, obj="query", body=lambda lake: {}),
