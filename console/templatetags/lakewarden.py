@@ -87,14 +87,15 @@ def basename(path) -> str:
 
 @register.filter
 def stats_rows(data_file) -> list[tuple[str, object, object, object]]:
-    """(column, lower, upper, null count) for the columns a file has statistics for."""
+    """(column, lower, upper, null count) for the columns a file has statistics for; a bound not
+    recorded (a struct column has null counts only) is None."""
     if data_file is None:
         return []
     lower = data_file.lower_bounds or {}
     upper = data_file.upper_bounds or {}
     nulls = data_file.null_counts or {}
     columns = sorted(set(lower) | set(upper) | set(nulls))
-    return [(c, lower.get(c, "?"), upper.get(c, "?"), nulls.get(c)) for c in columns]
+    return [(c, lower.get(c), upper.get(c), nulls.get(c)) for c in columns]
 
 
 @register.simple_tag

@@ -224,3 +224,19 @@ def test_a_histogram_bar_says_its_files_and_share_on_hover():
 def test_a_bad_page_is_refused_by_the_page_helper():
     with pytest.raises(InvalidInput, match="page 2 does not exist: 0 snapshots make 1 page of 50"):
         snapshot_page([], number=2)
+
+
+def test_a_column_with_null_counts_only_says_no_bounds_were_recorded_not_question_marks():
+    from console.templatetags.lakewarden import stats_rows
+    from storage.spec.models import DataFile
+
+    data_file = DataFile(
+        path="part-0.parquet",
+        size_bytes=100,
+        record_count=5,
+        lower_bounds={"id": 1},
+        upper_bounds={"id": 5},
+        null_counts={"id": 0, "tags": 2},
+    )
+
+    assert stats_rows(data_file) == [("id", 1, 5, 0), ("tags", None, None, 2)]

@@ -104,4 +104,6 @@ def _add_storage_objects(lake: Lake) -> None:
         source_snapshots={str(lake.table.pk): lake.table.current_instant},
         state="READY",
     )
-    lake.query = Query.objects.create(sql="select 1", cache=False, status="SUCCESS")
+    lake.query = Query.objects.create(
+        sql="select 1", cache=False, status="SUCCESS", columns=["1"], rows=[[1]], total_rows=1
+    )

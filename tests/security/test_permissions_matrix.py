@@ -122,6 +122,11 @@ RULES: dict[str, Rule] = {
     "console:workbench": _read(),
     "console:query-run": Rule(CONSOLE, {"POST": OPERATOR}, body=lambda lake: {"sql": "select 1"}),
     "console:query-detail": _read(obj="query"),
+    "console:query-export": Rule(
+        CONSOLE, {"GET": VIEWER}, obj="query", variants=({"fmt": "csv"}, {"fmt": "parquet"})
+    ),
+    "console:workbench-tables": _read(),
+    "console:workbench-columns": _read(obj="table"),
     "console:query-cancel": Rule(CONSOLE, {"POST": OPERATOR}, obj="query", body=lambda lake: {}),
     "console:cached-result-list": _read(),
     "console:cached-result-act": Rule(
