@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from console.audit.models import AuditEvent
 from storage import services
 from storage.models import StorageBackend, StorageSource
 from storage.results.plugin import StorageDescriptor
@@ -165,6 +166,15 @@ def test_an_edit_saves_the_new_values_and_an_empty_secret_keeps_the_stored_one(
     postgres_storage.refresh_from_db()
     assert postgres_storage.config == {"dsn": reachable_dsn("s3cret"), "schema": "b", "max_rows": 1000}
     assert postgres_storage.quota_bytes == 512 * 1024**2
+    event = AuditEvent.objects.get(action="storage.update")  # audited like the API's edits
+    assert (event.target_model, event.target_id, event.status) == (
+        "storage.StorageBackend",
+        str(postgres_storage.pk),
+        302,
+    )
+    [change] = event.details["changes"]
+    assert (change["before"]["quota_bytes"], change["after"]["quota_bytes"]) == (3 * GIB, 512 * 1024**2)
+    assert "s3cret" not in str(event.details)
 
 
 def test_a_refused_edit_changes_nothing(client_as, admin_user, postgres_storage):
