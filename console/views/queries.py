@@ -16,6 +16,7 @@ from console.forms import QueryForm
 from console.htmx import is_fragment, render_page
 from console.roles import OPERATOR
 from console.table_shape import table_shape
+from console.teams.access import visible
 from processes import queries
 from processes import query_export as query_export_formats
 from processes.models import Query, QueryEngine
@@ -30,10 +31,10 @@ BROWSER_TABLES = 200
 
 
 def _readable_tables(request):
-    """The tables ``request.user`` may read, by the name queries use (identifier, else name)."""
-    return Table.objects.annotate(sql_name=Coalesce(NullIf("identifier", Value("")), "name")).order_by(
-        "sql_name"
-    )
+    """The tables ``request.user`` may read (their teams', console/teams), by the name queries use
+    (identifier, else name)."""
+    tables = visible(request.user, Table.objects.all())
+    return tables.annotate(sql_name=Coalesce(NullIf("identifier", Value("")), "name")).order_by("sql_name")
 
 
 def _browser_context(request) -> dict:

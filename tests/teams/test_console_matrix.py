@@ -116,3 +116,16 @@ def test_anonymous_visitors_are_sent_to_sign_in(lake):
     for path in ("/tables/", f"/tables/{lake.tables['a1'].pk}/", "/processes/", "/"):
         answer = client.get(path)
         assert answer.status_code == 302 and answer["Location"].startswith("/accounts/login/")
+
+
+@pytest.mark.parametrize("username", SIGNED_IN)
+def test_the_workbench_schema_browser_lists_and_opens_only_the_users_tables(lake, username):
+    """The browser only: refusing a query that names another team's table is later work."""
+    client = _client(lake, username)
+
+    listed = _page(client, "/queries/tables/")["browser_tables"]
+
+    assert {row["pk"] for row in listed} == lake.ids(SEES[username])
+    for name, table in lake.tables.items():
+        answer = client.get(f"/queries/tables/{table.pk}/columns/")
+        assert (name, answer.status_code) == (name, 200 if name in SEES[username] else 404)
