@@ -193,8 +193,11 @@ def histogram_svg(
     if marker_after is not None:
         x = left + (marker_after + 1) * bar_w
         parts.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + inner_h}" class="marker"/>')
+        # past the middle the label reads leftwards from the line, so it stays inside the chart
+        anchor, at = ("end", x - 4) if x > left + inner_w / 2 else ("start", x + 4)
         parts.append(
-            f'<text x="{x + 4:.1f}" y="{top + 10}" class="tick marker-label">{escape(marker_label)}</text>'
+            f'<text x="{at:.1f}" y="{top + 10}" class="tick marker-label" text-anchor="{anchor}">'
+            f"{escape(marker_label)}</text>"
         )
     parts.append("</svg>")
     return mark_safe("".join(parts))

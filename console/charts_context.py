@@ -61,7 +61,7 @@ def _charts_key(table: Table) -> str:
         table.chart_newest_process,
         table.chart_active_processes,
     )
-    return "lakewarden:table-charts:v2:" + hashlib.sha256(repr(facts).encode()).hexdigest()
+    return "lakewarden:table-charts:v3:" + hashlib.sha256(repr(facts).encode()).hexdigest()
 
 
 def cached(key: str):
@@ -92,6 +92,10 @@ def table_charts(table: Table) -> dict:
     return charts
 
 
+def _files(count: int) -> str:
+    return f"{count:,} file{'' if count == 1 else 's'}"
+
+
 def _size_charts(metrics: dict, table: Table) -> tuple[SafeString | None, list[dict]]:
     """The table's file-size histogram and those of its busiest partitions, on one scale: the
     power-of-two sizes from the table's smallest to its largest file. Metrics kept before
@@ -120,12 +124,12 @@ def _size_charts(metrics: dict, table: Table) -> tuple[SafeString | None, list[d
     whole = {"log2": log2, "histogram": metrics.get("size_histogram")}
     files = sum(whole["histogram"] or []) if log2 is None else sum(int(v) for v in log2.values())
     histogram = (
-        chart(whole, f"File sizes (all live files): {files:,} files, {binary_size(table.total_bytes or 0)}")
+        chart(whole, f"File sizes (all live files): {_files(files)}, {binary_size(table.total_bytes or 0)}")
         if files
         else None
     )
     partitions = [
-        {**p, "chart": chart(p, f"{p['path'] or '(unpartitioned)'}: {p['files']:,} files")}
+        {**p, "chart": chart(p, f"{p['path'] or '(unpartitioned)'}: {_files(p['files'])}")}
         for p in metrics.get("partitions", [])[:6]
         if log2 is None or "log2" in p
     ]

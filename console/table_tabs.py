@@ -170,7 +170,8 @@ def file_totals(table: Table, query: SpecQuery, instant: Instant | None) -> dict
     small = (table.metrics or {}).get("small_file_bytes", 0)
     bars = size_bars(totals["log2"])
     title = (
-        f"File sizes at snapshot {instant.id}: {totals['files']:,} files, {binary_size(totals['bytes'])}, "
+        f"File sizes at snapshot {instant.id}: {totals['files']:,} file{'' if totals['files'] == 1 else 's'}, "
+        f"{binary_size(totals['bytes'])}, "
         f"{totals['records']:,} rows"
     )
     chart = histogram_svg(

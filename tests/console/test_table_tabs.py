@@ -240,3 +240,11 @@ def test_a_column_with_null_counts_only_says_no_bounds_were_recorded_not_questio
     )
 
     assert stats_rows(data_file) == [("id", 1, 5, 0), ("tags", None, None, 2)]
+
+
+def test_a_threshold_past_the_middle_is_labelled_leftwards_inside_the_chart():
+    right = str(histogram_svg(["a", "b", "c"], [1, 2, 3], title="t", marker_after=2, marker_label="small"))
+    left = str(histogram_svg(["a", "b", "c"], [1, 2, 3], title="t", marker_after=0, marker_label="small"))
+
+    assert 'class="tick marker-label" text-anchor="end">small</text>' in right
+    assert 'class="tick marker-label" text-anchor="start">small</text>' in left
