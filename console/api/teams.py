@@ -64,11 +64,14 @@ class GrantWriteSerializer(serializers.Serializer):
     )
 
 
-class TeamViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    serializer_class = TeamSerializer
-    queryset = Team.objects.none()
+class _AdminsOnly(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     write_role = ADMIN
     action_roles = {"list": ADMIN, "retrieve": ADMIN}
+
+
+class TeamViewSet(_AdminsOnly):
+    serializer_class = TeamSerializer
+    queryset = Team.objects.none()
 
     def get_queryset(self):
         return Team.objects.prefetch_related("memberships__user")
@@ -95,11 +98,9 @@ class TeamViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin,
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class GrantViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class GrantViewSet(_AdminsOnly):
     serializer_class = GrantSerializer
     queryset = Grant.objects.none()
-    write_role = ADMIN
-    action_roles = {"list": ADMIN, "retrieve": ADMIN}
 
     def get_queryset(self):
         return Grant.objects.select_related("team", "catalog")
