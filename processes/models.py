@@ -110,6 +110,14 @@ class Process(models.Model):
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    resource_group = models.ForeignKey(
+        "processes.ResourceGroup",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="processes",
+        help_text="The resource group whose queue and budgets it was admitted to (processes/groups.py)",
+    )
     progress_done = models.BigIntegerField(default=0)
     progress_total = models.BigIntegerField(default=0)
     progress_message = models.CharField(max_length=255, blank=True)
@@ -310,3 +318,4 @@ class ServiceHeartbeat(models.Model):
 
 
 from processes.alerts.models import AlertChannel, AlertDelivery, AlertEpisode, AlertRule  # noqa: E402,F401  alerts (issue 16)
+from processes.groups.models import ResourceGroup, ResourceGroupTable  # noqa: E402,F401  resource groups (issue 31)

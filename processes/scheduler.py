@@ -5,6 +5,11 @@ format, then per (format, action) pair one query that picks the due tables in th
 the evaluation times and seen snapshots kept as ``TableState`` rows); factories are only asked
 about tables that are due.
 
+Resource groups (processes/groups): each due table's group is resolved in a bounded batch; a
+group without a free slot or compute left holds its tables back (they stay due, counted on the
+group's row and logged) and its factories are not asked; a process is created only after
+``budget.admit`` under the group's row lock agreed, and is sent to the group's queue.
+
 A table whose ``manual-actions`` property names an action (or is ``"*"``) is left to operators for
 it: the scheduler counts it as evaluated and never triggers it ("run now" and the preview still
 work), so a table can be kept as it is on purpose.
@@ -22,6 +27,9 @@ from django.db import connection
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
+from processes.groups.budget import BudgetExhausted
+from processes.groups.models import ResourceGroup
+from processes.groups.tick import TickGroups
 from processes.models import ACTIVE_STATUSES, Process, ProcessStatus, ProcessTrigger, TableState
 from processes.registry import ConfiguredFactory, coordinators
 from processes.runtime import TableRuntime
@@ -50,6 +58,8 @@ class TickReport:
     due: int = 0
     triggered: list[int] = field(default_factory=list)
     skipped_busy: int = 0
+    #: Resource group name -> due runs held back for its budgets this tick.
+    held: dict[str, int] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -65,6 +75,7 @@ def schedule_tick(*, now: dt.datetime | None = None) -> TickReport:
     report.pairs = len(pairs)
     _wake_all_if_configuration_changed(pairs)
     snapshot = _Snapshot(now)
+    groups = TickGroups(now)
     running_by_pair: dict[tuple[str, str], int] = {}
     for table_format, action in snapshot.active:
         running_by_pair[(table_format, action)] = running_by_pair.get((table_format, action), 0) + 1
@@ -74,21 +85,24 @@ def schedule_tick(*, now: dt.datetime | None = None) -> TickReport:
         due_ids = _due_table_ids(snapshot, table_format, action, strategy, now, report)
         if not due_ids:
             continue
-        evaluated = _evaluate(configured, action, due_ids, free, report) if free > 0 else []
+        evaluated = _evaluate(configured, action, due_ids, free, report, groups) if free > 0 else []
         report.skipped_busy += len(due_ids) - len(evaluated)
         _record_evaluations(evaluated, action, now)
         asked = {table.pk for table in evaluated}
         for table_id in due_ids:  # asked: again after the interval; left waiting: next tick
             snapshot.wake_no_later(table_id, now + strategy.interval if table_id in asked else now)
     snapshot.save_wakes()
+    report.held = groups.save()
     return report
 
 
 def _evaluate(
-    configured: ConfiguredFactory, action: str, due_ids: list[int], free: int, report
+    configured: ConfiguredFactory, action: str, due_ids: list[int], free: int, report, groups: TickGroups
 ) -> list[Table]:
-    """Ask the factory about due tables in order until ``free`` processes were created."""
+    """Ask the factory about due tables in order until ``free`` processes were created; a table
+    whose resource group has no room is held back unasked (it stays due)."""
     evaluated: list[Table] = []
+    due_ids = _with_room(groups, action, due_ids)
     position = 0
     # A factory that declines a table frees no slot: keep asking, a batch of rows at a time.
     while free > 0 and position < len(due_ids):
@@ -101,10 +115,32 @@ def _evaluate(
                 continue
             if free <= 0:
                 break
+            group = groups.group_of_due[table_id]
+            problem = groups.refusal(group, action)
+            if problem is not None:  # filled by this tick
+                groups.hold(group, action, problem.message)
+                continue
             evaluated.append(table)
-            if _trigger_one(configured, table, action, report):
+            if _trigger_one(configured, table, action, report, groups, group):
                 free -= 1
     return evaluated
+
+
+def _with_room(groups: TickGroups, action: str, due_ids: list[int]) -> list[int]:
+    """The due tables whose group has room now; the others are held back, counted per group."""
+    groups.group_of_due = groups.resolve(due_ids)
+    full: dict[int, BudgetExhausted | None] = {}
+    kept = []
+    for table_id in due_ids:
+        group = groups.group_of_due[table_id]
+        if group.pk not in full:
+            full[group.pk] = groups.refusal(group, action)
+        problem = full[group.pk]
+        if problem is None:
+            kept.append(table_id)
+        else:
+            groups.hold(group, action, problem.message)
+    return kept
 
 
 def _wake_all_if_configuration_changed(pairs: dict[tuple[str, str], ConfiguredFactory]) -> None:
@@ -261,7 +297,14 @@ def is_manual(table: Table, action: str) -> bool:
     return "*" in names or action in names
 
 
-def _trigger_one(configured: ConfiguredFactory, table: Table, action: str, report: TickReport) -> bool:
+def _trigger_one(
+    configured: ConfiguredFactory,
+    table: Table,
+    action: str,
+    report: TickReport,
+    groups: TickGroups,
+    group: ResourceGroup,
+) -> bool:
     if is_manual(table, action):
         return False  # evaluated (so not looked at again before the interval), never triggered
     runtime = TableRuntime(table, configured.factory.properties, states=None)
@@ -277,9 +320,14 @@ def _trigger_one(configured: ConfiguredFactory, table: Table, action: str, repor
         process = process_create(
             table=table, action=action, params=table_process.params, trigger=ProcessTrigger.SCHEDULE
         )
+    except BudgetExhausted as error:  # another tick or a manual run took the room meanwhile
+        groups.usage[group.pk].active = max(groups.usage[group.pk].active, group.max_concurrency)
+        groups.hold(group, action, error.message)
+        return False
     except (Conflict, InvalidInput) as error:
         report.errors[f"{table.pk}:{action}"] = error.message
         return False
+    groups.admitted(group, action)
     report.triggered.append(process.pk)
     return True
 

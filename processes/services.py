@@ -17,6 +17,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from processes.groups.budget import admit
+from processes.groups.membership import group_of
+from processes.groups.models import ResourceGroup
 from processes.models import (
     ACTIVE_STATUSES,
     STARTED_STATUSES,
@@ -87,6 +90,8 @@ def process_create(
     )
     try:
         with transaction.atomic():
+            # Resource groups (issue 31): the group's row lock makes its budgets hold under races.
+            process.resource_group = admit(group_of(table), action=action, trigger=trigger)
             process.save()
     except IntegrityError:
         active = Process.objects.filter(table=table, action=action, status__in=ACTIVE_STATUSES).first()
@@ -179,12 +184,19 @@ def process_enqueue(process: Process) -> None:
 
     def send() -> None:
         result = current_app.send_task(
-            RUN_PROCESS_TASK, (process_id,), queue=settings.LAKEWARDEN_HEAVY_QUEUE, countdown=countdown
+            RUN_PROCESS_TASK, (process_id,), queue=process_queue(process), countdown=countdown
         )
         Process.objects.filter(pk=process_id).update(sent_at=timezone.now())
         Process.objects.filter(pk=process_id, celery_task_id="").update(celery_task_id=result.id)
 
     transaction.on_commit(send)
+
+
+def process_queue(process: Process) -> str:
+    """The queue of the process's resource group (the heavy queue for a process admitted before
+    groups existed, or whose group was deleted)."""
+    group: ResourceGroup | None = process.resource_group if process.resource_group_id else None
+    return group.effective_queue if group is not None else settings.LAKEWARDEN_HEAVY_QUEUE
 
 
 def transition(
@@ -390,18 +402,23 @@ def processes_resend_lost(*, now: dt.datetime | None = None) -> int:
     )
     if not overdue or not cache.add(RESEND_PASS_KEY, now.isoformat(), timeout=grace):
         return 0
-    held = tasks_held(settings.LAKEWARDEN_HEAVY_QUEUE)
+    queues = {
+        process_queue(p)
+        for p in Process.objects.select_related("resource_group").filter(pk__in=[pk for pk, _ in overdue])
+    }
+    held = tasks_held(*sorted(queues))
     if held is None:
         return 0
     # Asking the workers takes a moment: a task that ran meanwhile has left the PENDING rows.
-    still_pending = Process.objects.filter(
+    still_pending = Process.objects.select_related("resource_group").filter(
         pk__in=[pk for pk, _ in overdue], status=ProcessStatus.PENDING
-    ).values_list("pk", "celery_task_id")
+    )
     resent = 0
-    for process_id, task_id in still_pending:
-        if task_id in held:
+    for process in still_pending:
+        process_id = process.pk
+        if process.celery_task_id in held:
             continue
-        result = current_app.send_task(RUN_PROCESS_TASK, (process_id,), queue=settings.LAKEWARDEN_HEAVY_QUEUE)
+        result = current_app.send_task(RUN_PROCESS_TASK, (process_id,), queue=process_queue(process))
         Process.objects.filter(pk=process_id, status=ProcessStatus.PENDING).update(
             sent_at=now, celery_task_id=result.id
         )
@@ -410,8 +427,8 @@ def processes_resend_lost(*, now: dt.datetime | None = None) -> int:
     return resent
 
 
-def tasks_held(queue: str) -> set[str] | None:
-    """Ids of the tasks waiting in ``queue`` on a Redis broker or run, reserved or held for later
+def tasks_held(*queues: str) -> set[str] | None:
+    """Ids of the tasks waiting in ``queues`` on a Redis broker or run, reserved or held for later
     (eta) by a live worker; None when that cannot be known (another broker, no answer): then
     nothing is re-sent rather than guessed."""
     try:
@@ -423,9 +440,10 @@ def tasks_held(queue: str) -> set[str] | None:
                 return None
             client = connection.default_channel.client
             # kombu keeps one list per priority step: the queue's name, then name + "\x06\x16" + step
-            for key in [queue, *(f"{queue}\x06\x16{step}" for step in range(1, 10))]:
-                for raw in client.lrange(key, 0, 10_000):
-                    held.add(_message_id(raw))
+            for queue in queues:
+                for key in [queue, *(f"{queue}\x06\x16{step}" for step in range(1, 10))]:
+                    for raw in client.lrange(key, 0, 10_000):
+                        held.add(_message_id(raw))
         inspect = current_app.control.inspect(timeout=2.0)
         for reply in (inspect.active(), inspect.reserved(), inspect.scheduled()):
             for tasks in (reply or {}).values():

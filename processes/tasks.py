@@ -8,10 +8,11 @@ from celery import shared_task
 from django.conf import settings
 
 from processes.executor import TableLockBusy, run_process
+from processes.models import Process
 from processes.queries import query_run
 from processes.query_reaper import queries_reap
 from processes.scheduler import schedule_tick
-from processes.services import process_enforce_kill, processes_reap
+from processes.services import process_enforce_kill, process_queue, processes_reap
 from processes.spark.session import spark_session
 from storage.models import StorageBackend
 from storage.services import storage_backend_test
@@ -28,7 +29,9 @@ def run_process_task(self, process_id: int) -> str:
     try:
         return run_process(process_id, worker=self.request.hostname or "", task_id=self.request.id or "")
     except TableLockBusy as busy:
-        raise self.retry(countdown=10, exc=busy, queue=settings.LAKEWARDEN_HEAVY_QUEUE) from busy
+        process = Process.objects.select_related("resource_group").filter(pk=process_id).first()
+        queue = process_queue(process) if process else settings.LAKEWARDEN_HEAVY_QUEUE
+        raise self.retry(countdown=10, exc=busy, queue=queue) from busy
 
 
 @shared_task(soft_time_limit=50, time_limit=60)

@@ -24,6 +24,7 @@ from processes.alerts.models import (
     DeliveryStatus,
     RuleKind,
 )
+from processes.groups.capacity import groups_without_workers, recent_workers
 from processes.health import liveness, tables_by_health
 from processes.models import Process, ProcessStatus
 from storage.models import CachedResultState, StorageBackend
@@ -80,6 +81,9 @@ def silent_services(rule: AlertRule, now: dt.datetime) -> dict[str, str]:
         found["service:beat"] = f"the beat scheduler is silent (last seen {seen})"
     if not alive["workers"].get("ok"):
         found["service:workers"] = f"no Celery worker answers: {alive['workers'].get('detail', '')}"
+    else:  # some answer: is every resource group's queue consumed by one of them?
+        for name, message in groups_without_workers(recent_workers()).items():
+            found[f"service:group:{name}"] = message
     return found
 
 

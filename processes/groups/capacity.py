@@ -1,0 +1,180 @@
+"""What the capacity page shows, read in the domain so the page and the API share it: each resource
+group with its budgets (used and left), its workers (alive, slots busy and free, from the workers'
+own answer to ``inspect``), its queue's depth in the broker, its backlog per action (waiting in the
+queue, and held back by the scheduler at its last tick) and its warnings (no worker consumes its
+queue, a namespace pattern matches no table).
+
+Asking the workers waits the inspect timeout; the answer is shared through the cache for
+``WORKERS_MAX_AGE`` seconds, so the page and the alert tick ask at most that often.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from celery import current_app
+from django.conf import settings
+from django.core.cache import cache
+from django.db.models import Count
+from django.utils import timezone
+
+from processes.groups.budget import usage
+from processes.groups.membership import group_warnings as rule_warnings
+from processes.groups.models import ResourceGroup
+from processes.models import Process, ProcessStatus
+
+logger = logging.getLogger(__name__)
+
+WORKERS_CACHE_KEY = "lakewarden:groups:workers"
+WORKERS_MAX_AGE = 10.0
+
+
+def _inspect(method: str, timeout: float) -> dict[str, Any]:
+    with current_app.connection_for_write(url=settings.CELERY_BROKER_URL) as conn:
+        inspect = current_app.control.inspect(timeout=timeout, connection=conn)
+        return getattr(inspect, method)() or {}
+
+
+def ask_workers(timeout: float = 1.0) -> dict[str, dict[str, Any]] | None:
+    """node name -> {"queues": [...], "slots": n, "busy": n} of every worker answering, asked in
+    parallel (one inspect timeout in all); None when the broker cannot be asked."""
+    try:
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            queues, stats, active = pool.map(
+                lambda m: _inspect(m, timeout), ("active_queues", "stats", "active")
+            )
+    except Exception:
+        logger.warning("could not ask the workers which queues they consume", exc_info=True)
+        return None
+    workers = {}
+    for node, consumed in queues.items():
+        pool_stats = (stats.get(node) or {}).get("pool") or {}
+        slots = pool_stats.get("max-concurrency") or len(pool_stats.get("processes") or []) or 0
+        workers[node] = {
+            "queues": sorted(q.get("name", "") for q in consumed or []),
+            "slots": int(slots),
+            "busy": len(active.get(node) or []),
+        }
+    return workers
+
+
+def recent_workers(*, max_age: float = WORKERS_MAX_AGE, timeout: float = 1.0) -> dict[str, Any]:
+    """``ask_workers``'s answer, shared through the cache: {"ok", "checked_at", "workers"}."""
+    now = time.time()
+    try:
+        cached = cache.get(WORKERS_CACHE_KEY)
+    except Exception:
+        cached = None
+    if cached is not None and 0 <= now - cached["checked_at"] <= max_age:
+        return cached
+    workers = ask_workers(timeout)
+    answer = {"ok": workers is not None, "checked_at": now, "workers": workers or {}}
+    try:
+        cache.set(WORKERS_CACHE_KEY, answer, timeout=int(max_age) + 1)
+    except Exception:
+        pass
+    return answer
+
+
+def queue_depths(queues: list[str]) -> dict[str, int | None]:
+    """Messages waiting in each queue on a Redis broker (None: not known, another broker)."""
+    depths: dict[str, int | None] = dict.fromkeys(queues)
+    try:
+        with current_app.connection_for_read() as connection:
+            if connection.transport.driver_type != "redis":
+                return depths
+            client = connection.default_channel.client
+            for queue in queues:
+                keys = [queue, *(f"{queue}\x06\x16{step}" for step in range(1, 10))]
+                depths[queue] = sum(int(client.llen(key)) for key in keys)
+    except Exception:
+        logger.warning("could not read the queue depths", exc_info=True)
+    return depths
+
+
+def group_budget(group: ResourceGroup, *, now: dt.datetime | None = None, used=None) -> dict[str, Any]:
+    """Budget used and left now, and what the scheduler held back at its last tick."""
+    used = used or usage([group.pk], now=now)[group.pk]
+    return {
+        "active": used.active,
+        "slots_left": used.slots_left(group),
+        "seconds_used": round(used.seconds, 1),
+        "seconds_left": round(used.seconds_left(group), 1),
+        "held": group.held or {},
+    }
+
+
+def group_warnings(group: ResourceGroup, workers: dict[str, Any] | None = None) -> list[str]:
+    warnings = rule_warnings(group)
+    if workers is not None and workers.get("ok"):
+        queue = group.effective_queue
+        if not any(queue in worker["queues"] for worker in workers["workers"].values()):
+            warnings.insert(
+                0, f"no live worker consumes its queue {queue}: its processes wait until one does"
+            )
+    return warnings
+
+
+def groups_without_workers(workers: dict[str, Any]) -> dict[str, str]:
+    """Group name -> message, for groups no answering worker consumes the queue of (only when
+    some worker answered: with none at all the workers' own alert says so)."""
+    if not workers.get("ok") or not workers["workers"]:
+        return {}
+    consumed = {queue for worker in workers["workers"].values() for queue in worker["queues"]}
+    return {
+        group.name: f"no live worker consumes queue {group.effective_queue} of resource group {group.name}"
+        for group in ResourceGroup.objects.all()
+        if group.effective_queue not in consumed
+    }
+
+
+def capacity(*, now: dt.datetime | None = None) -> dict[str, Any]:
+    """Everything the capacity page shows, in a handful of queries whatever the number of tables."""
+    now = now or timezone.now()
+    groups = list(ResourceGroup.objects.prefetch_related("catalogs").order_by("name"))
+    used = usage([g.pk for g in groups], now=now)
+    workers = recent_workers()
+    depths = queue_depths([g.effective_queue for g in groups])
+    waiting: dict[int, dict[str, int]] = {}
+    for group_id, action, n in (
+        Process.objects.filter(resource_group__in=groups, status=ProcessStatus.PENDING)
+        .order_by()
+        .values_list("resource_group_id", "action")
+        .annotate(n=Count("id"))
+    ):
+        waiting.setdefault(group_id, {})[action] = n
+    rows = []
+    for group in groups:
+        queue = group.effective_queue
+        mine = [
+            {"name": node, **info, "free": max(0, info["slots"] - info["busy"])}
+            for node, info in sorted(workers["workers"].items())
+            if queue in info["queues"]
+        ]
+        held = (group.held or {}).get("by_action", {})
+        backlog = [
+            {
+                "action": action,
+                "waiting": waiting.get(group.pk, {}).get(action, 0),
+                "held": held.get(action, 0),
+            }
+            for action in sorted(set(waiting.get(group.pk, {})) | set(held))
+        ]
+        rows.append(
+            {
+                "group": group,
+                "queue": queue,
+                "budget": group_budget(group, used=used[group.pk]),
+                "workers": mine,
+                "slots": sum(w["slots"] for w in mine),
+                "busy": sum(w["busy"] for w in mine),
+                "depth": depths.get(queue),
+                "backlog": backlog,
+                "warnings": group_warnings(group, workers),
+            }
+        )
+    return {"groups": rows, "workers_ok": workers["ok"], "checked_at": workers["checked_at"]}

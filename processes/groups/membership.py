@@ -1,0 +1,149 @@
+"""Which resource group a table is in, in one place: explicit assignment first, then a namespace
+pattern, then a catalog, then ``default``. Bounded queries whatever the number of tables: the groups
+(a handful of rows, one query with their catalogs), then for a batch of tables one query for their
+explicit assignments and the fields the rules read.
+
+A table's namespace is its identifier up to the last dot (``sales.eu.orders`` -> ``sales.eu``); a
+table without a dotted identifier (a folder under a path root) has the namespace ``""`` and joins a
+group by its catalog or by name only. Patterns are globs (``fnmatch``, case-sensitive).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from django.db import connection
+
+from processes.groups.models import DEFAULT_GROUP, ResourceGroup, ResourceGroupTable
+from storage.models import Table
+
+
+def namespace_of(identifier: str) -> str:
+    head, dot, _ = (identifier or "").rpartition(".")
+    return head if dot else ""
+
+
+#: The same namespace in SQL, over the table ``t``.
+NAMESPACE_SQL = "CASE WHEN position('.' in t.identifier) > 0 THEN regexp_replace(t.identifier, '\\.[^.]*$', '') ELSE '' END"
+
+
+def glob_regex(pattern: str) -> str:
+    """A glob as a regular expression Python and Postgres read alike: ``*`` any run of characters,
+    ``?`` one, ``[abc]``/``[!abc]`` a set, everything else literal (as ``fnmatchcase`` reads it)."""
+    out, i = ["^"], 0
+    while i < len(pattern):
+        char, i = pattern[i], i + 1
+        if char == "*":
+            out.append(".*")
+        elif char == "?":
+            out.append(".")
+        elif char == "[" and "]" in pattern[i + 1 :]:
+            end = pattern.index("]", i + 1)
+            body, i = pattern[i:end], end + 1
+            negate = body.startswith("!")
+            members = "".join(
+                f"\\{c}" if not (c.isalnum() or c == "-") else c for c in (body[1:] if negate else body)
+            )
+            out.append(f"[{'^' if negate else ''}{members}]")
+        else:
+            out.append(char if char.isalnum() or char == "_" else f"\\{char}")
+    out.append("$")
+    return "".join(out)
+
+
+@dataclass
+class GroupRules:
+    """Every group with what it claims, read once (``load``)."""
+
+    groups: dict[int, ResourceGroup]
+    default: ResourceGroup
+    by_catalog: dict[int, ResourceGroup]
+    patterns: list[tuple[str, ResourceGroup]]
+
+    @classmethod
+    def load(cls) -> GroupRules:
+        groups = {group.pk: group for group in ResourceGroup.objects.prefetch_related("catalogs")}
+        default = next((g for g in groups.values() if g.name == DEFAULT_GROUP), None)
+        if default is None:  # the data migration made it; a database restored without it gets it back
+            default, _ = ResourceGroup.objects.get_or_create(name=DEFAULT_GROUP)
+            groups[default.pk] = default
+        by_catalog: dict[int, ResourceGroup] = {}
+        patterns: list[tuple[str, ResourceGroup]] = []
+        for group in sorted(groups.values(), key=lambda g: g.name):
+            for catalog in group.catalogs.all():
+                by_catalog.setdefault(catalog.pk, group)
+            patterns.extend((str(p), group) for p in group.namespace_patterns or [])
+        return cls(groups, default, by_catalog, patterns)
+
+    def group_by_rules(self, catalog_id: int | None, identifier: str) -> ResourceGroup:
+        """The group a table with no explicit assignment is in."""
+        namespace = namespace_of(identifier)
+        for pattern, group in self.patterns:
+            if fnmatchcase(namespace, pattern):
+                return group
+        if catalog_id is not None and catalog_id in self.by_catalog:
+            return self.by_catalog[catalog_id]
+        return self.default
+
+
+_TABLES_SQL = """
+SELECT t.id, t.catalog_id, t.identifier, a.group_id
+FROM {table} t LEFT JOIN {assignment} a ON a.table_id = t.id
+WHERE t.id = ANY(%s)
+"""
+
+
+def groups_for_tables(
+    tables: Iterable[Table | int], rules: GroupRules | None = None
+) -> dict[int, ResourceGroup]:
+    """table id -> its group, for table rows or ids: one query for any number of tables (the ids
+    as one array parameter), besides the groups' own two when ``rules`` is not given. Tables that
+    share a catalog and a namespace are matched once."""
+    rules = rules or GroupRules.load()
+    ids = [item.pk if isinstance(item, Table) else int(item) for item in tables]
+    if not ids:
+        return {}
+    sql = _TABLES_SQL.format(table=Table._meta.db_table, assignment=ResourceGroupTable._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [ids])
+        rows = cursor.fetchall()
+    by_rules: dict[tuple[int | None, str], ResourceGroup] = {}
+    answer = {}
+    for pk, catalog_id, identifier, group_id in rows:
+        group = rules.groups.get(group_id) if group_id is not None else None
+        if group is None:
+            key = (catalog_id, namespace_of(identifier))
+            if key not in by_rules:
+                by_rules[key] = rules.group_by_rules(catalog_id, identifier)
+            group = by_rules[key]
+        answer[pk] = group
+    return answer
+
+
+def group_of(table: Table) -> ResourceGroup:
+    """The one group ``table`` is in."""
+    return groups_for_tables([table])[table.pk]
+
+
+def tables_matching(pattern: str, *, also: str | None = None, limit: int = 3) -> list[str]:
+    """Names of up to ``limit`` tables whose namespace matches ``pattern`` (and ``also``)."""
+    where = f"({NAMESPACE_SQL}) ~ %s"
+    params: list[object] = [glob_regex(pattern)]
+    if also is not None:
+        where += f" AND ({NAMESPACE_SQL}) ~ %s"
+        params.append(glob_regex(also))
+    sql = f"SELECT t.name FROM {Table._meta.db_table} t WHERE {where} ORDER BY t.name LIMIT %s"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, limit])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def group_warnings(group: ResourceGroup) -> list[str]:
+    """What an operator should know about the group's rules: patterns that match no table."""
+    return [
+        f"namespace pattern {pattern!r} matches no table (yet)"
+        for pattern in group.namespace_patterns or []
+        if not tables_matching(str(pattern), limit=1)
+    ]

@@ -1,0 +1,110 @@
+"""What one scheduler tick knows of the resource groups: every group's rules and usage read once,
+a due table's group, whether the group has room for one more run of an action, and what it held
+back (kept on the group's row for the capacity page, and logged). The authoritative check is
+``budget.admit`` under the group's row lock when the process is created; this view lets the tick
+skip a full group without asking factories about its tables.
+
+Nothing is read before the first due table (an idle tick costs no query here); a tick that held
+work leaves a mark in the cache, so the next tick clears the group's ``held`` even when it finds
+nothing due."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from django.core.cache import cache
+
+from processes.groups.budget import BudgetExhausted, Usage, expected_seconds, refusal, usage
+from processes.groups.membership import GroupRules, groups_for_tables
+from processes.groups.models import ResourceGroup
+
+logger = logging.getLogger("processes.scheduler")
+HELD_KEY = "lakewarden:groups:held"
+
+
+class TickGroups:
+    def __init__(self, now: dt.datetime) -> None:
+        self.now = now
+        self._rules: GroupRules | None = None
+        self._usage: dict[int, Usage] | None = None
+        self._costs: dict[tuple[int, str], float] = {}
+        self.held: dict[int, dict[str, int]] = {}
+        self.reasons: dict[int, str] = {}
+        #: The group of each table due for the pair being evaluated (``scheduler._with_room``).
+        self.group_of_due: dict[int, ResourceGroup] = {}
+
+    @property
+    def rules(self) -> GroupRules:
+        if self._rules is None:
+            self._rules = GroupRules.load()
+        return self._rules
+
+    @property
+    def usage(self) -> dict[int, Usage]:
+        if self._usage is None:
+            self._usage = usage(list(self.rules.groups), now=self.now)
+        return self._usage
+
+    def resolve(self, table_ids: list[int]) -> dict[int, ResourceGroup]:
+        return groups_for_tables(table_ids, self.rules) if table_ids else {}
+
+    def cost(self, group: ResourceGroup, action: str) -> float:
+        key = (group.pk, action)
+        if key not in self._costs:
+            self._costs[key] = expected_seconds(group, action)
+        return self._costs[key]
+
+    def refusal(self, group: ResourceGroup, action: str) -> BudgetExhausted | None:
+        used = self.usage[group.pk]
+        return refusal(group, used, self.cost(group, action), used.reserved(group, self.cost))
+
+    def hold(self, group: ResourceGroup, action: str, reason: str, count: int = 1) -> None:
+        by_action = self.held.setdefault(group.pk, {})
+        by_action[action] = by_action.get(action, 0) + count
+        self.reasons[group.pk] = reason
+
+    def admitted(self, group: ResourceGroup, action: str) -> None:
+        """One more PENDING process of ``action`` in ``group`` (as ``usage`` will count it)."""
+        used = self.usage[group.pk]
+        used.active += 1
+        used.by_action[action] = used.by_action.get(action, 0) + 1
+        used.pending_by_action[action] = used.pending_by_action.get(action, 0) + 1
+
+    def save(self) -> dict[str, int]:
+        """Each group's ``held`` row field (one update per group that holds work or held some
+        before) and a log line per group holding work; returns group name -> runs held back."""
+        if self._rules is None and not _held_before():
+            return {}  # idle, and no tick left a hold to clear
+        report = {}
+        for pk, group in self.rules.groups.items():
+            by_action = self.held.get(pk, {})
+            if by_action:
+                total = sum(by_action.values())
+                report[group.name] = total
+                reason = self.reasons[pk]
+                logger.info(
+                    "resource group %s held back %d due run(s) %s: %s", group.name, total, by_action, reason
+                )
+                value = {"at": self.now.isoformat(), "count": total, "by_action": by_action, "reason": reason}
+            elif group.held:
+                value = {}
+            else:
+                continue
+            ResourceGroup.objects.filter(pk=pk).update(held=value)
+        _mark_held(bool(report))
+        return report
+
+
+def _held_before() -> bool:
+    try:
+        return cache.get(HELD_KEY) is not False
+    except Exception:  # no cache: look at the groups
+        return True
+
+
+def _mark_held(held: bool) -> None:
+    try:
+        cache.set(HELD_KEY, held, timeout=None)
+    except Exception:
+        logger.warning("the scheduler cannot note whether it held work", exc_info=True)
