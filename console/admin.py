@@ -192,4 +192,4 @@ class TableStateAdmin(RoleModelAdmin):
 
 
 # Alerts (issue 16): channels (with a "send test" action), rules, episodes, deliveries.
-from console import alerts_admin  # noqa: E402,F401
+from console import alerts_admin, groups_admin  # noqa: E402,F401  (groups_admin: resource groups, issue 31)

@@ -116,3 +116,12 @@ console_patterns += [
     path("alerts/", alert_views.alerts_page, name="alerts"),
     path("alerts/channels/<int:pk>/test/", alert_views.alert_channel_test, name="alert-channel-test"),
 ]
+
+# Resource groups (issue 31): the capacity page (groups, workers, queue depth, backlog, budgets).
+from console.views import capacity as capacity_views  # noqa: E402
+
+console_patterns += [
+    path("capacity/", capacity_views.capacity_page, name="capacity"),
+    path("capacity/groups/", capacity_views.resource_group_create, name="resource-group-create"),
+    path("capacity/groups/<int:pk>/", capacity_views.resource_group_update, name="resource-group-update"),
+]

@@ -118,6 +118,8 @@ TAGS = {
     "audit": "The audit trail of what users and the scheduler did.",
     "teams": "Teams, their members and SSO groups, and their grants on catalogs, namespaces and tables.",
     "plugins": "Installed process factories: properties, parameters and trigger strategies.",
+    "resource groups": "Resource groups: a queue of their own, a concurrency and a compute budget, and the"
+    " tables they take (by catalog, namespace pattern or name).",
 }
 #: (path after ``/api/v1/``, tag): the first pattern that matches a path names its tag.
 TAG_RULES = (
@@ -133,6 +135,7 @@ TAG_RULES = (
     (r"audit/", "audit"),
     (r"(teams|grants)/", "teams"),
     (r"plugins/", "plugins"),
+    (r"resource-groups/", "resource groups"),
 )
 API_PREFIX = "/api/v1/"
 

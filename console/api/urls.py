@@ -42,6 +42,14 @@ alert_router.register("alert-channels", AlertChannelViewSet, basename="alert-cha
 alert_router.register("alert-deliveries", AlertDeliveryViewSet, basename="alert-delivery")
 urlpatterns += alert_router.urls
 
+# Resource groups (issue 31): queues and budgets; operators read, admins write.
+from console.api.resource_groups import ResourceGroupViewSet  # noqa: E402
+
+group_router = ApiRouter(trailing_slash=True)
+group_router.include_root_view = False
+group_router.register("resource-groups", ResourceGroupViewSet, basename="resource-group")
+urlpatterns += group_router.urls
+
 # Teams and grants (issue 32, console/teams): admins change them; others read their own teams.
 from console.api.teams import GrantViewSet, TeamViewSet  # noqa: E402
 

@@ -36,6 +36,8 @@ ACTIONS: dict[str, dict[str, str]] = {
     "console:storage-edit": {ANY: "storage.update"},
     "console:storage-test": {ANY: "storage.test"},
     "console:storage-delete": {ANY: "storage.delete"},
+    "console:resource-group-create": {ANY: "resource-group.create"},
+    "console:resource-group-update": {ANY: "resource-group.update"},
     # REST API
     "catalog-list": {"POST": "catalog.create"},
     "catalog-detail": {"PUT": "catalog.update", "PATCH": "catalog.update", "DELETE": "catalog.delete"},
@@ -57,6 +59,8 @@ ACTIONS: dict[str, dict[str, str]] = {
     "query-cancel": {ANY: "query.cancel"},
     "cached-result-detail": {"DELETE": "cached-result.drop"},
     "cached-result-invalidate": {ANY: "cached-result.invalidate"},
+    "resource-group-list": {"POST": "resource-group.create"},
+    "resource-group-detail": {"PATCH": "resource-group.update", "DELETE": "resource-group.delete"},
 }
 
 # Where a URL's ``pk`` points, by the first word of its name (``process-kill`` -> Process).
@@ -68,10 +72,16 @@ TARGETS: dict[str, str] = {
     "query": "processes.Query",
     "cached": "storage.CachedResult",
     "plugin": "processes.PluginConfig",
+    "resource": "processes.ResourceGroup",
 }
 
 # Admin pages: model -> the noun of its actions, and the verbs of the admin's operations.
-ADMIN_NOUNS = {"storagebackend": "storage", "pluginconfig": "plugin", "tokenproxy": "token"}
+ADMIN_NOUNS = {
+    "storagebackend": "storage",
+    "pluginconfig": "plugin",
+    "tokenproxy": "token",
+    "resourcegroup": "resource-group",
+}
 ADMIN_VERBS = {"add": "create", "change": "update", "delete": "delete", "changelist": "bulk"}
 ADMIN_SPECIAL = {
     "table.create": "table.register",

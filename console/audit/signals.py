@@ -13,7 +13,7 @@ from django.db.models.signals import m2m_changed, post_save, pre_save
 
 from console.audit import recording
 from console.roles import ROLES
-from processes.models import PluginConfig
+from processes.models import PluginConfig, ResourceGroup
 from storage.models import Catalog, StorageBackend, Table
 
 #: The settings each model's diff covers (a table's refresh changes other fields: not audited).
@@ -22,8 +22,15 @@ WATCHED: dict[type, tuple[str, ...]] = {
     Table: ("properties",),
     StorageBackend: ("name", "type", "config", "quota_bytes", "is_default"),
     PluginConfig: ("enabled", "priority", "properties"),
+    ResourceGroup: ("name", "queue", "max_concurrency", "compute_budget_seconds", "namespace_patterns"),
 }
-NOUNS = {Catalog: "catalog", Table: "table", StorageBackend: "storage", PluginConfig: "plugin"}
+NOUNS = {
+    Catalog: "catalog",
+    Table: "table",
+    StorageBackend: "storage",
+    PluginConfig: "plugin",
+    ResourceGroup: "resource-group",
+}
 MAX_CHANGES = 50
 
 

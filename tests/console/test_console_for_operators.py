@@ -333,6 +333,13 @@ EXPECTED_TAGS = {
         "DELETE /api/v1/grants/{id}/",
     },
     "plugins": {"GET /api/v1/plugins/"},
+    "resource groups": {
+        "GET /api/v1/resource-groups/",
+        "POST /api/v1/resource-groups/",
+        "GET /api/v1/resource-groups/{id}/",
+        "PATCH /api/v1/resource-groups/{id}/",
+        "DELETE /api/v1/resource-groups/{id}/",
+    },
 }
 
 

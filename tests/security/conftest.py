@@ -80,6 +80,9 @@ def lake(warehouse, test_plugin) -> Lake:
     lake.alert_channel = AlertChannel.objects.create(
         name="matrix", kind="webhook", url="http://127.0.0.1:9/hook"
     )
+    from processes.groups.models import ResourceGroup
+
+    lake.resource_group = ResourceGroup.objects.create(name="matrix-group")
     return lake
 
 

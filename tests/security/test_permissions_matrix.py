@@ -155,6 +155,14 @@ RULES: dict[str, Rule] = {
     # Alerts (issue 16): admins only.
     "console:alerts": Rule(CONSOLE, {"GET": ADMIN}),
     "console:alert-channel-test": Rule(CONSOLE, {"POST": ADMIN}, obj="alert_channel", body=lambda lake: {}),
+    # Resource groups (issue 31): the capacity page, operators and admins.
+    "console:capacity": Rule(CONSOLE, {"GET": OPERATOR}),
+    "console:resource-group-create": Rule(
+        CONSOLE, {"POST": ADMIN}, body=lambda lake: {"name": "matrix-page", "max_concurrency": "2"}
+    ),
+    "console:resource-group-update": Rule(
+        CONSOLE, {"POST": ADMIN}, obj="resource_group", body=lambda lake: {"max_concurrency": "3"}
+    ),
     # --- public ----------------------------------------------------------------------------------
     "healthz": Rule(PUBLIC, {"GET": ANYONE}),
     "favicon": Rule(PUBLIC, {"GET": ANYONE}),
@@ -257,6 +265,16 @@ RULES: dict[str, Rule] = {
     ),
     "alert-channel-test": Rule(API, {"POST": ADMIN}, obj="alert_channel", body=lambda lake: {}),
     "alert-delivery-list": Rule(API, {"GET": ADMIN}),
+    # Resource groups (issue 31): operators read, admins write.
+    "resource-group-list": Rule(
+        API, {"GET": OPERATOR, "POST": ADMIN}, body=lambda lake: {"name": "matrix-new", "max_concurrency": 2}
+    ),
+    "resource-group-detail": Rule(
+        API,
+        {"GET": OPERATOR, "PATCH": ADMIN, "DELETE": ADMIN},
+        obj="resource_group",
+        body=lambda lake: {"max_concurrency": 3},
+    ),
 }
 
 
