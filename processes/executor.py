@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
+from processes.health import health_scores
 from processes.models import STARTED_STATUSES, Process, ProcessStatus, statuses_leading_to
 from processes.plugin import ProcessCancelled, ProcessContext, ProcessInputError, ProcessRecord
 from processes.registry import configured_factories
@@ -27,6 +28,7 @@ from processes.watch import Watch
 from storage.errors import Conflict
 from storage.io import is_local
 from storage.models import Table
+from storage.refresh import refresh_facts
 from storage.selectors import jsonable
 
 logger = logging.getLogger(__name__)
@@ -219,6 +221,8 @@ def _execute(process: Process) -> str:
     """Run the factory's process under a heartbeat and reach a terminal state on every path."""
     heartbeat = None
     context = None
+    started = time.monotonic()
+    before: dict[str, Any] = {}
     try:
         configured = {c.name: c for c in configured_factories(include_disabled=True)}.get(process.factory)
         if configured is None:
@@ -228,6 +232,7 @@ def _execute(process: Process) -> str:
         heartbeat = _heartbeat(context, settings.LAKEWARDEN_HEARTBEAT_SECONDS)
         context.cancelled = heartbeat.cancelled
         heartbeat.start()
+        before = _facts(process.table_id)
         record = ProcessRecord(
             id=process.pk,
             action=process.action,
@@ -241,11 +246,14 @@ def _execute(process: Process) -> str:
         summary = table_process.run(context) or {}
         heartbeat.stop()
         heartbeat.tick()  # last progress in the row
-        return _finish_success(process, summary)
+        return _finish_success(process, summary, before=before, started=started)
     except ProcessCancelled:
-        return _finish_cancelled(process, CANCELLED)
+        status = _finish_cancelled(process, CANCELLED)
+        _record_unfinished(process, before, started)
+        return status
     except BaseException as error:  # SoftTimeLimitExceeded and SystemExit too: never stay RUNNING
         status = _finish_failed(process, error)
+        _record_unfinished(process, before, started)
         if not isinstance(error, Exception):
             raise
         return status
@@ -256,10 +264,52 @@ def _execute(process: Process) -> str:
             context.release_spark()
 
 
-def _finish_success(process: Process, summary: dict[str, Any]) -> str:
-    transition(process, ProcessStatus.SUCCESS, summary=jsonable(summary), heartbeat_at=timezone.now())
+def _finish_success(
+    process: Process, summary: dict[str, Any], *, before: dict[str, Any], started: float
+) -> str:
+    """SUCCESS, with the table's facts re-read in this task (the figures every page shows are the
+    ones after the commit) and what the run measurably did and cost kept on the row."""
+    summary = jsonable(summary)
     Table.objects.filter(pk=process.table_id).update(last_maintenance_at=timezone.now())
+    after = _facts(process.table_id)
+    measured = {"before": before, "after": after, "cost": _cost(summary, started)}
+    transition(
+        process, ProcessStatus.SUCCESS, summary=summary, measured=measured, heartbeat_at=timezone.now()
+    )
     return ProcessStatus.SUCCESS
+
+
+def _facts(table_id: int) -> dict[str, Any]:
+    """The table's facts re-read from its metadata now, with its health score; {} when they could
+    not be read (the refresh error is in the facts when the metadata could not)."""
+    try:
+        facts = refresh_facts(table_id) or {}
+    except Exception:  # noqa: BLE001 - a process's outcome never depends on the figures
+        logger.warning("could not refresh the facts of table %s", table_id, exc_info=True)
+        return {}
+    facts["health"] = health_scores(timezone.now(), [table_id]).get(table_id)
+    return facts
+
+
+def _cost(summary: dict[str, Any], started: float) -> dict[str, Any]:
+    """Worker-seconds (the worker slot's time on the process, refreshes included) and the bytes
+    the summary says were read and written (0 when it does not say)."""
+
+    def count(key: str) -> int:
+        value = summary.get(key)
+        return int(value) if isinstance(value, int | float) else 0
+
+    return {
+        "worker_seconds": round(time.monotonic() - started, 3),
+        "bytes_read": count("bytes_in"),
+        "bytes_written": count("bytes_out"),
+    }
+
+
+def _record_unfinished(process: Process, before: dict[str, Any], started: float) -> None:
+    """A failed or cancelled run's cost and the facts it started from (nothing was committed)."""
+    measured = {"before": before, "after": {}, "cost": _cost({}, started)}
+    Process.objects.filter(pk=process.pk).update(measured=measured)
 
 
 #: The reason a cancelled process shows: one line, whatever the cancel interrupted (a Spark job's

@@ -101,6 +101,11 @@ class Process(models.Model):
         blank=True,
         help_text="What the factory predicted when the process was created (plan preview)",
     )
+    measured = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The table's facts before and after the run and its cost (processes/executor.py)",
+    )
     failure = models.TextField(blank=True)
     attempt = models.PositiveIntegerField(default=1)
     max_retries = models.PositiveIntegerField(default=3)

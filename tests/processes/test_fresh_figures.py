@@ -1,0 +1,112 @@
+"""Fresh figures and measured benefit and cost (issue 31): a process re-reads its table's facts
+before it runs and after it commits, in the same task, and keeps both on its row with its cost.
+Every expected fact is what the spec API reads from the table's own metadata."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from html import unescape
+
+from django.utils import timezone
+
+from processes.health import format_remedies, health_scores, remedies_of
+from processes.models import Process, ProcessStatus
+from storage.health import TableFacts, table_health
+from storage.models import Table
+from storage.refresh import table_facts
+from tests.storage.test_active_refresh import append_delta, spec_facts
+
+
+def _health(facts: dict, maintained: dt.datetime | None, now: dt.datetime) -> int:
+    counts = TableFacts(facts["files"], facts["small_files"], facts["snapshots"], facts["compactable_files"])
+    return table_health(counts, maintained, 0, now, remedies_of(format_remedies(), "delta")).score
+
+
+def test_a_compaction_keeps_the_tables_real_facts_before_and_after_and_refreshes_its_row(make_delta, run_now):
+    table, path = make_delta(files=12)
+    append_delta(path, 1000)  # another writer: the row still says 12 files
+    assert Table.objects.get(pk=table.pk).file_count == 12
+    before = spec_facts(table)
+
+    process = run_now(table, "rewrite")
+
+    assert process.status == ProcessStatus.SUCCESS, process.failure
+    after = spec_facts(table)
+    row = Table.objects.get(pk=table.pk)
+    assert (before["files"], before["compactable_files"], after["files"]) == (13, 13, 1)
+    assert table_facts(row) == after  # the figures every page shows are the ones after the commit
+    now = timezone.now()  # (a never maintained table's score does not depend on the time)
+    assert process.measured["before"] == {**before, "health": _health(before, None, now)}
+    assert process.measured["after"] == {**after, "health": health_scores(now, [table.pk])[table.pk]}
+    assert process.measured["after"]["health"] == _health(after, row.last_maintenance_at, now)
+    cost = process.measured["cost"]
+    assert (cost["bytes_read"], cost["bytes_written"]) == (
+        process.summary["bytes_in"],
+        process.summary["bytes_out"],
+    )
+    assert cost["bytes_read"] == before["bytes"] and cost["worker_seconds"] > 0
+
+
+def test_a_failed_process_keeps_the_facts_it_started_from_and_its_cost(test_plugin, make_delta, run_now):
+    table, _ = make_delta(files=3)
+
+    process = run_now(table, "touch", {"fail": True})
+
+    assert process.status == ProcessStatus.FAILED
+    facts = spec_facts(table)  # its health then: before the failure counted
+    assert process.measured["before"] == {**facts, "health": _health(facts, None, timezone.now())}
+    assert process.measured["after"] == {}
+    assert (process.measured["cost"]["bytes_read"], process.measured["cost"]["bytes_written"]) == (0, 0)
+
+
+def test_the_process_page_shows_predicted_beside_measured(client_as, viewer, db):
+    table = Table.objects.create(name="orders", format="delta", location="/lake/orders")
+    before = {
+        "files": 454,
+        "small_files": 454,
+        "compactable_files": 450,
+        "snapshots": 30,
+        "bytes": 9000,
+        "health": 71,
+    }
+    after = {
+        "files": 18,
+        "small_files": 2,
+        "compactable_files": 0,
+        "snapshots": 31,
+        "bytes": 8800,
+        "health": 9,
+    }
+    process = Process.objects.create(
+        table=table, action="rewrite", factory="delta-rewrite", status=ProcessStatus.SUCCESS,
+        preview={"available": True, "bytes_in": 9000, "bytes_out": 8900, "health_after": 8,
+                 "facts_after": {"file_count": 17, "small_file_count": 1, "compactable_file_count": 0,
+                                 "instant_count": 31}},
+        measured={"before": before, "after": after,
+                  "cost": {"worker_seconds": 12.5, "bytes_read": 9000, "bytes_written": 8800}},
+    )  # fmt: skip
+
+    html = client_as(viewer).get(f"/processes/{process.pk}/").content.decode()
+
+    section = html[html.index('id="measured"') :]
+    rows = [
+        [
+            unescape(re.sub(r"<[^>]+>", "", cell)).strip()
+            for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row)
+        ]
+        for row in re.findall(r"<tr>(.*?)</tr>", section[: section.index("</section>")], re.S)
+    ]
+    assert rows == [
+        ["", "Before", "Predicted after", "Measured after"],
+        ["files", "454", "17", "18"],
+        ["small files", "454", "1", "2"],
+        ["compactable files", "450", "0", "0"],
+        ["snapshots", "30", "31", "31"],
+        ["size", "8.8 KiB", "—", "8.6 KiB"],
+        ["health score", "71", "8", "9"],
+        ["", "Predicted", "Measured"],
+        ["worker-seconds", "—", "12.5"],
+        ["bytes read", "8.8 KiB", "8.8 KiB"],
+        ["bytes written", "8.7 KiB", "8.6 KiB"],
+    ]
