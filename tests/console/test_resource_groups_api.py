@@ -258,3 +258,33 @@ def test_an_admin_creates_and_changes_a_group_on_the_capacity_page_and_bad_input
     ]
     assert _client(operator).post("/capacity/groups/", {"name": "y"}).status_code == 403
     assert 'action="/capacity/groups/"' not in _client(operator).get("/capacity/").content.decode()
+
+
+def test_lakewarden_serve_starts_a_worker_on_each_groups_queue(settings):
+    from console.management.commands.lakewarden_serve import Command
+
+    ResourceGroup.objects.create(name="nightly", max_concurrency=3)
+    ResourceGroup.objects.create(name="own", queue="maintenance.own", max_concurrency=1)
+
+    commands = Command().commands(host="127.0.0.1", port=8000, concurrency=2, light_concurrency=1)
+
+    def option(name: str, flag: str) -> str:
+        return commands[name][commands[name].index(flag) + 1]
+
+    assert sorted(commands) == [
+        "beat",
+        "group nightly worker",
+        "group own worker",
+        "heavy worker",
+        "light worker",
+        "web",
+    ]
+    assert (option("group nightly worker", "--queues"), option("group nightly worker", "--concurrency")) == (
+        f"{settings.LAKEWARDEN_HEAVY_QUEUE}.nightly",
+        "3",
+    )
+    assert (option("group own worker", "--queues"), option("group own worker", "--concurrency")) == (
+        "maintenance.own",
+        "1",
+    )
+    assert option("group own worker", "--hostname").startswith("group-own@")

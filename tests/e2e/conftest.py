@@ -82,7 +82,7 @@ class CeleryProcesses:
             "--concurrency",
             str(concurrency),
             "--queues",
-            queue_names[queues],
+            queue_names.get(queues, queues),  # or a queue named as it is (a resource group's)
             "--hostname",
             self._node_name(name),
             "--without-gossip",

@@ -1,8 +1,10 @@
 """``manage.py lakewarden_serve``: the whole console on one machine, in the foreground.
 
 Starts the web server (gunicorn), one Celery worker for the light queue (scheduler ticks, reaper,
-kills, metadata refreshes), one for the heavy queue (processes and queries, each holding a Spark
-session) and Celery beat. On several machines, run these pieces separately instead (README,
+kills, metadata refreshes), one for the heavy queue (processes of the ``default`` resource group and
+queries, each holding a Spark session), one per other resource group on that group's queue (as many
+processes as its concurrency budget) and Celery beat. A group added later gets its worker at the
+next start (the capacity page shows a group no worker consumes the queue of). On several machines, run these pieces separately instead (README,
 "Deployment"): any number of light and heavy workers, exactly one beat.
 
 It supervises them: a child that exits (a crash, an out-of-memory kill) is started again after a
@@ -115,6 +117,24 @@ def web_command(
         str(LIMIT_REQUEST_FIELD_SIZE),
         *control,
     ]
+
+
+def group_queues() -> list[tuple[str, str, int]]:
+    """(name, queue, concurrency budget) of each resource group other than ``default`` (whose queue
+    is the heavy one); none when the groups cannot be read (said in the log)."""
+    try:
+        from processes.groups.models import ResourceGroup
+
+        return [
+            (group.name, group.effective_queue, group.max_concurrency)
+            for group in ResourceGroup.objects.order_by("name")
+            if not group.is_default and group.effective_queue != settings.LAKEWARDEN_HEAVY_QUEUE
+        ]
+    except Exception as error:  # no database yet, or not migrated: the groups' workers are left out
+        sys.stderr.write(
+            f"lakewarden_serve: no resource group workers: the groups could not be read ({error})\n"
+        )
+        return []
 
 
 @dataclass
@@ -230,6 +250,12 @@ class Command(BaseCommand):
             "heavy worker": worker_command(
                 python, name="heavy", queue=settings.LAKEWARDEN_HEAVY_QUEUE, concurrency=concurrency
             ),
+            **{
+                f"group {name} worker": worker_command(
+                    python, name=f"group-{name}", queue=queue, concurrency=slots
+                )
+                for name, queue, slots in group_queues()
+            },
             "beat": [
                 python,
                 "-m",
@@ -345,6 +371,10 @@ class Command(BaseCommand):
                 f"  light worker: queue {settings.CELERY_TASK_DEFAULT_QUEUE}, concurrency {light_concurrency}\n"
                 f"  heavy worker: queue {settings.LAKEWARDEN_HEAVY_QUEUE}, concurrency {concurrency}, "
                 f"Spark {spark}"
+                + "".join(
+                    f"\n  resource group {name} worker: queue {queue}, concurrency {slots}"
+                    for name, queue, slots in group_queues()
+                )
             )
         )
         self.stdout.flush()
