@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test setup setup-test serve bench lint format clean
+.PHONY: demo test setup setup-test serve bench lint format clean image
 
 # LAKEWARDEN_DEMO_STORAGE=s3 make demo: the demo lakehouse on a SeaweedFS under var/seaweedfs, which
 # lakewarden_serve then runs as one of its children; its prefixes (the REST catalog's tables under
@@ -27,6 +27,13 @@ demo: setup
 PYTEST_WORKERS ?= 0
 test: setup-test
 	PROMETHEUS_MULTIPROC_DIR=$$(mktemp -d) LAKEWARDEN_REQUIRE_NATIVE=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+# The container image (Dockerfile) as lakewarden:latest (IMAGE=name:tag for another): wheels built on
+# this machine first (deploy/wheelhouse, reused), the Debian base made with debootstrap where no
+# registry answers; podman, else docker. docs/operating/deployment.md runs it.
+IMAGE ?= lakewarden:latest
+image:
+	deploy/build-image.sh $(IMAGE)
 
 setup:
 	scripts/setup.sh
