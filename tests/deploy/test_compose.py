@@ -32,6 +32,10 @@ from tests.deploy.containers import (
     why_podman_cannot_run,
 )
 
+# Slow and end to end, but outside tests/e2e on purpose: with PYTEST_WORKERS=2 it runs beside the
+# e2e chain (tests/xdist_worker.py keeps that on one worker) instead of lengthening it.
+pytestmark = pytest.mark.e2e
+
 PROJECT = "lakewarden-deploy-test"
 PASSWORD = "compose-test-password"
 DEMO_SCALE = "20"
