@@ -88,8 +88,32 @@ def _strategy(operation, real_ids: dict[str, int]):
 
 
 # The viewer first (it cannot change what the others' writes would change), then the operator (runs
-# processes and queries, no settings), then the admin.
-ROLES = (VIEWER, OPERATOR, ADMIN)
+# processes and queries, no settings), then the admin, then an operator whose team's grant covers
+# the lake's table only (console/teams: the catalog and anything else are hidden from it).
+TEAM_OPERATOR = "team operator"
+ROLES = (VIEWER, OPERATOR, ADMIN, TEAM_OPERATOR)
+
+
+def _with_teams(lake, users) -> dict:
+    """Teams on for the run: the viewer and the operator in a team granted the lake's catalog and
+    table (so they reach what they reached without teams), and a team operator (operator role, a
+    team with an operator grant on the lake's table alone)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    from console.teams.models import Grant, Team, TeamMember
+
+    everyone = Team.objects.create(name="fuzz-everyone")
+    Grant.objects.create(team=everyone, role="operator", catalog=lake.catalog)
+    Grant.objects.create(team=everyone, role="operator", table=lake.table)
+    for role in (VIEWER, OPERATOR):
+        TeamMember.objects.create(team=everyone, user=users[role])
+    member = get_user_model().objects.create_user(username="team-operator", password="correct horse battery")
+    member.groups.add(Group.objects.get_or_create(name=OPERATOR)[0])
+    narrow = Team.objects.create(name="fuzz-narrow")
+    Grant.objects.create(team=narrow, role="operator", table=lake.table)
+    TeamMember.objects.create(team=narrow, user=member)
+    return {**users, TEAM_OPERATOR: member}
 
 
 def _generate_and_call(strategy, call, cases: list) -> None:
@@ -162,6 +186,7 @@ def fuzz_report(live_server, keep_alive_without_delays, lake, users, no_waiting_
     import requests
     from rest_framework.authtoken.models import Token
 
+    users = _with_teams(lake, users)
     headers = {
         role: {"Authorization": f"Token {Token.objects.create(user=users[role]).key}"} for role in ROLES
     }
@@ -202,7 +227,8 @@ def fuzz_report(live_server, keep_alive_without_delays, lake, users, no_waiting_
 
 
 def test_the_api_answers_every_request_without_a_server_error_and_as_documented(fuzz_report):
-    """As the viewer, the operator and the admin (one generation of cases, sent as each role)."""
+    """As the viewer, the operator, the admin and a team's operator (one generation of cases, sent
+    as each role)."""
     operations, failures = fuzz_report
 
     assert operations >= 20, f"the schema lists only {operations} operations"
