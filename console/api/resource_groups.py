@@ -5,7 +5,7 @@ kept) are the services' (processes/groups/services.py), so the admin and the API
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, status, viewsets
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.response import Response
 
 from console.api.base import ApiDefaults
@@ -69,17 +69,13 @@ class ResourceGroupWriteSerializer(serializers.Serializer):
     tables = serializers.PrimaryKeyRelatedField(many=True, queryset=Table.objects.all(), required=False)
 
 
-class ResourceGroupViewSet(ApiDefaults, viewsets.GenericViewSet):
+class ResourceGroupViewSet(
+    ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     serializer_class = ResourceGroupSerializer
     queryset = ResourceGroup.objects.prefetch_related("catalogs")
     write_role = ADMIN
     action_roles = {"list": OPERATOR, "retrieve": OPERATOR}
-
-    def list(self, request):
-        return Response(ResourceGroupSerializer(self.get_queryset(), many=True).data)
-
-    def retrieve(self, request, pk=None):
-        return Response(ResourceGroupSerializer(self.get_object()).data)
 
     @extend_schema(request=ResourceGroupWriteSerializer, responses={201: ResourceGroupSerializer})
     def create(self, request):
