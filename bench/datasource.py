@@ -10,7 +10,7 @@ the data files.
 
 Each query runs side by side in one Spark session (local[2], warmed up): plain
 ``spark.read.parquet`` over the data files; the workbench's path (``processes.queries``'s views
-over ``read_table``, which takes Spark's parquet reader and applies position deletes by row index);
+over ``read_table``, which takes Spark's parquet reader when nothing needs merging);
 and the same views over the data source itself (``spark.read.format("lakewarden")``), on the table
 without and with deletes. Queries: a group-by with count distinct (the issue's), and a selective range
 filter (row-group skipping). Every answer is checked against pyarrow's over the same rows.
@@ -332,10 +332,9 @@ def _report(size: int, files: int, runs: int, rows: list[str]) -> str:
             " deletes.",
             "",
             "- `read_table` is what the workbench and every Spark job run: Spark's own parquet reader"
-            " over the files the spec API lists when their layout is plain, with position deletes and"
-            " deletion vectors taken out by a left anti-join on (file, `_metadata.row_index`); the data"
-            ' source (forced here with `spark.read.format("lakewarden")`) reads what Spark\'s reader'
-            " cannot (equality deletes, merge-on-read logs, renamed columns, object stores without s3a)",
+            " over the files the spec API lists when their layout is plain and nothing needs merging;"
+            ' the data source (forced here with `spark.read.format("lakewarden")`) reads the rest'
+            " (deletes, merge-on-read logs, renamed columns, object stores without s3a)",
             "- the data source's path is the workbench's: `sql_over_views` plans the query over full-width"
             " views, reads from Spark's optimized plan the columns each data-source relation needs (and"
             " the columns of filters pushed into it) and reads only those; the file reader skips row"

@@ -24,7 +24,7 @@ from storage.formats.delta._evolve import (
 from storage.formats.delta._log import DeltaLog, LogSnapshot, Store
 from storage.formats.delta._types import DeltaSchema, SchemaError, millis_to_datetime, parse_stats
 from storage.formats.delta.index import DeltaFileIndex
-from storage.formats.delta.read import positional_deletes, read_cdf, read_slices
+from storage.formats.delta.read import read_cdf, read_slices
 from storage.io.stores import StoreOptions
 from storage.spec.errors import CorruptTable, InstantNotFound, InvalidRange, UnsupportedFeature
 from storage.spec.expressions import Expression, bind_filter
@@ -285,10 +285,6 @@ class DeltaSpecTable(SpecTable):
                 return tuple(row_group_offsets(pq.ParquetFile(handle).metadata))
         except (OSError, ValueError) as exc:
             raise CorruptTable(f"data file {data_file.path} cannot be read: {exc}") from exc
-
-    def positional_deletes(self, file_slices: Iterable[FileSlice]) -> dict[str, Any]:
-        """Deletion vectors, as row positions by data file path."""
-        return positional_deletes(self.store, file_slices)
 
     def plain_parquet_layout(self) -> bool:
         """Files store the table's columns under their names and types unless column mapping or

@@ -46,7 +46,7 @@ from storage.formats.iceberg._lineage import fill as fill_lineage
 from storage.formats.iceberg._lineage import is_lineage, lineage_positions
 from storage.formats.iceberg._orc import OrcFile, reads_whole_file
 from storage.formats.iceberg._puffin import read_deletion_vector
-from storage.spec.errors import CorruptTable, NotSupported, UnsupportedFeature
+from storage.spec.errors import CorruptTable, UnsupportedFeature
 from storage.spec.models import DataFile, FileContent, FileSlice, Split, SplitPart
 from storage.spec.parquet import INT96_UNIT, cast_column, open_parquet
 from storage.spec.rowgroups import (
@@ -343,7 +343,7 @@ class SliceReader:
         """The table rows of a data file's batches: ``runs`` are (file row index of the first
         row, consecutive batches from there); deletes, lineage and the filter applied."""
         identity = IdentityValues(base, self._fields_by_id)
-        deleted_positions = _deleted_positions(self._io, self._deletes, base, positional)
+        deleted_positions = self._positions(base, positional)
         equality_sets = [self._equality_set(d, target_fields) for d in equality]
         lineage = lineage_positions(target_fields)
         for offset, batches in runs:
@@ -414,6 +414,21 @@ class SliceReader:
             return constant_source(_missing(target, 1, identity), target.type)
         except CorruptTable:
             return None  # the read itself reports it
+
+    def _positions(self, base: DataFile, positional: list[DataFile]) -> np.ndarray | None:
+        """Sorted unique deleted row positions of ``base`` (int64) from its position delete
+        files and its deletion vector."""
+        if not positional:
+            return None
+        chunks: list[Any] = []
+        for delete_file in positional:
+            if delete_file.content is FileContent.DELETION_VECTOR:
+                chunks.append(read_deletion_vector(self._io, delete_file, base.path))
+            else:
+                found = self._deletes.positions(delete_file).get(base.path)
+                if found is not None:
+                    chunks.append(found)
+        return sorted_positions(chunks)
 
     def _equality_set(self, delete_file: DataFile, target_fields: list[pa.Field]) -> tuple[list[str], Any]:
         """(table column names, deleted values) of one equality delete file."""
@@ -509,41 +524,6 @@ def _table_batch(
         else:
             arrays.append(_conform(batch.column(source.name), source, target, identity, where))
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(target_fields))
-
-
-def _deleted_positions(
-    file_io: Any, deletes: _DeleteCache, base: DataFile, positional: list[DataFile]
-) -> np.ndarray | None:
-    """Sorted unique deleted row positions of ``base`` (int64) from its position delete files
-    and its deletion vector."""
-    if not positional:
-        return None
-    chunks: list[Any] = []
-    for delete_file in positional:
-        if delete_file.content is FileContent.DELETION_VECTOR:
-            chunks.append(read_deletion_vector(file_io, delete_file, base.path))
-        else:
-            found = deletes.positions(delete_file).get(base.path)
-            if found is not None:
-                chunks.append(found)
-    return sorted_positions(chunks)
-
-
-def positional_deletes(file_io: Any, file_slices: Iterable[FileSlice]) -> dict[str, np.ndarray]:
-    """``SpecTable.positional_deletes`` of an Iceberg table: one delete cache for every slice,
-    so a delete file covering a partition is read once."""
-    deletes = _DeleteCache(file_io)
-    found: dict[str, np.ndarray] = {}
-    for file_slice in file_slices:
-        if not file_slice.delete_files:
-            continue
-        base = file_slice.base_file
-        if base is None or any(f.content is FileContent.EQUALITY_DELETES for f in file_slice.delete_files):
-            raise NotSupported("iceberg", "deleted row positions of a slice with equality deletes")
-        positions = _deleted_positions(file_io, deletes, base, list(file_slice.delete_files))
-        if positions is not None and len(positions):
-            found[base.path] = positions
-    return found
 
 
 class TupleSet:

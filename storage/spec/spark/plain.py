@@ -12,23 +12,17 @@ option; the plans Spark shows name the source, not its options).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
-import os
-import re
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from storage.io.paths import local_path
 from storage.io.stores import StoreOptions, is_object_store
-from storage.spec.errors import NotSupported, SpecError
+from storage.spec.errors import SpecError
 from storage.spec.models import FileSlice
 from storage.spec.spark.source import SOURCE_NAME, projected_schema, register
 from storage.spec.spark.types import (
@@ -76,42 +70,19 @@ def parquet_paths_if_plain(
     columns from files, Iceberg tables whose schema history renamed a column...).
     Rows are not filtered: the caller applies ``filters`` to the rows (``read_table`` does).
     """
-    plan = plain_parquet_plan(spec_table, instant, filters)
-    return None if plan is None or plan.deleted else plan.paths
-
-
-@dataclasses.dataclass(frozen=True)
-class PlainPlan:
-    """What Spark's parquet reader reads for a table: its parquet files, and the row positions
-    (sorted numpy ``int64``) that delete files remove from some of them, by file path."""
-
-    paths: list[str]
-    deleted: dict[str, Any]
-
-
-def plain_parquet_plan(spec_table: SpecTable, instant: Any = None, filters: Any = None) -> PlainPlan | None:
-    """``parquet_paths_if_plain`` that also accepts deletes by row position (position delete
-    files, deletion vectors: ``SpecTable.positional_deletes``), which Spark then applies as an
-    anti-join on ``_metadata.row_index``; None when a slice deletes by value, has log files or
-    is not parquet, or the layout is not plain."""
     if not _layout_is_plain(spec_table):
         return None
     paths: list[str] = []
-    with_deletes: list[FileSlice] = []
     for file_slice in spec_table.file_index().list_files_at(instant, filters):
-        base = file_slice.base_file
-        if base is None or base.file_format.lower() != "parquet":
+        if file_slice.base_file is None or not _slice_is_plain(file_slice):
             return None
-        paths.append(base.path)
-        if file_slice.delete_files:
-            with_deletes.append(file_slice)
-    if not with_deletes:
-        return PlainPlan(paths, {})
-    try:
-        deleted = spec_table.positional_deletes(with_deletes)
-    except NotSupported:
-        return None
-    return PlainPlan(paths, deleted)
+        paths.append(file_slice.base_file.path)
+    return paths
+
+
+def _slice_is_plain(file_slice: FileSlice) -> bool:
+    base = file_slice.base_file
+    return not file_slice.delete_files and base is not None and base.file_format.lower() == "parquet"
 
 
 def _layout_is_plain(table: SpecTable) -> bool:
@@ -163,9 +134,9 @@ def read_table(
         _say_fast_path_needs_s3a(location)
     # metadata columns (not stored as plain columns) are computed by the spec reader
     plain = not on_object_store and all(name in schema.names for name in projected.names)
-    plan = plain_parquet_plan(table, instant, expr) if plain else None
-    frame = _parquet_frame(spark, schema, plan) if plan is not None else None
-    if frame is not None:
+    paths = parquet_paths_if_plain(table, instant, expr) if plain else None
+    if paths is not None:
+        frame = _parquet_frame(spark, schema, paths)
         if expr is not None:
             frame = frame.filter(to_spark(expr))
         return frame.select(*[_spark_column(name) for name in projected.names])
@@ -196,65 +167,11 @@ def _parallelism(spark: SparkSession) -> int:
         return 0
 
 
-def _parquet_frame(spark: SparkSession, arrow_schema: pa.Schema, plan: PlainPlan) -> DataFrame | None:
-    """Spark's parquet reader over the plan's files, with its deleted positions taken out by a
-    left anti-join on (file, ``_metadata.row_index``); None when Spark names a file with deletes
-    in a way that cannot be matched to it (the caller reads through the data source)."""
+def _parquet_frame(spark: SparkSession, arrow_schema: pa.Schema, paths: list[str]) -> DataFrame:
     schema = arrow_schema_to_spark(arrow_schema)
-    if not plan.paths:
+    if not paths:
         return spark.createDataFrame([], schema)
-    frame = spark.read.schema(schema).parquet(*plan.paths)
-    if not plan.deleted:
-        return frame
-    return _without_deleted_rows(spark, frame, plan.deleted)
-
-
-_FILE, _ROW, _ID = "__lakewarden_file", "__lakewarden_row", "__lakewarden_file_id"
-_SCHEME = "^file:/+"  # Spark spells local files file:/x in _metadata and file:///x in inputFiles
-
-
-def _spark_file_key(uri: str) -> str:
-    """The local file Spark reads for one of its file URIs (percent-encoded by Hadoop)."""
-    return os.path.normpath(unquote(re.sub(_SCHEME, "/", uri)))
-
-
-def _our_file_key(path: str) -> str:
-    """The local file Spark reads for a path given to ``spark.read.parquet``: Hadoop takes the
-    path of a ``file:`` URI literally (no percent-decoding), as pyiceberg's file IO does."""
-    return os.path.normpath(str(local_path(path, percent_decoded=False)))
-
-
-def _without_deleted_rows(spark: SparkSession, frame: DataFrame, deleted: dict[str, Any]) -> DataFrame | None:
-    from pyspark.sql import functions as F
-
-    by_key = {_spark_file_key(uri): re.sub(_SCHEME, "/", uri) for uri in frame.inputFiles()}
-    files: list[str] = []  # Spark's spelling, scheme cut, of each file with deletes
-    ids: list[Any] = []
-    positions: list[Any] = []
-    for file_id, (path, rows) in enumerate(deleted.items()):
-        spelled = by_key.get(_our_file_key(path))
-        if spelled is None:
-            logger.warning("Spark names %s differently; reading through the data source", path)
-            return None
-        files.append(spelled)
-        ids.append(np.full(len(rows), file_id, dtype=np.int32))
-        positions.append(rows)
-    keys = spark.createDataFrame(
-        pa.table({_FILE: pa.array(files, pa.string()), _ID: pa.array(range(len(files)), pa.int32())})
-    )
-    rows_out = spark.createDataFrame(
-        pa.table({_ID: pa.array(np.concatenate(ids)), _ROW: pa.array(np.concatenate(positions))})
-    )
-    columns = frame.columns
-    marked = frame.select(
-        "*",
-        F.regexp_replace(F.col("_metadata.file_path"), _SCHEME, "/").alias(_FILE),
-        F.col("_metadata.row_index").alias(_ROW),
-    )
-    # files without deletes find no key (left join: null id), so the anti-join keeps their rows
-    with_ids = marked.join(F.broadcast(keys), on=_FILE, how="left")
-    kept = with_ids.join(rows_out, on=[_ID, _ROW], how="left_anti")
-    return kept.select(*[_spark_column(name) for name in columns])
+    return spark.read.schema(schema).parquet(*paths)
 
 
 def _spark_column(name: str) -> Any:
@@ -263,4 +180,4 @@ def _spark_column(name: str) -> Any:
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-__all__ = ["S3A_FALLBACK", "PlainPlan", "parquet_paths_if_plain", "plain_parquet_plan", "read_table"]
+__all__ = ["S3A_FALLBACK", "parquet_paths_if_plain", "read_table"]
