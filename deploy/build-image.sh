@@ -43,16 +43,17 @@ fi
 grep -viEf deploy/image-excludes.txt requirements.txt > deploy/wheelhouse/requirements-image.txt
 grep -hvE '^\s*(#|$)' plugins/*/requirements.txt deploy/image-extras.txt >> deploy/wheelhouse/requirements-image.txt
 HASH=$(sha256sum deploy/wheelhouse/requirements-image.txt | cut -c1-16)
-if [ ! -f "deploy/wheelhouse/.built-$HASH" ]; then
-  say "building the wheelhouse deploy/wheelhouse"
-  "$PY" -m pip wheel -q --no-deps -w deploy/wheelhouse -r deploy/wheelhouse/requirements-image.txt "setuptools>=69,<81"
-  rm -f deploy/wheelhouse/.built-*
-  touch "deploy/wheelhouse/.built-$HASH"
-fi
 # The wheels as an image of their own (under /tmp, where the Dockerfile's default has an empty
-# folder): the build mounts them instead of copying them into a layer.
+# folder): the build mounts them instead of copying them into a layer. An engine that already holds
+# the image of these requirements (another checkout built it) needs no wheelhouse.
 WHEELS="localhost/lakewarden-wheelhouse:$HASH"
 if ! $ENGINE image inspect "$WHEELS" >/dev/null 2>&1; then
+  if [ ! -f "deploy/wheelhouse/.built-$HASH" ]; then
+    say "building the wheelhouse deploy/wheelhouse"
+    "$PY" -m pip wheel -q --no-deps -w deploy/wheelhouse -r deploy/wheelhouse/requirements-image.txt "setuptools>=69,<81"
+    rm -f deploy/wheelhouse/.built-*
+    touch "deploy/wheelhouse/.built-$HASH"
+  fi
   printf 'FROM scratch\nCOPY . /tmp/\n' | $ENGINE build -q --tag "$WHEELS" -f - deploy/wheelhouse >/dev/null
 fi
 
