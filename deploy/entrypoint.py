@@ -189,6 +189,7 @@ def demo(arguments: list[str]) -> None:
         **s3,
     }
     _wait_for_url(f"{rest['uri']}/v1/config?warehouse=s3://{TABLE_BUCKET}/")
+    _wait_for_catalog(rest)
     result = demo_lakehouse_build_s3(
         s3_properties=s3, rest_properties=rest, scale=options.scale, report=print
     )
@@ -214,6 +215,25 @@ def _wait_for_url(url: str) -> None:
             pass
         if time.monotonic() > deadline:
             sys.exit(f"{url} did not answer in {WAIT_SECONDS:.0f} s")
+        time.sleep(1)
+
+
+def _wait_for_catalog(properties: dict[str, str]) -> None:
+    """The REST catalog lists its namespaces: its table bucket exists. The seaweedfs container
+    makes that bucket after its server answers, so /v1/config alone answers too early (the demo
+    then failed with NoSuchNamespaceError)."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        try:
+            RestCatalog("lakewarden-wait", **properties).list_namespaces()
+            return
+        except Exception as error:  # not up yet, the bucket not made yet, ...
+            if time.monotonic() > deadline:
+                sys.exit(
+                    f"the Iceberg catalog at {properties['uri']} did not list namespaces in {WAIT_SECONDS:.0f} s: {error}"
+                )
         time.sleep(1)
 
 
