@@ -188,7 +188,6 @@ def demo(arguments: list[str]) -> None:
         "credential": f"{s3['s3.access-key-id']}:{s3['s3.secret-access-key']}",
         **s3,
     }
-    _wait_for_url(f"{rest['uri']}/v1/config?warehouse=s3://{TABLE_BUCKET}/")
     _wait_for_catalog(rest)
     result = demo_lakehouse_build_s3(
         s3_properties=s3, rest_properties=rest, scale=options.scale, report=print
@@ -200,22 +199,6 @@ def demo(arguments: list[str]) -> None:
     )
     if result["failed"]:
         sys.exit(1)
-
-
-def _wait_for_url(url: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=5).read()  # noqa: S310 - the configured store
-            return
-        except urllib.error.HTTPError as error:
-            if error.code < 500:
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            sys.exit(f"{url} did not answer in {WAIT_SECONDS:.0f} s")
-        time.sleep(1)
 
 
 def _wait_for_catalog(properties: dict[str, str]) -> None:
