@@ -35,6 +35,25 @@ class TableRuntime:
         self._states = states
         self._spec_table: SpecTable | None = None
         self._guard: PathGuard | None = None
+        #: Why ``trigger`` returned None (``nothing_to_do``/``decline``), shown with the decision.
+        self.reason: str | None = None
+        self.declined = False
+
+    def nothing_to_do(self, reason: str) -> None:
+        """Say why there is nothing to do on this table now; ``trigger`` returns the result::
+
+            return runtime.nothing_to_do("no partition has 5 files under 16777216 bytes")
+
+        The scheduler keeps the reason with its decision (Maintenance tab, API). A factory that
+        returns None without it still works: its decision reads "the factory found nothing to do"."""
+        self.reason = reason
+        self.declined = False
+
+    def decline(self, reason: str) -> None:
+        """Say that this table's format (or this table) does not take the action, and why (e.g. a
+        primary-key table compacted by its own writers); ``trigger`` returns the result."""
+        self.reason = reason
+        self.declined = True
 
     @property
     def table_id(self) -> int:

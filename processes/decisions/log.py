@@ -1,0 +1,182 @@
+"""Recording decisions: a ``DecisionLog`` collects a tick's decisions and writes them in a fixed
+number of queries whatever their number (``flush``); ``record`` adds one to the log of the tick
+running now (``recording``), or writes it at once outside a tick.
+
+The same outcome again (kind, reason and group unchanged since the last decision of that
+(table, action)) only moves the last row's ``last_at`` and ``repeats``; a new outcome is a new row,
+and each (table, action) keeps its last ``KEEP`` rows (older ones are pruned in the same flush,
+looking only at the pairs it wrote)."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import datetime as dt
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from processes.decisions.models import Decision, DecisionKind
+
+#: Decisions kept per (table, action).
+KEEP = 20
+
+
+@dataclass
+class Pending:
+    table_id: int
+    action: str
+    kind: str
+    reason: str
+    group: str = ""
+    numbers: dict[str, Any] = field(default_factory=dict)
+    process_id: int | None = None
+
+
+_LAST_SQL = """
+SELECT DISTINCT ON (table_id, action) id, table_id, action, kind, reason, "group"
+FROM {decision}
+WHERE table_id = ANY(%s) AND action = ANY(%s)
+ORDER BY table_id, action, id DESC
+"""
+
+_REPEAT_SQL = """
+UPDATE {decision} d SET last_at = %s, repeats = d.repeats + 1, numbers = v.numbers, process_id = NULL
+FROM unnest(%s::bigint[], %s::jsonb[]) AS v(id, numbers) WHERE d.id = v.id
+"""
+
+_PRUNE_SQL = """
+DELETE FROM {decision} WHERE id IN (
+  SELECT id FROM (
+    SELECT id, row_number() OVER (PARTITION BY table_id, action ORDER BY id DESC) AS position
+    FROM {decision} WHERE table_id = ANY(%s) AND action = ANY(%s)
+  ) ranked WHERE position > %s
+)
+"""
+
+
+class DecisionLog:
+    """The decisions of one tick, written by ``flush`` in at most four queries."""
+
+    def __init__(self, now: dt.datetime | None = None) -> None:
+        self.now = now or timezone.now()
+        self.pending: dict[tuple[int, str], Pending] = {}
+
+    def record(
+        self,
+        table_id: int,
+        action: str,
+        kind: str,
+        reason: str,
+        *,
+        group: str | None = None,
+        numbers: dict[str, Any] | None = None,
+        process_id: int | None = None,
+    ) -> None:
+        """The decision for (``table_id``, ``action``) this tick (a later one replaces it)."""
+        if kind not in DecisionKind.values:
+            raise ValueError(f"unknown decision kind {kind!r}: one of {', '.join(DecisionKind.values)}")
+        self.pending[(table_id, action)] = Pending(
+            table_id, action, str(kind), reason, group or "", dict(numbers or {}), process_id
+        )
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def flush(self) -> int:
+        """Writes the collected decisions; returns how many new rows were inserted."""
+        if not self.pending:
+            return 0
+        pending, self.pending = self.pending, {}
+        table = Decision._meta.db_table
+        tables = sorted({key[0] for key in pending})
+        actions = sorted({key[1] for key in pending})
+        with connection.cursor() as cursor:
+            cursor.execute(_LAST_SQL.format(decision=table), [tables, actions])
+            last = {(t, a): (pk, kind, reason, group) for pk, t, a, kind, reason, group in cursor.fetchall()}
+        repeated: dict[int, Pending] = {}
+        new: list[Decision] = []
+        for key, decision in pending.items():
+            before = last.get(key)
+            if (
+                decision.kind != DecisionKind.RAN
+                and before is not None
+                and before[1:]
+                == (
+                    decision.kind,
+                    decision.reason,
+                    decision.group,
+                )
+            ):
+                repeated[before[0]] = decision
+            else:
+                new.append(_row(decision, self.now))
+        with connection.cursor() as cursor:
+            if repeated:
+                ids = list(repeated)
+                cursor.execute(
+                    _REPEAT_SQL.format(decision=table),
+                    [self.now, ids, [_json(repeated[i].numbers) for i in ids]],
+                )
+            if new:
+                Decision.objects.bulk_create(new)
+                cursor.execute(_PRUNE_SQL.format(decision=table), [tables, actions, KEEP])
+        return len(new)
+
+
+def _row(decision: Pending, now: dt.datetime) -> Decision:
+    return Decision(
+        table_id=decision.table_id,
+        action=decision.action,
+        kind=decision.kind,
+        reason=decision.reason,
+        group=decision.group,
+        numbers=decision.numbers,
+        process_id=decision.process_id,
+        at=now,
+        last_at=now,
+    )
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, default=str)
+
+
+_current: contextvars.ContextVar[DecisionLog | None] = contextvars.ContextVar("decision_log", default=None)
+
+
+@contextlib.contextmanager
+def recording(log: DecisionLog) -> Iterator[DecisionLog]:
+    """Within the block, ``record`` adds to ``log`` (the scheduler tick flushes it at the end)."""
+    token = _current.set(log)
+    try:
+        yield log
+    finally:
+        _current.reset(token)
+
+
+def record(
+    table_id: int,
+    action: str,
+    kind: str,
+    reason: str,
+    *,
+    group: str | None = None,
+    numbers: dict[str, Any] | None = None,
+    process_id: int | None = None,
+) -> None:
+    """Record a decision about (``table_id``, ``action``): in the running tick's log (written once
+    at the end of the tick), or at once when no tick is running. ``kind`` is a ``DecisionKind``
+    value; ``numbers`` the figures behind it, e.g. ``{"benefit": 0.4, "minimum": 2.0}`` for
+    ``DecisionKind.BELOW_BENEFIT``."""
+    log = _current.get()
+    if log is not None:
+        log.record(table_id, action, kind, reason, group=group, numbers=numbers, process_id=process_id)
+        return
+    once = DecisionLog()
+    once.record(table_id, action, kind, reason, group=group, numbers=numbers, process_id=process_id)
+    once.flush()
