@@ -13,6 +13,10 @@ group's row and logged) and its factories are not asked; a process is created on
 A table whose ``manual-actions`` property names an action (or is ``"*"``) is left to operators for
 it: the scheduler counts it as evaluated and never triggers it ("run now" and the preview still
 work), so a table can be kept as it is on purpose.
+
+Each due (table, action) gets a decision (``processes.decisions``): ran, nothing to do, waiting for
+a slot or for budget, manual only, declined, failed; all written in one flush at the end of the
+tick (at most ``WAITING_RECORDED`` waiting decisions per pair, the first in line).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from django.db import connection
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
+from processes.decisions import DecisionKind, DecisionLog, record, recording
+from processes.decisions.waits import budget_wait
 from processes.groups.budget import BudgetExhausted
 from processes.groups.models import ResourceGroup
 from processes.groups.tick import TickGroups
@@ -41,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 
 EVALUATION_BATCH = 100
+#: Waiting decisions (slot, budget) recorded per (format, action) per tick: the first in line.
+WAITING_RECORDED = 200
 
 
 def evaluated_key(action: str) -> str:
@@ -61,6 +69,8 @@ class TickReport:
     #: Resource group name -> due runs held back for its budgets this tick.
     held: dict[str, int] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    #: Decision rows this tick inserted (a repeated outcome updates its row instead).
+    decisions: int = 0
 
 
 #: "Not before a new snapshot": a wake time no tick reaches (a refresh blanks it).
@@ -76,24 +86,48 @@ def schedule_tick(*, now: dt.datetime | None = None) -> TickReport:
     _wake_all_if_configuration_changed(pairs)
     snapshot = _Snapshot(now)
     groups = TickGroups(now)
+    log = DecisionLog(now)
     running_by_pair: dict[tuple[str, str], int] = {}
     for table_format, action in snapshot.active:
         running_by_pair[(table_format, action)] = running_by_pair.get((table_format, action), 0) + 1
-    for (table_format, action), configured in sorted(pairs.items(), key=lambda kv: -kv[1].priority):
-        strategy = configured.factory.trigger_strategy(table_format, action)
-        free = strategy.parallelism - running_by_pair.get((table_format, action), 0)
-        due_ids = _due_table_ids(snapshot, table_format, action, strategy, now, report)
-        if not due_ids:
-            continue
-        evaluated = _evaluate(configured, action, due_ids, free, report, groups) if free > 0 else []
-        report.skipped_busy += len(due_ids) - len(evaluated)
-        _record_evaluations(evaluated, action, now)
-        asked = {table.pk for table in evaluated}
-        for table_id in due_ids:  # asked: again after the interval; left waiting: next tick
-            snapshot.wake_no_later(table_id, now + strategy.interval if table_id in asked else now)
+    with recording(log):
+        for (table_format, action), configured in sorted(pairs.items(), key=lambda kv: -kv[1].priority):
+            strategy = configured.factory.trigger_strategy(table_format, action)
+            running = running_by_pair.get((table_format, action), 0)
+            due_ids = _due_table_ids(snapshot, table_format, action, strategy, now, report)
+            if not due_ids:
+                continue
+            free = strategy.parallelism - running
+            evaluated = _evaluate(configured, action, due_ids, free, report, groups) if free > 0 else []
+            report.skipped_busy += len(due_ids) - len(evaluated)
+            _record_evaluations(evaluated, action, now)
+            asked = {table.pk for table in evaluated}
+            _record_slot_waits(log, due_ids, asked, table_format, action, strategy.parallelism, running)
+            for table_id in due_ids:  # asked: again after the interval; left waiting: next tick
+                snapshot.wake_no_later(table_id, now + strategy.interval if table_id in asked else now)
     snapshot.save_wakes()
     report.held = groups.save()
+    report.decisions = log.flush()
     return report
+
+
+def _record_slot_waits(log, due_ids, asked, table_format, action, parallelism, running) -> None:
+    """Due tables neither asked nor decided otherwise wait for one of the pair's slots."""
+    recorded = 0
+    for table_id in due_ids:
+        if recorded >= WAITING_RECORDED:
+            break
+        if table_id in asked or log.has(table_id, action):
+            continue
+        log.record(
+            table_id,
+            action,
+            DecisionKind.WAITING_SLOT,
+            f"{action} on {table_format} tables runs at most {parallelism} at once (the pair's "
+            f"parallelism); {running} were running and this tick started the others it could",
+            numbers={"parallelism": parallelism, "running": running},
+        )
+        recorded += 1
 
 
 def _evaluate(
@@ -119,6 +153,7 @@ def _evaluate(
             problem = groups.refusal(group, action)
             if problem is not None:  # filled by this tick
                 groups.hold(group, action, problem.message)
+                _record_budget_wait(groups, table_id, action, group, problem)
                 continue
             evaluated.append(table)
             if _trigger_one(configured, table, action, report, groups, group):
@@ -131,6 +166,7 @@ def _with_room(groups: TickGroups, action: str, due_ids: list[int]) -> list[int]
     groups.group_of_due = groups.resolve(due_ids)
     full: dict[int, BudgetExhausted | None] = {}
     kept = []
+    recorded = 0
     for table_id in due_ids:
         group = groups.group_of_due[table_id]
         if group.pk not in full:
@@ -140,7 +176,17 @@ def _with_room(groups: TickGroups, action: str, due_ids: list[int]) -> list[int]
             kept.append(table_id)
         else:
             groups.hold(group, action, problem.message)
+            if recorded < WAITING_RECORDED:
+                _record_budget_wait(groups, table_id, action, group, problem)
+                recorded += 1
     return kept
+
+
+def _record_budget_wait(
+    groups: TickGroups, table_id: int, action: str, group: ResourceGroup, problem: BudgetExhausted
+) -> None:
+    reason, numbers = budget_wait(groups, group, action, problem)
+    record(table_id, action, DecisionKind.WAITING_BUDGET, reason, group=group.name, numbers=numbers)
 
 
 def _wake_all_if_configuration_changed(pairs: dict[tuple[str, str], ConfiguredFactory]) -> None:
@@ -305,7 +351,14 @@ def _trigger_one(
     groups: TickGroups,
     group: ResourceGroup,
 ) -> bool:
+    def decide(kind: str, reason: str, **extra) -> None:
+        record(table.pk, action, kind, reason, group=group.name, **extra)
+
     if is_manual(table, action):
+        decide(
+            DecisionKind.MANUAL_ONLY,
+            f"the table's {MANUAL_ACTIONS} override names {action}: only operators start it (Run now)",
+        )
         return False  # evaluated (so not looked at again before the interval), never triggered
     runtime = TableRuntime(table, configured.factory.properties, states=None)
     try:
@@ -313,8 +366,18 @@ def _trigger_one(
     except Exception as error:  # a plugin's bug must not stop the tick for other tables
         logger.exception("factory %s failed to evaluate %s on table %s", configured.name, action, table.pk)
         report.errors[f"{table.pk}:{action}"] = f"{type(error).__name__}: {error}"
-        table_process = None
+        decide(DecisionKind.FAILED, f"factory {configured.name} failed: {type(error).__name__}: {error}")
+        return False
     if table_process is None:
+        if runtime.declined:
+            decide(
+                DecisionKind.DECLINED, runtime.reason or f"factory {configured.name} declines {action} here"
+            )
+        else:
+            decide(
+                DecisionKind.NOTHING_TO_DO,
+                runtime.reason or f"factory {configured.name} found nothing to do (it gave no reason)",
+            )
         return False
     try:
         process = process_create(
@@ -323,12 +386,15 @@ def _trigger_one(
     except BudgetExhausted as error:  # another tick or a manual run took the room meanwhile
         groups.usage[group.pk].active = max(groups.usage[group.pk].active, group.max_concurrency)
         groups.hold(group, action, error.message)
+        _record_budget_wait(groups, table.pk, action, group, error)
         return False
     except (Conflict, InvalidInput) as error:
         report.errors[f"{table.pk}:{action}"] = error.message
+        decide(DecisionKind.FAILED, error.message)
         return False
     groups.admitted(group, action)
     report.triggered.append(process.pk)
+    decide(DecisionKind.RAN, f"process {process.pk} started", process_id=process.pk)
     return True
 
 

@@ -84,6 +84,10 @@ class DecisionLog:
             table_id, action, str(kind), reason, group or "", dict(numbers or {}), process_id
         )
 
+    def has(self, table_id: int, action: str) -> bool:
+        """Whether this log already holds a decision for (``table_id``, ``action``)."""
+        return (table_id, action) in self.pending
+
     def __len__(self) -> int:
         return len(self.pending)
 
