@@ -1,90 +1,23 @@
 """Orphan cleanup in bounded memory: the streaming difference's peak RSS does not grow with the
 number of objects under the table location (issue 35, at 10k and 200k objects instead of 10M).
 
-Each size runs in a fresh subprocess that creates N empty files under a table location on local
-disk (every tenth unreferenced), then measures the scan (``scan_location``: listing, both sides
-spilled as sorted runs, merged, every candidate through the path guard) with the peak resident
-set of that process: VmHWM, reset through ``/proc/self/clear_refs`` right before the scan, against
-VmRSS just before it. RSS rather than tracemalloc: what runs a worker out of memory is the
-resident set, C allocations (pyarrow, pickle buffers, the allocator's fragmentation) included,
-which tracemalloc does not see; tracemalloc also slows the listing several times over. A
-subprocess per size because a peak is per process. The orphans found are compared by value.
+Each size runs in a fresh subprocess (``memory_probe``, shared with the vacuum's test): N empty
+files under a table location on local disk, every tenth unreferenced, then ``scan_location``
+(listing, both sides spilled as sorted runs, merged, every candidate through the path guard)
+measured by the peak resident set of that process; the orphans found are compared by value.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-PROBE = r"""
-import json, os, sys, time
-
-root, count, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-from processes.maintenance.iceberg.orphans import scan_location
-from storage.io.guard import PathGuard
+from tests.processes.memory_probe import CAN_RESET_PEAK, probe
 
 
-def name(i):
-    return f"{root}/data/bucket={i % 97:02d}/00000-{i}-6f1e5c1a-9d3b-4c2e-8a7f-{i:012d}.parquet"
-
-
-def status(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field):
-            return int(line.split()[1]) // 1024 ** 0 / 1024  # MiB
-
-
-for bucket in range(97):
-    os.makedirs(f"{root}/data/bucket={bucket:02d}", exist_ok=True)
-for i in range(count):
-    os.close(os.open(name(i), os.O_CREAT | os.O_WRONLY, 0o644))
-referenced = (name(i) for i in range(count) if i % 10)
-guard = PathGuard.build(root, roots=[os.path.dirname(root)])
-with open("/proc/self/clear_refs", "w") as clear:
-    clear.write("5")  # resets VmHWM to the current RSS
-before = status("VmRSS")
-started = time.monotonic()
-with scan_location(root, referenced, guard=guard, cutoff=time.time() + 3600) as scan:
-    seconds = time.monotonic() - started
-    peak = status("VmHWM")
-    orphans = [orphan.location for orphan in scan.orphans]
-    result = {"growth_mb": peak - before, "seconds": seconds, "young": scan.young, "kept": len(scan.kept)}
-with open(out, "w") as file:
-    json.dump({**result, "orphans": orphans}, file)
-"""
-
-
-def probe(tmp_path: Path, count: int) -> dict:
-    root = tmp_path / f"warehouse-{count}" / "db" / "events"
-    out = tmp_path / f"probe-{count}.json"
-    subprocess.run(
-        [sys.executable, "-c", PROBE, str(root), str(count), str(out)],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=True,
-        timeout=120,
-    )
-    found = json.loads(out.read_text())
-    expected = [
-        f"{root}/data/bucket={i % 97:02d}/00000-{i}-6f1e5c1a-9d3b-4c2e-8a7f-{i:012d}.parquet"
-        for i in range(0, count, 10)
-    ]
-    assert found["orphans"] == sorted(expected)  # exactly the unreferenced files, in path order
-    assert found["young"] == 0 and found["kept"] == 0
-    return found
-
-
-@pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="needs Linux's clear_refs")
+@pytest.mark.skipif(not CAN_RESET_PEAK, reason="needs Linux's clear_refs")
 def test_the_streaming_difference_does_not_grow_with_the_number_of_objects(tmp_path):
-    small = probe(tmp_path, 10_000)
-    large = probe(tmp_path, 200_000)
+    small = probe(tmp_path, "orphans", 10_000)
+    large = probe(tmp_path, "orphans", 200_000)
 
     # 20x the objects: the peak grows by at most one sorted run being sorted in memory
     # (spill.RUN_ITEMS tuples, about 15 MB with paths of this length) and the merge's blocks.

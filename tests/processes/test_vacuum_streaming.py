@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from processes.maintenance.delta.vacuum import vacuum_scan
 from storage.io.guard import PathGuard
+from tests.processes.memory_probe import CAN_RESET_PEAK, probe
 
 REPO = Path(__file__).resolve().parents[2]
 DAY = 86400
@@ -143,79 +142,10 @@ def test_live_deletion_vector_files_are_kept_where_deltalake_deleted_them(tmp_pa
     assert streamed(root, guard, full=True) == (set(), {}, 0)
 
 
-PROBE = r"""
-import json, os, sys, time, uuid
-
-root, count, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-from processes.maintenance.delta.vacuum import vacuum_scan
-from storage.io.guard import PathGuard
-
-
-def name(i):
-    return f"b={i % 97:02d}/part-{i:05d}-6f1e5c1a-9d3b-4c2e-8a7f-{i:012d}-c000.snappy.parquet"
-
-
-def status(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field):
-            return int(line.split()[1]) / 1024  # MiB
-
-
-for bucket in range(97):
-    os.makedirs(f"{root}/b={bucket:02d}", exist_ok=True)
-for i in range(count):
-    os.close(os.open(f"{root}/{name(i)}", os.O_CREAT | os.O_WRONLY, 0o644))
-os.makedirs(f"{root}/_delta_log")
-schema = {"type": "struct", "fields": [{"name": "b", "type": "string", "nullable": True, "metadata": {}}]}
-meta = {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}}, "schemaString": json.dumps(schema),
-        "partitionColumns": ["b"], "configuration": {}, "createdTime": 0}
-with open(f"{root}/_delta_log/{0:020d}.json", "w") as log:
-    log.write(json.dumps({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}) + "\n")
-    log.write(json.dumps({"metaData": meta}) + "\n")
-    for i in range(count):
-        if i % 10 or i % 20 == 0:
-            log.write(json.dumps({"add": {"path": name(i), "partitionValues": {"b": f"{i % 97:02d}"}, "size": 0,
-                                          "modificationTime": 0, "dataChange": True}}) + "\n")
-with open(f"{root}/_delta_log/{1:020d}.json", "w") as log:
-    for i in range(0, count, 20):
-        log.write(json.dumps({"remove": {"path": name(i), "deletionTimestamp": 0, "dataChange": True}}) + "\n")
-guard = PathGuard.build(root, roots=[os.path.dirname(root)])
-with open("/proc/self/clear_refs", "w") as clear:
-    clear.write("5")  # resets VmHWM to the current RSS
-before = status("VmRSS")
-with vacuum_scan(root, hours=0, full=True, guard=guard, now=time.time() + 60) as found:
-    peak = status("VmHWM")
-    doomed = [stored.location for stored in found.scan.removable]
-    result = {"growth_mb": peak - before, "young": found.scan.young, "kept": len(found.scan.kept)}
-with open(out, "w") as file:
-    json.dump({**result, "doomed": doomed}, file)
-"""
-
-
-def probe(tmp_path: Path, count: int) -> dict:
-    root = tmp_path / f"warehouse-{count}" / "events"
-    out = tmp_path / f"probe-{count}.json"
-    subprocess.run(
-        [sys.executable, "-c", PROBE, str(root), str(count), str(out)],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=True,
-        timeout=300,
-    )
-    found = json.loads(out.read_text())
-    expected = [
-        f"{root}/b={i % 97:02d}/part-{i:05d}-6f1e5c1a-9d3b-4c2e-8a7f-{i:012d}-c000.snappy.parquet"
-        for i in range(0, count, 10)
-    ]
-    assert found["doomed"] == sorted(expected)  # the tombstones and the untracked files, in path order
-    assert found["young"] == 0 and found["kept"] == 0
-    return found
-
-
-@pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="needs Linux's clear_refs")
+@pytest.mark.skipif(not CAN_RESET_PEAK, reason="needs Linux's clear_refs")
 def test_the_vacuum_scan_does_not_grow_with_the_number_of_objects(tmp_path):
-    small = probe(tmp_path, 10_000)
-    large = probe(tmp_path, 200_000)
+    small = probe(tmp_path, "vacuum", 10_000)
+    large = probe(tmp_path, "vacuum", 200_000)
 
     # 20x the objects: the peak grows by at most one sorted run being sorted in memory (the log's
     # actions or the listing: spill.RUN_ITEMS tuples) and the merge's blocks.
