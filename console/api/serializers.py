@@ -32,6 +32,25 @@ class CatalogCreateSerializer(serializers.Serializer):
     )
 
 
+class CatalogUpdateSerializer(serializers.Serializer):
+    """A catalog's new properties: the whole set, as the console's edit form sends it (a secret
+    sent blank or masked keeps the stored one). Its name and kind never change: its tables are
+    registered under them; sending other values is refused."""
+
+    name = serializers.SlugField(max_length=100, required=False)
+    kind = serializers.ChoiceField(choices=CatalogKind.choices, required=False)
+    properties = serializers.DictField(child=serializers.CharField(allow_blank=True))
+
+    def validate(self, attrs):
+        catalog = self.context["catalog"]
+        for field in ("name", "kind"):
+            if field in attrs and attrs[field] != getattr(catalog, field):
+                raise serializers.ValidationError(
+                    {field: [f"a catalog's {field} cannot change (it is {getattr(catalog, field)!r})"]}
+                )
+        return attrs
+
+
 class SyncReportSerializer(serializers.Serializer):
     added = serializers.ListField(child=serializers.CharField())
     already_registered = serializers.ListField(child=serializers.CharField())

@@ -9,9 +9,11 @@ from rest_framework.response import Response
 
 from console.api.base import ApiDefaults
 from console.api.processes import ProcessPreviewRequestSerializer, ProcessPreviewSerializer
+from console.api.schema import CONFLICT
 from console.api.serializers import (
     CatalogCreateSerializer,
     CatalogSerializer,
+    CatalogUpdateSerializer,
     FileChangeSerializer,
     FilesPageSerializer,
     InstantSerializer,
@@ -81,6 +83,28 @@ class CatalogViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMix
         # Read back through the list's query so the answer has the same fields (table_count) as a GET.
         catalog = selectors.catalog_list().get(pk=catalog.pk)
         return Response(CatalogSerializer(catalog).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=CatalogUpdateSerializer,
+        responses={200: CatalogSerializer},
+        description="Replace the catalog's properties (validated and the catalog reached, as the"
+        " console's edit form does; a secret sent blank or masked keeps the stored one). Admins only.",
+    )
+    def partial_update(self, request, pk=None):
+        catalog = self.get_object()
+        data = CatalogUpdateSerializer(data=request.data, context={"catalog": catalog})
+        data.is_valid(raise_exception=True)
+        services.catalog_update(catalog=catalog, properties=data.validated_data["properties"])
+        return Response(CatalogSerializer(self.get_queryset().get(pk=catalog.pk)).data)
+
+    @extend_schema(
+        responses={204: None, 409: CONFLICT},
+        description="Delete the catalog; refused (409) while tables are registered from it. No table,"
+        " data or Iceberg catalog entry is touched. Admins only.",
+    )
+    def destroy(self, request, pk=None):
+        services.catalog_delete(catalog=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=None, responses={200: SyncReportSerializer})
     @action(detail=True, methods=["post"])
