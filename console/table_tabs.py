@@ -23,6 +23,7 @@ from storage.errors import InvalidInput
 from storage.models import Table
 from storage.selectors import SpecQuery
 from storage.spec.models import Instant
+from storage.wording import counted
 
 #: Snapshots per page of the Snapshots tab.
 SNAPSHOTS_PER_PAGE = 50
@@ -170,9 +171,8 @@ def file_totals(table: Table, query: SpecQuery, instant: Instant | None) -> dict
     small = (table.metrics or {}).get("small_file_bytes", 0)
     bars = size_bars(totals["log2"])
     title = (
-        f"File sizes at snapshot {instant.id}: {totals['files']:,} file{'' if totals['files'] == 1 else 's'}, "
-        f"{binary_size(totals['bytes'])}, "
-        f"{totals['records']:,} rows"
+        f"File sizes at snapshot {instant.id}: {counted(totals['files'], 'file')}, "
+        f"{binary_size(totals['bytes'])}, {counted(totals['records'], 'row')}"
     )
     chart = histogram_svg(
         [size_range_label(low, high) for low, high, _files in bars],

@@ -47,7 +47,8 @@ def format_remedies() -> dict[str, Remedies]:
         for table_format, declined in factory.declined_actions().items():
             for action, reason in declined.items():
                 why.setdefault(
-                    (table_format, action), f"{action} is declined for {table_format} tables: {reason}"
+                    (table_format, action),
+                    f"Lakewarden does not run {action} on {table_format} tables: {reason}",
                 )
         for table_format, action in factory.pairs():
             if configured.enabled:

@@ -14,6 +14,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from storage.wording import counted
+
 # Weights of the health score (0 healthy .. 100 needs attention now); each part is capped.
 WEIGHTS = {"small_files": 40, "file_count": 15, "snapshots": 10, "maintenance": 20, "failures": 15}
 MANY_FILES, MANY_SNAPSHOTS, STALE_DAYS, MANY_FAILURES = 10_000, 500, 30, 3
@@ -96,11 +98,13 @@ def table_health(
     score = round(sum(WEIGHTS[name] * value for name, value in parts.items()))
     reasons = _file_reasons(table, compactable, parts, remedies)
     if table.instant_count >= MANY_SNAPSHOTS / 2:
-        reasons.append(f"{table.instant_count:,} snapshots kept: " + _remedy(remedies, "trim_snapshots"))
+        reasons.append(
+            f"{counted(table.instant_count, 'snapshot')} kept: " + _remedy(remedies, "trim_snapshots")
+        )
     reasons += _maintenance_reasons(table, last_maintenance, parts, remedies, now)
     if recent_failures:
-        plural = "es" if recent_failures > 1 else ""
-        reasons.append(f"{recent_failures} failed process{plural} in 7 days: fix the cause and retry")
+        failed = counted(recent_failures, "failed process", "failed processes")
+        reasons.append(f"{failed} in 7 days: fix the cause and retry")
     return TableHealth(table, score, reasons, last_maintenance, recent_failures)
 
 
@@ -114,18 +118,20 @@ def _remedy(remedies: Remedies, part: str) -> str:
 def _file_reasons(table: Any, compactable: int, parts: dict[str, float], remedies: Remedies) -> list[str]:
     reasons = []
     small = table.small_file_count
+    files = counted(table.file_count, "file")
     if small and compactable:
-        reasons.append(
-            f"{compactable / table.file_count:.0%} of {table.file_count:,} files are small and compactable: "
-            + _remedy(remedies, "compact")
-        )
+        share = f"{compactable / table.file_count:.0%} of {files}"
+        if remedies.compact:
+            reasons.append(f"{share} are small and compactable: {remedies.compact} would fix it")
+        else:  # said plainly: nothing here compacts them, and why
+            reasons.append(f"{share} are small, but {_remedy(remedies, 'compact')}")
     elif small:
         reasons.append(
-            f"{small:,} small files, but no partition has {COMPACTABLE_MIN_FILES}: nothing to compact"
+            f"{counted(small, 'small file')}, but no partition has {COMPACTABLE_MIN_FILES}: nothing to compact"
         )
     if table.file_count >= MANY_FILES / 2:
         remedy = _remedy(remedies, "compact") if compactable else "none is compactable"
-        reasons.append(f"{table.file_count:,} files: {remedy}")
+        reasons.append(f"{files}: {remedy}")
     return reasons
 
 

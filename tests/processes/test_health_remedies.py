@@ -74,7 +74,7 @@ def test_a_disabled_rewrite_takes_small_files_out_of_the_score_and_says_so(wareh
     health = _explained(table)
 
     assert health.reasons == [
-        "100% of 12 files are small and compactable: rewrite is disabled (delta-rewrite)",
+        "100% of 12 files are small, but rewrite is disabled (delta-rewrite)",
         "never maintained (enabled: checkpoint, purge-deletion-vectors, vacuum)",
     ]
     assert (before, health.score) == (29, round(10 * 6 / 500 + 20 * 12 / 50))
@@ -90,7 +90,7 @@ def test_a_paimon_tables_small_files_count_for_nothing_since_its_compaction_is_d
     health = _explained(table)
 
     assert health.reasons == [
-        f"100% of 100 files are small and compactable: rewrite is declined for paimon tables: {note}",
+        f"100% of 100 files are small, but Lakewarden does not run rewrite on paimon tables: {note}",
         "never maintained (enabled: clean-orphan-files, expire-snapshots)",
     ]
     assert health.score == round(10 * 50 / 500 + 20)  # snapshots (expire-snapshots) and staleness
@@ -106,7 +106,7 @@ def test_a_format_no_action_maintains_scores_zero_and_says_why():
 
     assert health.score == 0
     assert health.reasons == [
-        "75% of 12,000 files are small and compactable: no enabled action compacts the files of hudi tables",
+        "75% of 12,000 files are small, but no enabled action compacts the files of hudi tables",
         "12,000 files: no enabled action compacts the files of hudi tables",
         "900 snapshots kept: no enabled action trims the snapshots of hudi tables",
         "no enabled action maintains tables of this format",
