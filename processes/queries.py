@@ -34,6 +34,7 @@ from processes.query_reaper import query_end_lost, query_send
 from processes.spark.session import interrupt_jobs, spark_session, tag_jobs, untag_jobs
 from processes.sql_policy import SqlPolicyError, SqlUnparsable, check_query
 from processes.watch import Watch
+from storage.access import tables_readable
 from storage.cache import (
     QueryPlan,
     cached_result_begin,
@@ -80,7 +81,9 @@ def query_submit(
             field="row_limit",
         )
     _check_policy(sql)
-    plan = query_plan(sql)
+    plan = query_plan(
+        sql, readable=tables_readable(user if getattr(user, "is_authenticated", False) else None)
+    )
     if engine == DUCKDB:
         refusal = duckdb_refusal(plan.spark_sql)
         if refusal is not None:
@@ -131,11 +134,11 @@ def query_run(*, query_id: int, spark=None, worker: str = "") -> str:
     )
     if not claimed:
         return "not claimed"
-    query = Query.objects.select_related("backend").get(pk=query_id)
+    query = Query.objects.select_related("backend", "user").get(pk=query_id)
     started = time.perf_counter()
     try:
         _check_policy(query.sql)  # again on the worker: a row written by other means is checked too
-        plan = query_plan(query.sql)
+        plan = query_plan(query.sql, readable=_readable(query))  # and its tables: grants may have changed
         limit = getattr(settings, "LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES", DEFAULT_MAX_SCAN_BYTES)
         choice = choose_engine(query.engine, plan, limit)
     except Exception as error:
@@ -188,7 +191,7 @@ def _run_on_spark(query: Query, plan: QueryPlan, started: float, spark) -> str:
 
 def _run(spark, query: Query, plan: QueryPlan, started: float) -> str:
     backend = (query.backend or storage_backend_default()) if query.cache else None
-    frame, served, result = _result_frame(spark, plan, backend)
+    frame, served, result = _result_frame(spark, plan, backend, _readable(query))
     rows, columns, total = _collect(frame, query.row_limit)
     return _record_success(query, plan, (rows, columns, total), served, result, started)
 
@@ -219,6 +222,11 @@ def _run_on_duckdb(query: Query, plan: QueryPlan, choice: EngineChoice, started:
     return _run_on_spark(query, plan, started, spark)
 
 
+def _readable(query: Query):
+    """The tables the query's user may read (None: all; a query without a user is the system's)."""
+    return tables_readable(query.user)
+
+
 def _cancel_requested(query_id: int) -> bool:
     return Query.objects.filter(pk=query_id, cancel_requested=True).exists()
 
@@ -228,7 +236,7 @@ def _run_duckdb(
 ) -> str:
     backend = (query.backend or storage_backend_default()) if query.cache else None
     if backend is not None:
-        found = cached_result_find(plan=plan, backend=backend)
+        found = cached_result_find(plan=plan, backend=backend, readable=_readable(query))
         if found is not None:  # stored results are read as the Spark engine reads them
             cached, storage = found
             frame = storage.read(spark if spark is not None else spark_session(), cached.properties)
@@ -324,10 +332,11 @@ def _check_policy(sql: str) -> None:
         raise InvalidInput(str(error), field="sql") from None
 
 
-def _result_frame(spark, plan: QueryPlan, backend: StorageBackend | None):
-    """(frame, served_from_cache, cached result row)."""
+def _result_frame(spark, plan: QueryPlan, backend: StorageBackend | None, readable):
+    """(frame, served_from_cache, cached result row); a cached result is served only when every
+    source is in ``readable`` (None: every table)."""
     if backend is not None:
-        found = cached_result_find(plan=plan, backend=backend)
+        found = cached_result_find(plan=plan, backend=backend, readable=readable)
         if found is not None:
             result, storage = found
             return storage.read(spark, result.properties), True, result

@@ -21,10 +21,12 @@ from typing import Any
 
 import sqlglot
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from sqlglot import exp
 
-from storage.errors import Conflict, InvalidInput
+from storage.access import table_ids_refused
+from storage.errors import Conflict, Forbidden, InvalidInput
 from storage.models import CachedResult, CachedResultState, StorageBackend, Table
 from storage.results.plugin import IntermediateResultStorage, WriteStats
 from storage.services import (
@@ -88,25 +90,69 @@ def _table_lookup() -> dict[str, Table]:
     return lookup
 
 
-def query_plan(sql: str) -> QueryPlan:
-    """Parse, resolve managed tables at their current instants, rewrite to Spark views, fingerprint."""
-    statement = _parse(sql)
-    normalised = statement.sql(dialect="spark", normalize=True, pretty=False)  # before the views
-    cte_names = {cte.alias_or_name.lower() for cte in statement.find_all(exp.CTE)}
-    lookup = _table_lookup()
-    planned: dict[tuple[int, str], PlannedTable] = {}
-    _check_samples(statement)
+def _names_a_cte(node: exp.Table, name: str) -> bool:
+    """Whether the one-part ``name`` is a CTE in scope at ``node`` (a WITH on a query around it,
+    which shadows a table of that name there and only there)."""
+    parent = node.parent
+    while parent is not None:
+        with_ = parent.args.get("with_") or parent.args.get("with")
+        if isinstance(with_, exp.With) and any(
+            cte.alias_or_name.lower() == name for cte in with_.expressions
+        ):
+            return True
+        parent = parent.parent
+    return False
+
+
+def query_references(
+    statement: exp.Expr, lookup: dict[str, Table], known: list[str]
+) -> list[tuple[exp.Table, str, Table]]:
+    """Every table reference of ``statement`` (joins, sub-queries, CTE bodies, set operations,
+    whatever its alias) resolved to a registered table: (node, reference as written, table). A
+    CTE's name is not a reference where the CTE is in scope; an unknown name is a 400 naming it."""
+    found = []
     for node in list(statement.find_all(exp.Table)):
         if node.find_ancestor(exp.Hint) is not None:
             continue  # /*+ BROADCAST(c) */ names an alias, not a table
         parts = [p for p in (node.catalog, node.db, node.name) if p]
         reference = ".".join(parts).lower()
-        if not parts or (len(parts) == 1 and reference in cte_names):
+        if not parts or (len(parts) == 1 and _names_a_cte(node, reference)):
             continue
         table = lookup.get(reference)
         if table is None:
-            known = ", ".join(sorted(lookup)) or "none registered"
-            raise InvalidInput(f"unknown table {reference!r}; managed tables are: {known}", field="sql")
+            listed = ", ".join(known) or "none you may read"
+            raise InvalidInput(f"unknown table {reference!r}; managed tables are: {listed}", field="sql")
+        found.append((node, reference, table))
+    return found
+
+
+def _refuse_unreadable(references: list[tuple[exp.Table, str, Table]], readable) -> None:
+    refused = table_ids_refused(readable, {table.pk for _, _, table in references})
+    if refused:
+        names = sorted({reference for _, reference, table in references if table.pk in refused})
+        raise Forbidden(
+            f"you may not read {', '.join(names)}: no grant of your teams covers "
+            f"{'it' if len(names) == 1 else 'them'} (an admin or the table's team owner grants access)",
+            field="sql",
+        )
+
+
+def query_plan(sql: str, *, readable: QuerySet[Table] | None = None) -> QueryPlan:
+    """Parse, resolve managed tables, refuse a table outside ``readable`` (None: every table is
+    readable) before anything is read, then take the tables at their current instants, rewrite to
+    Spark views, fingerprint."""
+    statement = _parse(sql)
+    normalised = statement.sql(dialect="spark", normalize=True, pretty=False)  # before the views
+    lookup = _table_lookup()
+    known = sorted(lookup)
+    if readable is not None:  # an unknown-table answer lists only what the user may read
+        ids = set(readable.values_list("pk", flat=True))
+        known = [key for key in known if lookup[key].pk in ids]
+    references = query_references(statement, lookup, known)
+    _refuse_unreadable(references, readable)
+    planned: dict[tuple[int, str], PlannedTable] = {}
+    _check_samples(statement)
+    for node, reference, table in references:
         current = _current_instant(table)
         instant = _travelled_instant(table, node.args.get("version"), reference) or current
         key = (table.pk, instant)
@@ -195,14 +241,18 @@ def _current_instant(table: Table) -> str:
 
 
 def cached_result_find(
-    *, plan: QueryPlan, backend: StorageBackend
+    *, plan: QueryPlan, backend: StorageBackend, readable: QuerySet[Table] | None = None
 ) -> tuple[CachedResult, IntermediateResultStorage] | None:
     """The READY result of ``plan`` in ``backend`` whose data is still there (its hit counted), or
-    None. A result whose stored data vanished behind our back is forgotten, so it is recomputed once."""
+    None. A result whose stored data vanished behind our back is forgotten, so it is recomputed once.
+    A result with a source outside ``readable`` (None: every table) is never served."""
     result = CachedResult.objects.filter(
         fingerprint=plan.fingerprint, backend=backend, state=CachedResultState.READY
     ).first()
     if result is None:
+        return None
+    if table_ids_refused(readable, result.source_snapshots):
+        logger.warning("cached result %s has a source its reader may not read: not served", result.pk)
         return None
     storage = storage_open(backend)
     if not storage.exists(result.properties):

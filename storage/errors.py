@@ -1,4 +1,4 @@
-"""Errors that services raise and every surface maps the same way (400, 404, 409)."""
+"""Errors that services raise and every surface maps the same way (400, 403, 404, 409)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,12 @@ class InvalidInput(ServiceError):
 
 class NotFound(ServiceError):
     status_code = 404
+
+
+class Forbidden(ServiceError):
+    """The user may not do this to this object (a query naming a table their teams cannot read)."""
+
+    status_code = 403
 
 
 class Conflict(ServiceError):

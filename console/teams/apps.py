@@ -9,3 +9,11 @@ class TeamsConfig(AppConfig):
     name = "console.teams"
     label = "teams"
     verbose_name = "Lakewarden teams and grants"
+
+    def ready(self) -> None:
+        # The query planner, the worker and the cached results (storage, processes) ask who may
+        # read which table through storage.access, never importing console: the rule is given here.
+        from console.teams import access
+        from storage.access import table_access_register
+
+        table_access_register(access.tables_scope)

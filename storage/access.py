@@ -1,0 +1,42 @@
+"""Which tables a user may read, as asked by the domain layers (the query planner, the worker, the
+cached results): the rule itself belongs to the surfaces (console/teams/access.py), which register
+it here at start-up (``table_access_register`` in the teams app's ``ready``), so storage and
+processes ask it without importing console.
+
+Without a registered rule, or for no user (work the system submits itself: the bench, a script),
+every table is readable, as before teams existed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.db.models import QuerySet
+
+from storage.models import Table
+
+#: ``rule(user)``: None when the user may read every table, else the tables they may read.
+AccessRule = Callable[[Any], "QuerySet[Table] | None"]
+_rule: list[AccessRule] = []
+
+
+def table_access_register(rule: AccessRule) -> None:
+    """Install the rule (once; installing it again replaces it, as a reloaded app does)."""
+    _rule[:] = [rule]
+
+
+def tables_readable(user) -> QuerySet[Table] | None:
+    """None when ``user`` may read every table (or no rule is registered, or no user is given:
+    the system's own work), else the tables they may read."""
+    if user is None or not _rule:
+        return None
+    return _rule[0](user)
+
+
+def table_ids_refused(readable: QuerySet[Table] | None, table_ids: Iterable[int]) -> set[int]:
+    """The ids of ``table_ids`` outside ``readable`` (none when ``readable`` is None: everything)."""
+    wanted = {int(pk) for pk in table_ids}
+    if readable is None or not wanted:
+        return set()
+    return wanted - set(readable.filter(pk__in=wanted).values_list("pk", flat=True))
