@@ -298,6 +298,9 @@ CELERY_TASK_ROUTES = ("console.celery.route_task",)
 CELERY_WORKER_PREFETCH_MULTIPLIER = env_int("LAKEWARDEN_PREFETCH_MULTIPLIER", 1, minimum=1)
 LAKEWARDEN_HEARTBEAT_SECONDS = env_int("LAKEWARDEN_HEARTBEAT_SECONDS", 5, minimum=1)
 LAKEWARDEN_SCHEDULER_SECONDS = env_int("LAKEWARDEN_SCHEDULER_SECONDS", 30, minimum=1)
+# Due tables asked in order of benefit per cost, below the minimum benefit skipped (processes/ranking.py);
+# false: the older order (longest since its last evaluation first), nothing skipped.
+LAKEWARDEN_SCHEDULER_RANKING = env_bool("LAKEWARDEN_SCHEDULER_RANKING", True)
 LAKEWARDEN_KILL_GRACE_SECONDS = env_int("LAKEWARDEN_KILL_GRACE_SECONDS", 30, minimum=0)
 LAKEWARDEN_RETRY_BACKOFF_SECONDS = env_int("LAKEWARDEN_RETRY_BACKOFF_SECONDS", 30, minimum=0)
 LAKEWARDEN_MAX_RETRIES = env_int("LAKEWARDEN_MAX_RETRIES", 3, minimum=0)

@@ -164,6 +164,43 @@ class Preview:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class TableSummary:
+    """The facts of a table the scheduler ranks work by, as the last refresh kept them on the table
+    row (no listing of the store: read for every due table in one query)."""
+
+    id: int
+    format: str
+    file_count: int = 0
+    small_file_count: int = 0
+    compactable_file_count: int | None = None
+    delete_file_count: int = 0
+    total_bytes: int = 0
+    instant_count: int = 0
+    last_maintenance_at: dt.datetime | None = None
+    properties: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Estimate:
+    """What one run of an action on a table is predicted to gain and to cost
+    (``ProcessFactory.estimate``; ``processes/ranking.py`` builds the default from ``TableSummary``).
+
+    Gains: ``small_files_removed``, ``delete_files_removed``, ``bytes_reclaimed``,
+    ``manifests_merged`` and ``health_gain`` (points of the health score, storage/health.py).
+    Cost: ``bytes_read`` and ``bytes_written``; the scheduler turns them into worker-seconds with
+    the throughput the action's past runs measured. ``seconds`` set by a factory is used as is."""
+
+    small_files_removed: int = 0
+    delete_files_removed: int = 0
+    bytes_reclaimed: int = 0
+    manifests_merged: int = 0
+    health_gain: float = 0.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    seconds: float | None = None
+
+
 class ProcessContext(abc.ABC):
     """What a running process gets from the executor."""
 
@@ -262,6 +299,12 @@ class ProcessFactory(abc.ABC):
     def preview(self, runtime: TableRuntime, action: str, params: dict[str, Any]) -> Preview | None:
         """What a process for (this table, ``action``, ``params``) would do, computed from metadata
         without writing or deleting anything; None when the factory offers no preview."""
+        return None
+
+    def estimate(self, table: TableSummary, action: str) -> Estimate | None:
+        """The predicted benefit and cost of running ``action`` on ``table`` now, from its facts
+        alone (called for every due table in a scheduler tick: no metadata or store reads here).
+        None (the default): the scheduler's estimate from the facts (``processes.ranking``)."""
         return None
 
     def declined_actions(self) -> dict[str, dict[str, str]]:

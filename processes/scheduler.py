@@ -37,6 +37,7 @@ from processes.groups.budget import BudgetExhausted
 from processes.groups.models import ResourceGroup
 from processes.groups.tick import TickGroups
 from processes.models import ACTIVE_STATUSES, Process, ProcessStatus, ProcessTrigger, TableState
+from processes.ranking import rank_due
 from processes.registry import ConfiguredFactory, coordinators
 from processes.runtime import TableRuntime
 from processes.services import process_create
@@ -135,8 +136,18 @@ def _evaluate(
 ) -> list[Table]:
     """Ask the factory about due tables in order until ``free`` processes were created; a table
     whose resource group has no room is held back unasked (it stays due)."""
-    evaluated: list[Table] = []
     due_ids = _with_room(groups, action, due_ids)
+    # Benefit per cost first (processes/ranking.py); those below the minimum benefit are evaluated, unasked.
+    ranked = rank_due(
+        configured,
+        action,
+        due_ids,
+        now=groups.now,
+        evaluated_key=evaluated_key(action),
+        groups_of=groups.group_of_due,
+    )
+    evaluated: list[Table] = list(ranked.below_minimum)
+    due_ids = ranked.order
     position = 0
     # A factory that declines a table frees no slot: keep asking, a batch of rows at a time.
     while free > 0 and position < len(due_ids):

@@ -12,6 +12,8 @@ from processes.maintenance.schemas import (
     MAX_CONCURRENCY,
     MAX_COUNT,
     MAX_FILE_BYTES,
+    MIN_BENEFIT,
+    MIN_BENEFIT_SCHEMA,
     PARALLELISM,
     UNIT,
     with_defaults,
@@ -71,6 +73,7 @@ REWRITE_PROPERTIES_SCHEMA: dict[str, Any] = {
     "properties": {
         "interval": INTERVAL,
         "parallelism": PARALLELISM,
+        MIN_BENEFIT: MIN_BENEFIT_SCHEMA,
         "target-file-size": {
             "type": "integer",
             "minimum": 65536,
@@ -130,6 +133,7 @@ REWRITE_PROPERTIES_SCHEMA: dict[str, Any] = {
 REWRITE_DEFAULTS: dict[str, Any] = {
     "interval": 3600,
     "parallelism": 1,
+    MIN_BENEFIT: 4,
     "target-file-size": DEFAULT_TARGET_FILE_SIZE,
     "min-file-size": 0,
     "min-input-files": 5,

@@ -43,6 +43,17 @@ PARALLELISM: dict[str, Any] = {
     "maximum": MAX_CONCURRENCY,
     "description": "Processes of this action running at once, across all tables",
 }
+#: The scheduler's minimum benefit of a run (processes/ranking.py: points, below which a due table
+#: is not asked; 0: never skipped).
+MIN_BENEFIT = "min-benefit"
+MIN_BENEFIT_SCHEMA: dict[str, Any] = {
+    "type": "number",
+    "minimum": 0,
+    "maximum": MAX_COUNT,
+    "description": "The scheduler skips a table when a run's predicted benefit is below this many points"
+    " (small files removed + delete files removed + manifests merged + bytes reclaimed / 16 MiB +"
+    " health score gain); 0: never skipped",
+}
 DRY_RUN: dict[str, Any] = {
     "type": "boolean",
     "description": "Write and delete nothing; the summary lists what a run would do",

@@ -56,7 +56,7 @@ from processes.maintenance.planning import (
     clustered_files,
     delta_ordering,
 )
-from processes.maintenance.schemas import with_defaults
+from processes.maintenance.schemas import MIN_BENEFIT, with_defaults
 from processes.maintenance.targets import store_options
 from processes.plugin import (
     PURGE_DELETION_VECTORS,
@@ -100,6 +100,7 @@ _RATIO = {
 PURGE_DEFAULTS: dict[str, Any] = {
     "interval": 3600,
     "parallelism": 1,
+    MIN_BENEFIT: 1,
     "target-file-size": REWRITE_DEFAULTS["target-file-size"],
     "max-concurrent-groups": 0,
     "compression-codec": "",

@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import time
 
-from processes.plugin import ProcessFactory, TableProcess, TriggerStrategy, register_action
+from processes.maintenance.schemas import MIN_BENEFIT, MIN_BENEFIT_SCHEMA
+from processes.plugin import Estimate, ProcessFactory, TableProcess, TriggerStrategy, register_action
 
 TOUCH = register_action("touch", "Write a marker file in staging (test plugin)")
 
@@ -42,6 +43,7 @@ class TouchFactory(ProcessFactory):
             "interval": {"type": "integer", "minimum": 1},
             "parallelism": {"type": "integer", "minimum": 1},
             "on-new-snapshot": {"type": "boolean"},
+            MIN_BENEFIT: MIN_BENEFIT_SCHEMA,
         },
         "additionalProperties": False,
     }
@@ -73,6 +75,14 @@ class TouchFactory(ProcessFactory):
 
     def recover(self, runtime, record):
         return TouchProcess(record.action, record.params)
+
+    def estimate(self, table, action):
+        """As a compaction would: each small file but one removed, its bytes read and written."""
+        return Estimate(
+            small_files_removed=max(0, table.small_file_count - 1),
+            bytes_read=table.total_bytes,
+            bytes_written=table.total_bytes,
+        )
 
 
 class TouchTwinFactory(TouchFactory):

@@ -86,7 +86,14 @@ from processes.maintenance.iceberg.rewrite import sweep_ended_rewrites
 from processes.maintenance.iceberg.validation import planned_twice
 from processes.maintenance.orc_output import ORC, PARQUET, delete_format, orc_codec
 from processes.maintenance.outputs import rewrite_outputs
-from processes.maintenance.schemas import INTERVAL, MAX_COUNT, PARALLELISM, with_defaults
+from processes.maintenance.schemas import (
+    INTERVAL,
+    MAX_COUNT,
+    MIN_BENEFIT,
+    MIN_BENEFIT_SCHEMA,
+    PARALLELISM,
+    with_defaults,
+)
 from processes.maintenance.targets import iceberg_catalog_table, iceberg_commit_target, store_options
 from processes.plugin import (
     CONVERT_EQUALITY_DELETES,
@@ -112,7 +119,7 @@ logger = logging.getLogger(__name__)
 
 MIN_DELETE_FILES = "min-delete-files"
 DRY_RUN = "dry-run"
-DEFAULTS: dict[str, Any] = {"interval": 3600, "parallelism": 1, MIN_DELETE_FILES: 2}
+DEFAULTS: dict[str, Any] = {"interval": 3600, "parallelism": 1, MIN_BENEFIT: 1, MIN_DELETE_FILES: 2}
 
 
 @dataclass
@@ -359,6 +366,7 @@ class IcebergDeletesFactory(ProcessFactory):
         "properties": {
             "interval": INTERVAL,
             "parallelism": PARALLELISM,
+            MIN_BENEFIT: MIN_BENEFIT_SCHEMA,
             MIN_DELETE_FILES: {
                 "type": "integer",
                 "minimum": 1,

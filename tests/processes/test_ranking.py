@@ -1,0 +1,272 @@
+"""Benefit-ranked scheduling (issue 31 item 2): due tables asked in order of benefit per cost, work
+below the minimum benefit skipped with its decision recorded, waiting work aged so it is run, the
+group's budgets kept, and a bounded number of queries whatever the number of due tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from processes.decisions import Decision, DecisionKind
+from processes.groups import services as groups
+from processes.models import PluginConfig, Process, ProcessStatus
+from processes.overrides import table_overrides_update
+from processes.plugin import REWRITE, Estimate, TableSummary
+from processes.ranking import (
+    DEFAULT_THROUGHPUT,
+    OVERHEAD_SECONDS,
+    Throughput,
+    benefit,
+    default_estimate,
+    measured_throughput,
+    rank_due,
+)
+from processes.registry import configured_factories, validate_properties
+from processes.scheduler import evaluated_key, schedule_tick
+from storage.errors import InvalidInput
+from storage.models import Table
+
+pytestmark = pytest.mark.django_db
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+def _table(name: str, *, small: int, files: int | None = None, size: int = 100 * KIB, **facts) -> Table:
+    files = small if files is None else files
+    return Table.objects.create(
+        name=name,
+        format="delta",
+        location=f"/lake/{name}",
+        current_instant="1",
+        file_count=files,
+        small_file_count=small,
+        # as a refresh counts them: small files in a partition holding at least 5 of them
+        compactable_file_count=small if small >= 5 else 0,
+        total_bytes=files * size,
+        refreshed_at=timezone.now(),
+        **facts,
+    )
+
+
+def _touch(**properties) -> None:
+    """Only the test factory schedules (its estimate: each small file but one removed)."""
+    configured_factories()
+    PluginConfig.objects.exclude(name="test-touch").update(enabled=False)
+    PluginConfig.objects.filter(name="test-touch").update(properties={"interval": 60, **properties})
+
+
+def _delta_rewrite():
+    return next(c for c in configured_factories(include_disabled=True) if c.name == "delta-rewrite")
+
+
+def _finish_all(now: dt.datetime) -> None:
+    """The pending processes succeed, and their tables' small files are compacted away."""
+    pending = Process.objects.filter(status=ProcessStatus.PENDING)
+    Table.objects.filter(pk__in=pending.values("table_id")).update(
+        small_file_count=0, compactable_file_count=0
+    )
+    pending.update(status=ProcessStatus.SUCCESS, started_at=now, finished_at=now)
+
+
+# --- the estimate from a table's facts -------------------------------------------------------------
+
+
+def test_the_default_rewrite_estimate_counts_the_small_files_a_compaction_removes():
+    table = TableSummary(
+        id=1,
+        format="delta",
+        file_count=2_000,
+        small_file_count=2_000,
+        compactable_file_count=2_000,
+        total_bytes=2_000 * MIB,
+    )
+
+    estimate = default_estimate(table, REWRITE, {"target-file-size": 128 * MIB}, timezone.now())
+
+    # 2,000 files of 1 MiB fill 16 files of 128 MiB: 1,984 removed, 2,000 MiB read and written
+    assert estimate.small_files_removed == 1_984
+    assert estimate.bytes_read == estimate.bytes_written == 2_000 * MIB
+    assert estimate.health_gain > 40  # mostly small files, never maintained: most of the score
+    assert benefit(estimate) == pytest.approx(1_984 + estimate.health_gain)
+
+
+def test_cost_is_calibrated_by_the_measured_throughput_of_the_actions_past_runs():
+    table = _table("measured", small=10)
+    now = timezone.now()
+    for seconds in (10, 30):  # 80 MiB moved in 40 worker-seconds: 2 MiB per second
+        Process.objects.create(
+            table=table,
+            action=REWRITE,
+            factory="delta-rewrite",
+            status=ProcessStatus.SUCCESS,
+            finished_at=now,
+            measured={
+                "cost": {
+                    "worker_seconds": seconds,
+                    "bytes_read": seconds * MIB,
+                    "bytes_written": seconds * MIB,
+                }
+            },
+        )
+    Process.objects.create(  # a failed run measures nothing about the throughput
+        table=table,
+        action=REWRITE,
+        factory="delta-rewrite",
+        status=ProcessStatus.FAILED,
+        finished_at=now,
+        measured={"cost": {"worker_seconds": 1, "bytes_read": 10**12, "bytes_written": 0}},
+    )
+
+    measured = measured_throughput(REWRITE)
+
+    assert measured.runs == 2 and measured.bytes_per_second == pytest.approx(2 * MIB)
+    assert measured.seconds(Estimate(bytes_read=10 * MIB, bytes_written=10 * MIB)) == OVERHEAD_SECONDS + 10
+    assert measured_throughput("expire-snapshots") == Throughput(DEFAULT_THROUGHPUT, 0)
+
+
+# --- ranking ---------------------------------------------------------------------------------------
+
+
+def test_a_table_with_2000_small_files_is_asked_before_one_with_2_and_one_with_20():
+    two = _table("two", small=2)
+    twenty = _table("twenty", small=20)
+    many = _table("many", small=2_000)
+
+    ranked = rank_due(
+        _delta_rewrite(),
+        REWRITE,
+        [two.pk, twenty.pk, many.pk],  # as the due query gives them: longest waiting first
+        now=timezone.now(),
+        evaluated_key=evaluated_key(REWRITE),
+    )
+
+    assert ranked.order == [many.pk, twenty.pk]
+    assert [t.pk for t in ranked.below_minimum] == [two.pk]  # 2 files into 1: 1 point, under 4
+    assert ranked.shortfall[two.pk][1] == 4.0 and ranked.shortfall[two.pk][0] < 4
+    assert ranked.priority[many.pk] > ranked.priority[twenty.pk]
+
+
+def test_below_the_minimum_benefit_is_skipped_evaluated_and_its_decision_recorded(test_plugin):
+    _touch(parallelism=5, **{"min-benefit": 10})
+    few = _table("few", small=3)  # 2 small files removed: 2 points
+    enough = _table("enough", small=40)
+
+    report = schedule_tick()
+
+    assert [p.table_id for p in Process.objects.filter(pk__in=report.triggered)] == [enough.pk]
+    decision = Decision.objects.get(table=few, action="touch")
+    assert decision.kind == DecisionKind.BELOW_BENEFIT
+    assert decision.numbers["benefit"] == 2 and decision.numbers["minimum"] == 10
+    assert "below the minimum benefit of 10" in decision.reason
+    # counted as evaluated: not due again before the interval, so not decided again
+    again = schedule_tick(now=timezone.now() + dt.timedelta(seconds=30))
+    assert again.due == 0
+    # a table's override lowers the minimum for that table
+    table_overrides_update(table=few, overrides={"min-benefit": 1})
+    later = schedule_tick(now=timezone.now() + dt.timedelta(seconds=120))
+    assert [p.table_id for p in Process.objects.filter(pk__in=later.triggered)] == [few.pk]
+
+
+def test_a_bad_minimum_benefit_is_refused_with_the_property_named(test_plugin):
+    from processes.registry import factory_classes
+
+    with pytest.raises(InvalidInput, match="min-benefit: -1 is less than the minimum of 0"):
+        validate_properties(factory_classes()["delta-rewrite"], {"min-benefit": -1})
+    with pytest.raises(InvalidInput, match="min-benefit: 'lots' is not of type 'number'"):
+        validate_properties(factory_classes()["test-touch"], {"min-benefit": "lots"})
+    table = _table("kept", small=3)
+    _touch()
+    with pytest.raises(InvalidInput, match="min-benefit"):
+        table_overrides_update(table=table, overrides={"min-benefit": -5})
+    table.refresh_from_db()
+    assert "min-benefit" not in table.properties
+    assert validate_properties(factory_classes()["delta-rewrite"], {})["min-benefit"] == 4
+
+
+def test_a_low_benefit_table_waiting_behind_fresh_richer_work_is_eventually_run(test_plugin):
+    _touch(parallelism=1, interval=1)
+    start = timezone.now()
+    low = _table("low", small=2)  # 1 point; every hour a fresh table with 100 small files arrives
+    Table.objects.filter(pk=low.pk).update(registered_at=start)
+    ran_low_at = None
+    for hour in range(80):
+        now = start + dt.timedelta(hours=hour)
+        fresh = _table(f"fresh{hour}", small=101)
+        Table.objects.filter(pk=fresh.pk).update(registered_at=now)
+        report = schedule_tick(now=now)
+        chosen = [p.table_id for p in Process.objects.filter(pk__in=report.triggered)]
+        assert len(chosen) == 1
+        _finish_all(now)
+        if chosen == [low.pk]:
+            ran_low_at = hour
+            break
+
+    # fresh work wins at first; the low table's priority (1+1)/5 x (1 + hours waited) passes a
+    # fresh table's (100+1)/5 after about 50 hours of waiting
+    assert ran_low_at is not None and 40 <= ran_low_at <= 60
+
+
+def test_ranked_work_fills_the_groups_slots_and_never_exceeds_them(test_plugin):
+    _touch(parallelism=10)
+    groups.resource_group_create(name="small", namespace_patterns=["*"], max_concurrency=2)
+    tables = [_table(f"g{i}", small=small) for i, small in enumerate([5, 300, 50, 2_000, 8])]
+    for i, table in enumerate(tables):
+        Table.objects.filter(pk=table.pk).update(identifier=f"ns.g{i}")
+
+    report = schedule_tick()
+
+    chosen = {p.table_id for p in Process.objects.filter(pk__in=report.triggered)}
+    assert chosen == {tables[3].pk, tables[1].pk}  # the two richest, 2,000 and 300 small files
+    assert Process.objects.filter(status=ProcessStatus.PENDING).count() == 2
+    assert report.held == {"small": 3}
+    # the next tick, with both still pending, adds nothing
+    again = schedule_tick(now=timezone.now() + dt.timedelta(seconds=120))
+    assert again.triggered == [] and Process.objects.filter(status=ProcessStatus.PENDING).count() == 2
+
+
+def test_ranking_reads_the_same_two_queries_for_10_or_500_due_tables():
+    factory = _delta_rewrite()
+    counts = []
+    for n in (10, 500):
+        tables = Table.objects.bulk_create(
+            Table(
+                name=f"q{n}-{i}",
+                format="delta",
+                location=f"/lake/q{n}/{i}",
+                current_instant="1",
+                file_count=100,
+                small_file_count=i % 50,
+                compactable_file_count=i % 50,
+                total_bytes=100 * MIB,
+                refreshed_at=timezone.now(),
+            )
+            for i in range(n)
+        )
+        with CaptureQueriesContext(connection) as queries:
+            ranked = rank_due(
+                factory,
+                REWRITE,
+                [t.pk for t in tables],
+                now=timezone.now(),
+                evaluated_key=evaluated_key(REWRITE),
+            )
+        counts.append(len(queries))
+        assert len(ranked.order) + len(ranked.below_minimum) == n
+    assert counts[0] == counts[1] == 2
+
+
+def test_the_interval_order_is_kept_when_ranking_is_off(settings):
+    settings.LAKEWARDEN_SCHEDULER_RANKING = False
+    two = _table("two", small=2)
+    many = _table("many", small=2_000)
+
+    ranked = rank_due(
+        _delta_rewrite(), REWRITE, [two.pk, many.pk], now=timezone.now(), evaluated_key=evaluated_key(REWRITE)
+    )
+
+    assert ranked.order == [two.pk, many.pk] and ranked.below_minimum == []
