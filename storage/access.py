@@ -40,3 +40,14 @@ def table_ids_refused(readable: QuerySet[Table] | None, table_ids: Iterable[int]
     if readable is None or not wanted:
         return set()
     return wanted - set(readable.filter(pk__in=wanted).values_list("pk", flat=True))
+
+
+def cached_results_readable(queryset: QuerySet, readable: QuerySet[Table] | None) -> QuerySet:
+    """``queryset`` (of cached results) without those with a source outside ``readable`` (None:
+    every table): a result computed from a table is shown only to those who may read it."""
+    if readable is None:
+        return queryset
+    unreadable = [
+        str(pk) for pk in Table.objects.exclude(pk__in=readable.values("pk")).values_list("pk", flat=True)
+    ]
+    return queryset.exclude(source_snapshots__has_any_keys=unreadable) if unreadable else queryset

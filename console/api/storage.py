@@ -12,6 +12,7 @@ from console.api.base import ApiDefaults
 from console.api.errors import ContentTooLarge
 from console.api.limits import MAX_SQL_CHARACTERS
 from console.roles import ADMIN, OPERATOR
+from console.teams.access import cached_results_visible, queries_visible
 from processes import queries
 from processes.models import Query, QueryEngine
 from storage import services
@@ -188,6 +189,9 @@ class QueryViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin
     write_role = OPERATOR
     action_roles = {"create": OPERATOR, "cancel": OPERATOR}
 
+    def get_queryset(self):
+        return queries_visible(self.request.user, super().get_queryset())  # console/teams
+
     @extend_schema(request=QueryCreateSerializer, responses={201: QuerySerializer})
     def create(self, request):
         data = QueryCreateSerializer(data=request.data)
@@ -246,6 +250,9 @@ class CachedResultViewSet(
     queryset = CachedResult.objects.select_related("backend")
     write_role = OPERATOR
     action_roles = {"invalidate": OPERATOR, "destroy": OPERATOR}
+
+    def get_queryset(self):
+        return cached_results_visible(self.request.user, super().get_queryset())  # console/teams
 
     @extend_schema(request=None, responses={200: CachedResultSerializer})
     @action(detail=True, methods=["post"])

@@ -31,6 +31,7 @@ from console.teams.models import OPERATOR as GRANT_OPERATOR
 from console.teams.models import OWNER as GRANT_OWNER
 from console.teams.models import VIEWER as GRANT_VIEWER
 from console.teams.models import Grant, Team, roles_at_least
+from storage.access import cached_results_readable
 from storage.models import Catalog, Table
 from storage.selectors import catalog_tables_q
 
@@ -118,6 +119,21 @@ def tables_scope(user) -> QuerySet[Table] | None:
     """What the storage selectors' ``tables=`` take: None (every table) when ``user`` is
     unrestricted, else the tables the user may see."""
     return None if unrestricted(user) else tables_visible_to(user)
+
+
+def queries_visible(user, queryset: QuerySet) -> QuerySet:
+    """Workbench queries (their SQL and result rows): every one for an unrestricted user, else the
+    user's own (each was checked against their grants when it was submitted and when it ran)."""
+    if unrestricted(user):
+        return queryset
+    if not getattr(user, "is_authenticated", False):
+        return queryset.none()
+    return queryset.filter(user=user)
+
+
+def cached_results_visible(user, queryset: QuerySet) -> QuerySet:
+    """Cached results whose every source table the user may read."""
+    return cached_results_readable(queryset, tables_scope(user))
 
 
 def catalogs_visible(user, queryset: QuerySet[Catalog]) -> QuerySet[Catalog]:

@@ -16,7 +16,7 @@ from console.forms import QueryForm
 from console.htmx import is_fragment, render_page
 from console.roles import OPERATOR
 from console.table_shape import table_shape
-from console.teams.access import visible
+from console.teams.access import cached_results_visible, queries_visible, visible
 from processes import queries
 from processes import query_export as query_export_formats
 from processes.models import Query, QueryEngine
@@ -127,7 +127,9 @@ def query_run(request):
 
 @require_GET
 def query_detail(request, pk: int):
-    query = get_object_or_404(Query.objects.select_related("backend", "cached_result"), pk=pk)
+    query = get_object_or_404(
+        queries_visible(request.user, Query.objects.select_related("backend", "cached_result")), pk=pk
+    )
     response = render_page(
         request, "storage/query_detail.html", "storage/partials/query.html", _query_context(request, query)
     )
@@ -138,7 +140,9 @@ def query_detail(request, pk: int):
 @require_GET
 def query_export(request, pk: int, fmt: str):
     """The query's result as a CSV or Parquet download, streamed (query_export says from where)."""
-    query = get_object_or_404(Query.objects.select_related("cached_result__backend"), pk=pk)
+    query = get_object_or_404(
+        queries_visible(request.user, Query.objects.select_related("cached_result__backend")), pk=pk
+    )
     if fmt not in query_export_formats.FORMATS:
         message = f"export format must be csv or parquet, not {shown(fmt)}"
         return render(request, "storage/partials/query_error.html", {"message": message}, status=400)
@@ -167,7 +171,7 @@ def _changed(response):
 @role_required(OPERATOR)
 @require_POST
 def query_cancel(request, pk: int):
-    query = get_object_or_404(Query, pk=pk)
+    query = get_object_or_404(queries_visible(request.user, Query.objects.all()), pk=pk)
     try:
         query = queries.query_cancel(query=query)
     except ServiceError as error:
@@ -184,7 +188,8 @@ def _query_context(request, query: Query) -> dict:
 
 @require_GET
 def cached_result_list(request):
-    results = CachedResult.objects.select_related("backend").order_by("-last_used_at")
+    results = cached_results_visible(request.user, CachedResult.objects.select_related("backend"))
+    results = results.order_by("-last_used_at")
     state = request.GET.get("state", "")
     error = None
     if state in CachedResultState.values:
@@ -193,7 +198,7 @@ def cached_result_list(request):
         results = results.none()
         error = f"state must be one of {', '.join(CachedResultState.values)}, not {shown(state)}"
     page = Paginator(results, 50).get_page(request.GET.get("page"))
-    tables = {str(t.pk): t.name for t in Table.objects.only("id", "name")}
+    tables = {str(t.pk): t.name for t in visible(request.user, Table.objects.only("id", "name"))}
     return render_page(
         request,
         "storage/cached_results.html",
@@ -207,7 +212,9 @@ def cached_result_list(request):
 @role_required(OPERATOR)
 @require_POST
 def cached_result_act(request, pk: int, verb: str):
-    result = get_object_or_404(CachedResult.objects.select_related("backend"), pk=pk)
+    result = get_object_or_404(
+        cached_results_visible(request.user, CachedResult.objects.select_related("backend")), pk=pk
+    )
     try:
         if verb == "invalidate":
             services.cached_result_invalidate(result=result)
