@@ -8,7 +8,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from console.api.base import AUTHENTICATION_CLASSES
 from console.auth import ThrottledLoginView
 from console.sso import oidc_login
-from console.views import catalogs, overrides, storages
+from console.views import catalogs, maintenance, overrides, storages
 from console.views import processes as process_views
 from console.views import queries as storage_views
 from console.views import records as record_views
@@ -38,6 +38,7 @@ console_patterns = [
     path("tables/<int:pk>/processes/", process_views.table_processes, name="table-processes"),
     path("tables/<int:pk>/processes/run/", process_views.table_process_run, name="table-process-run"),
     path("tables/<int:pk>/overrides/", overrides.table_overrides, name="table-overrides"),
+    path("tables/<int:pk>/maintenance/", maintenance.table_maintenance_tab, name="table-maintenance"),
     # plan preview beside "Run now" (submission helper)
     path(
         "tables/<int:pk>/processes/preview/",

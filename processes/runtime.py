@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from processes.models import TERMINAL_STATUSES, Process, TableState
-from processes.plugin import StateKey
+from processes.plugin import StateKey, TableProcess
 from storage.io import StoreOptions, is_object_store
 from storage.io.guard import PathGuard
 from storage.models import Table
@@ -39,7 +39,7 @@ class TableRuntime:
         self.reason: str | None = None
         self.declined = False
 
-    def nothing_to_do(self, reason: str) -> None:
+    def nothing_to_do(self, reason: str) -> TableProcess | None:
         """Say why there is nothing to do on this table now; ``trigger`` returns the result::
 
             return runtime.nothing_to_do("no partition has 5 files under 16777216 bytes")
@@ -48,12 +48,14 @@ class TableRuntime:
         returns None without it still works: its decision reads "the factory found nothing to do"."""
         self.reason = reason
         self.declined = False
+        return None
 
-    def decline(self, reason: str) -> None:
+    def decline(self, reason: str) -> TableProcess | None:
         """Say that this table's format (or this table) does not take the action, and why (e.g. a
         primary-key table compacted by its own writers); ``trigger`` returns the result."""
         self.reason = reason
         self.declined = True
+        return None
 
     @property
     def table_id(self) -> int:

@@ -58,3 +58,10 @@ team_router.include_root_view = False
 team_router.register("teams", TeamViewSet, basename="team")
 team_router.register("grants", GrantViewSet, basename="grant")
 urlpatterns += team_router.urls
+
+# Maintenance decisions (issue 31 item 3): per action, the last decisions, next evaluation, settings.
+from console.api.maintenance import TableMaintenanceView  # noqa: E402
+
+urlpatterns += [
+    path("tables/<int:pk>/maintenance/", TableMaintenanceView.as_view(), name="table-maintenance")
+]

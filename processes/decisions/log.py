@@ -101,21 +101,15 @@ class DecisionLog:
         actions = sorted({key[1] for key in pending})
         with connection.cursor() as cursor:
             cursor.execute(_LAST_SQL.format(decision=table), [tables, actions])
-            last = {(t, a): (pk, kind, reason, group) for pk, t, a, kind, reason, group in cursor.fetchall()}
+            last: dict[tuple[int, str], tuple[int, tuple[str, str, str]]] = {
+                (t, a): (pk, (kind, reason, group)) for pk, t, a, kind, reason, group in cursor.fetchall()
+            }
         repeated: dict[int, Pending] = {}
         new: list[Decision] = []
         for key, decision in pending.items():
             before = last.get(key)
-            if (
-                decision.kind != DecisionKind.RAN
-                and before is not None
-                and before[1:]
-                == (
-                    decision.kind,
-                    decision.reason,
-                    decision.group,
-                )
-            ):
+            outcome = (decision.kind, decision.reason, decision.group)
+            if decision.kind != DecisionKind.RAN and before is not None and before[1] == outcome:
                 repeated[before[0]] = decision
             else:
                 new.append(_row(decision, self.now))

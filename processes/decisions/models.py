@@ -8,21 +8,35 @@ from django.db import models
 
 
 class DecisionKind(models.TextChoices):
-    RAN = "ran", "Ran"
-    NOTHING_TO_DO = "nothing-to-do", "Nothing to do"
-    BELOW_BENEFIT = "below-benefit", "Below the minimum benefit"
-    WAITING_BUDGET = "waiting-budget", "Waiting for budget"
-    WAITING_SLOT = "waiting-slot", "Waiting for a slot"
-    DISABLED = "disabled", "Disabled"
-    DECLINED = "declined", "Declined"
-    MANUAL_ONLY = "manual-only", "Manual only"
-    FAILED = "failed", "Evaluation failed"
+    RAN = "ran"
+    NOTHING_TO_DO = "nothing-to-do"
+    BELOW_BENEFIT = "below-benefit"
+    WAITING_BUDGET = "waiting-budget"
+    WAITING_SLOT = "waiting-slot"
+    DISABLED = "disabled"
+    DECLINED = "declined"
+    MANUAL_ONLY = "manual-only"
+    FAILED = "failed"
+
+
+#: What the console and the API call each kind (``Decision.get_kind_display``).
+KIND_LABELS: dict[str, str] = {
+    DecisionKind.RAN: "Ran",
+    DecisionKind.NOTHING_TO_DO: "Nothing to do",
+    DecisionKind.BELOW_BENEFIT: "Below the minimum benefit",
+    DecisionKind.WAITING_BUDGET: "Waiting for budget",
+    DecisionKind.WAITING_SLOT: "Waiting for a slot",
+    DecisionKind.DISABLED: "Disabled",
+    DecisionKind.DECLINED: "Declined",
+    DecisionKind.MANUAL_ONLY: "Manual only",
+    DecisionKind.FAILED: "Evaluation failed",
+}
 
 
 class Decision(models.Model):
     table = models.ForeignKey("storage.Table", on_delete=models.CASCADE, related_name="decisions")
     action = models.CharField(max_length=64)
-    kind = models.CharField(max_length=20, choices=DecisionKind.choices)
+    kind = models.CharField(max_length=20, choices=list(KIND_LABELS.items()))
     reason = models.TextField(blank=True)
     #: The resource group the table belonged to when decided (its name; blank when not resolved).
     group = models.CharField(max_length=60, blank=True)

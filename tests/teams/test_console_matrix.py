@@ -66,6 +66,7 @@ def test_pages_of_another_teams_table_or_process_are_404(lake, username):
             f"/tables/{table.pk}/",
             f"/tables/{table.pk}/snapshots/",
             f"/tables/{table.pk}/processes/",
+            f"/tables/{table.pk}/maintenance/",
             f"/tables/{table.pk}/records/",
             f"/processes/{lake.pending[name].pk}/",
             f"/trash/processes/{lake.pending[name].pk}/",
