@@ -120,7 +120,11 @@ def _actions() -> set[str]:
 class ProcessFilterForm(forms.Form):
     """The list's filters, strict: an unknown value is a 400 naming the allowed ones, never ignored.
     The value goes into the message as a parameter: django-filter %-formats every message, so a
-    ``%`` written into it was a 500 (``?action=%``, issue 29 item 12)."""
+    ``%`` written into it was a 500 (``?action=%``, issue 29 item 12). ``history`` is the processes
+    the user may see (the filter set gives it): an action is looked up there, never in another
+    team's history."""
+
+    history = Process.objects.none()
 
     def clean_active(self):
         value = self.cleaned_data.get("active")
@@ -132,7 +136,7 @@ class ProcessFilterForm(forms.Form):
     def clean_action(self):
         action = self.cleaned_data.get("action")
         # An action of an uninstalled plugin that is still in the history is a fine filter too.
-        if action and action not in _actions() and not Process.objects.filter(action=action).exists():
+        if action and action not in _actions() and not self.history.filter(action=action).exists():
             raise forms.ValidationError(
                 "%(value)r is not an action; actions are %(actions)s",
                 params={"value": action, "actions": ", ".join(sorted(_actions()))},
@@ -162,6 +166,12 @@ class ProcessFilter(ProcessNameFilter):
 
     class Meta(ProcessNameFilter.Meta):
         form = ProcessFilterForm
+
+    @property
+    def form(self):
+        form = super().form
+        form.history = self.queryset  # already narrowed to the user's teams (the view's queryset)
+        return form
 
 
 class ProcessViewSet(ApiDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
