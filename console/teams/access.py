@@ -194,6 +194,36 @@ RULES.add_rule("operate", _is_admin | (_operator & (_teams_off | _granted(GRANT_
 RULES.add_rule("own", _is_admin | (_operator & ~_teams_off & _granted(GRANT_OWNER)))
 
 
+def teams_managed(user) -> QuerySet[Team]:
+    """The teams ``user`` manages (members and grants): every team for an admin; for an operator,
+    the teams they belong to that hold an owner grant (team owners); none for anyone else."""
+    if has_role(user, ADMIN):
+        return Team.objects.all()
+    if not has_role(user, OPERATOR):
+        return Team.objects.none()
+    owning = Grant.objects.filter(role=GRANT_OWNER).values("team_id")
+    return Team.objects.filter(pk__in=owning, memberships__user=user).distinct()
+
+
+def scope_owned(team: Team, grant: Grant) -> bool:
+    """Whether one of ``team``'s owner grants covers ``grant``'s scope (what a team owner may grant
+    their team: nothing beyond what the team owns)."""
+    for owner in team.grants.filter(role=GRANT_OWNER):
+        if owner.table_id is not None:
+            if grant.table_id == owner.table_id:
+                return True
+        elif grant.table_id is not None:
+            if Table.objects.filter(pk=grant.table_id).filter(_grant_q(owner)).exists():
+                return True
+        elif grant.catalog_id == owner.catalog_id and (
+            not owner.namespace
+            or grant.namespace == owner.namespace
+            or grant.namespace.startswith(owner.namespace + ".")
+        ):
+            return True
+    return False
+
+
 def can(user, action: str, obj: Model | None = None) -> bool:
     """May ``user`` do ``action`` (``view``, ``operate``, ``own``) on ``obj`` (a table, or a row
     with a ``table_id`` such as a process)?"""

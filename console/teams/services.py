@@ -225,3 +225,37 @@ def sso_teams_set(*, user, groups: Iterable[str], ignore_case: bool = False) -> 
                 membership.delete()
     access.forget(user)
     return sorted(t.name for t in wanted)
+
+
+def team_member_add(*, team: Team, username: str) -> TeamMember:
+    """Add the user ``username`` to ``team`` by hand (idempotent: an SSO membership stays SSO)."""
+    (user,) = _users(_clean_names([username], "members") or [""])
+    with transaction.atomic():
+        membership, created = TeamMember.objects.get_or_create(
+            team=team, user=user, defaults={"source": MemberSource.MANUAL}
+        )
+        if created:
+            _audit("team.member", team, {"user": user.get_username(), "joined": True})
+    return membership
+
+
+def team_member_remove(*, team: Team, username: str) -> None:
+    """Remove ``username`` from ``team`` (a member through an SSO group joins again at their next
+    sign-in while the group maps to the team)."""
+    with transaction.atomic():
+        removed, _ = TeamMember.objects.filter(team=team, user__username=username).delete()
+        if not removed:
+            raise InvalidInput(f"{username!r} is not a member of {team.name}", field="members")
+        _audit("team.member", team, {"user": username, "joined": False})
+
+
+def grant_scope(*, catalog: Catalog | None, namespace: str, table: Table | None) -> dict[str, Any]:
+    """The keyword arguments ``grant_set`` and ``grant_find`` take for a scope given as objects
+    (a form's or the admin's cleaned data)."""
+    if table is not None:
+        return {"table": table.pk}
+    if catalog is None:
+        raise InvalidInput("name a catalog (and, if you like, a namespace of it) or a table", field="catalog")
+    if namespace.strip("."):
+        return {"namespace": f"{catalog.name}.{namespace.strip('.')}"}
+    return {"catalog": catalog.name}
