@@ -8,10 +8,10 @@ files removed, delete files removed, bytes reclaimed, health gain; bytes to read
     small files removed + delete files removed + manifests merged
       + bytes reclaimed / 16 MiB + health gain (score points)
 
-and its **cost** is worker-seconds: ``OVERHEAD_SECONDS`` plus the bytes to read and write at the
-throughput (bytes per worker-second) the action's last successful runs measured
-(``Process.measured``), ``DEFAULT_THROUGHPUT`` before the first. Due tables are asked in order
-of **priority** = (benefit + 1) / cost x (1 + waited / ``AGING``), where ``waited`` is the time
+and its **cost** is worker-seconds: a fixed part plus the bytes to read and write at a
+throughput, both fitted to the worker-seconds and bytes the action's last successful runs measured
+(``Process.measured``); ``OVERHEAD_SECONDS`` and ``DEFAULT_THROUGHPUT`` before the first. Due
+tables are asked in order of **priority** = (benefit + 1) / cost x (1 + waited / ``AGING``), where ``waited`` is the time
 since the table became due: a table that keeps waiting climbs past fresh, richer work, so nothing
 starves. A table whose benefit is below the action's minimum (the factory property
 ``min-benefit``, or the table's override of the same name; ``DEFAULT_MIN_BENEFIT``) is not asked:
@@ -107,37 +107,61 @@ def benefit(estimate: Estimate) -> float:
 
 @dataclass(frozen=True)
 class Throughput:
-    """What one more run of an action costs: measured bytes per worker-second, or the default."""
+    """What one more run of an action costs: a fixed part (start, plan, commit) plus its bytes at
+    a throughput, both measured on the action's past runs, or the defaults before there are any."""
 
     bytes_per_second: float = DEFAULT_THROUGHPUT
     runs: int = 0
+    overhead: float = OVERHEAD_SECONDS
 
     def seconds(self, estimate: Estimate) -> float:
         if estimate.seconds is not None:
             return max(0.001, float(estimate.seconds))
-        return OVERHEAD_SECONDS + (estimate.bytes_read + estimate.bytes_written) / self.bytes_per_second
+        return self.overhead + (estimate.bytes_read + estimate.bytes_written) / self.bytes_per_second
 
 
 def measured_throughput(action: str) -> Throughput:
-    """Bytes read and written per worker-second over the action's last successful runs that
-    moved bytes (one query); the default before there is one."""
+    """The cost of ``action`` fitted to its last ``CALIBRATION_RUNS`` successful runs (one query):
+    worker-seconds = overhead + bytes read and written / throughput, a least-squares line when
+    their sizes differ enough, else their bytes over their seconds with the default overhead."""
     costs = (
         Process.objects.filter(action=action, status=ProcessStatus.SUCCESS, measured__has_key="cost")
-        .order_by("-finished_at")
+        .order_by("-id")
         .values_list("measured__cost", flat=True)[:CALIBRATION_RUNS]
     )
-    moved = seconds = 0.0
-    runs = 0
+    points = []
     for cost in costs:
-        if not isinstance(cost, dict):
-            continue
-        spent = _number(cost.get("worker_seconds"))
-        done = _number(cost.get("bytes_read")) + _number(cost.get("bytes_written"))
-        if spent > 0 and done > 0:
-            moved += done
-            seconds += spent
-            runs += 1
-    return Throughput(moved / seconds, runs) if runs else Throughput()
+        if isinstance(cost, dict) and _number(cost.get("worker_seconds")) > 0:
+            moved = _number(cost.get("bytes_read")) + _number(cost.get("bytes_written"))
+            points.append((moved, _number(cost.get("worker_seconds"))))
+    moving = [(b, t) for b, t in points if b > 0]
+    if not moving:
+        return Throughput(runs=len(points))
+    fitted = _fit(points)
+    if fitted is not None:
+        return Throughput(fitted[1], len(points), fitted[0])
+    overhead = min(OVERHEAD_SECONDS, min(t for _, t in moving))
+    spent = sum(t - overhead for _, t in moving)
+    rate = sum(b for b, _ in moving) / spent if spent > 0 else DEFAULT_THROUGHPUT
+    return Throughput(rate, len(points), overhead)
+
+
+def _fit(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """(overhead seconds, bytes per second) of the least-squares line through (bytes, seconds),
+    or None when the runs do not pin one down (fewer than 3, sizes alike, or a slope or an
+    intercept that makes no sense)."""
+    if len(points) < 3:
+        return None
+    mean_b = sum(b for b, _ in points) / len(points)
+    mean_t = sum(t for _, t in points) / len(points)
+    spread = sum((b - mean_b) ** 2 for b, _ in points)
+    if spread <= 0 or math.sqrt(spread / len(points)) < 0.1 * max(mean_b, 1.0):
+        return None
+    slope = sum((b - mean_b) * (t - mean_t) for b, t in points) / spread
+    overhead = mean_t - slope * mean_b
+    if slope <= 0 or overhead < 0:
+        return None
+    return overhead, 1 / slope
 
 
 def _number(value: Any) -> float:

@@ -95,38 +95,35 @@ def test_the_default_rewrite_estimate_counts_the_small_files_a_compaction_remove
     assert benefit(estimate) == pytest.approx(1_984 + estimate.health_gain)
 
 
-def test_cost_is_calibrated_by_the_measured_throughput_of_the_actions_past_runs():
-    table = _table("measured", small=10)
-    now = timezone.now()
-    for seconds in (10, 30):  # 80 MiB moved in 40 worker-seconds: 2 MiB per second
-        Process.objects.create(
-            table=table,
-            action=REWRITE,
-            factory="delta-rewrite",
-            status=ProcessStatus.SUCCESS,
-            finished_at=now,
-            measured={
-                "cost": {
-                    "worker_seconds": seconds,
-                    "bytes_read": seconds * MIB,
-                    "bytes_written": seconds * MIB,
-                }
-            },
-        )
-    Process.objects.create(  # a failed run measures nothing about the throughput
+def _run(table: Table, seconds: float, moved: int, *, status: str = ProcessStatus.SUCCESS) -> None:
+    Process.objects.create(
         table=table,
         action=REWRITE,
         factory="delta-rewrite",
-        status=ProcessStatus.FAILED,
-        finished_at=now,
-        measured={"cost": {"worker_seconds": 1, "bytes_read": 10**12, "bytes_written": 0}},
+        status=status,
+        finished_at=timezone.now(),
+        measured={"cost": {"worker_seconds": seconds, "bytes_read": moved // 2, "bytes_written": moved // 2}},
     )
+
+
+def test_cost_is_fitted_to_the_measured_seconds_and_bytes_of_the_actions_past_runs():
+    table = _table("measured", small=10)
+    assert measured_throughput(REWRITE) == Throughput(DEFAULT_THROUGHPUT, 0, OVERHEAD_SECONDS)
+    _run(table, 30, 40 * MIB)  # 20 s to start and commit, then 4 MiB per worker-second
+    _run(table, 50, 120 * MIB)
+    # two runs: their bytes over their seconds beyond the default overhead
+    assert measured_throughput(REWRITE).bytes_per_second == pytest.approx(160 * MIB / (25 + 45))
+    _run(table, 120, 400 * MIB)
+    _run(table, 1, 10**12, status=ProcessStatus.FAILED)  # a failed run measures nothing
 
     measured = measured_throughput(REWRITE)
 
-    assert measured.runs == 2 and measured.bytes_per_second == pytest.approx(2 * MIB)
-    assert measured.seconds(Estimate(bytes_read=10 * MIB, bytes_written=10 * MIB)) == OVERHEAD_SECONDS + 10
-    assert measured_throughput("expire-snapshots") == Throughput(DEFAULT_THROUGHPUT, 0)
+    assert measured.runs == 3
+    assert measured.overhead == pytest.approx(20)
+    assert measured.bytes_per_second == pytest.approx(4 * MIB)
+    assert measured.seconds(Estimate(bytes_read=20 * MIB, bytes_written=20 * MIB)) == pytest.approx(30)
+    assert measured.seconds(Estimate(seconds=7)) == 7  # a factory's own figure stands
+    assert measured_throughput("expire-snapshots") == Throughput(DEFAULT_THROUGHPUT, 0, OVERHEAD_SECONDS)
 
 
 # --- ranking ---------------------------------------------------------------------------------------
