@@ -284,7 +284,9 @@ class ProcessFactory(abc.ABC):
 
     @abc.abstractmethod
     def trigger(self, runtime: TableRuntime, action: str) -> TableProcess | None:
-        """The process to run now on this table, or None when there is nothing worth doing."""
+        """The process to run now on this table, or None when there is nothing worth doing; say why
+        with ``return runtime.nothing_to_do("nothing to do: ...")`` (or ``runtime.decline(reason)``
+        when the table does not take the action): the scheduler keeps it as its decision."""
 
     @abc.abstractmethod
     def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:

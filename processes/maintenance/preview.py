@@ -113,7 +113,7 @@ def preview_of(
         },
     )
     if plan.empty:
-        preview.notes.append(_nothing_to_do(settings, plan.ordering))
+        preview.notes.append(rewrite_idle_note(settings, plan.ordering))
     else:
         preview.notes.append(
             "the replaced files stay on storage (time travel) until snapshot expiry or vacuum deletes them"
@@ -121,7 +121,8 @@ def preview_of(
     return preview
 
 
-def _nothing_to_do(settings: CompactionSettings, ordering: Ordering | None) -> str:
+def rewrite_idle_note(settings: CompactionSettings, ordering: Ordering | None) -> str:
+    """Why a compaction plan is empty (the preview's note and the scheduler's decision)."""
     if ordering is not None:
         return f"nothing to do: every partition is already clustered by {ordering.signature}"
     return (

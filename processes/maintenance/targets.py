@@ -62,6 +62,10 @@ def iceberg_commit_target(spec_table: Any, guard: PathGuard | None = None) -> Ta
     return table
 
 
+#: Why the scheduler finds nothing to do on an Iceberg table ``iceberg_catalog_table`` gave no table for.
+NO_CATALOG = "nothing would run: the table has no catalog to commit through (registered by location)"
+
+
 @overload
 def iceberg_catalog_table(runtime: TableRuntime, *, strict: Literal[True]) -> Table: ...
 @overload

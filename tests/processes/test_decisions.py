@@ -244,3 +244,51 @@ def test_the_ticks_queries_do_not_grow_with_the_number_of_tables_decided(test_pl
 
     assert (few_decided, many_decided) == (5, 80)
     assert few == many
+
+
+# --- built-in factories on real tables -------------------------------------------------------------
+
+
+def _only(factory: str) -> None:
+    configured_factories()
+    PluginConfig.objects.exclude(name=factory).update(enabled=False)
+    PluginConfig.objects.filter(name=factory).update(enabled=True)
+
+
+def test_a_built_in_factory_says_why_there_is_nothing_to_do_on_a_real_delta_table(make_delta):
+    _only("delta-rewrite")
+    table, _ = make_delta(files=3)
+    table.properties = {**table.properties, "min-benefit": 0}  # ask the factory, whatever the benefit
+    table.save(update_fields=["properties"])
+
+    schedule_tick()
+
+    decision = _last(table, "rewrite")
+    assert decision.kind == DecisionKind.NOTHING_TO_DO
+    assert decision.reason.startswith("nothing to do: no partition has 5 files under 16777216 bytes")
+    assert Process.objects.count() == 0
+
+
+def test_a_real_delta_table_below_the_minimum_benefit_keeps_both_numbers(make_delta):
+    _only("delta-rewrite")
+    table, _ = make_delta(files=3)
+
+    schedule_tick()
+
+    decision = _last(table, "rewrite")
+    assert decision.kind == DecisionKind.BELOW_BENEFIT
+    assert decision.numbers["minimum"] == 4 and decision.numbers["benefit"] < 4
+    assert "below the minimum benefit of 4" in decision.reason
+
+
+def test_a_delta_checkpoint_with_too_few_commits_says_how_many(make_delta):
+    _only("delta-checkpoint")
+    table, _ = make_delta(files=3)
+
+    schedule_tick()
+
+    decision = _last(table, "checkpoint")
+    assert decision.kind == DecisionKind.NOTHING_TO_DO
+    assert decision.reason.startswith(
+        "nothing to do: 3 commit(s) since the last checkpoint, fewer than min-commits"
+    )

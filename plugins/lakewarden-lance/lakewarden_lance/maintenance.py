@@ -78,6 +78,10 @@ class _LanceFactory(ProcessFactory):
         return self.process(runtime, dict(record.params))
 
 
+#: Why there is nothing to do (the preview's note and the scheduler's decision).
+NO_COMPACTION = "nothing to do: no fragments are small or carry enough deletions"
+NO_OLD_VERSIONS = "nothing to do: no version is old enough outside the newest kept"
+
 # --- rewrite ---------------------------------------------------------------------------------------
 
 
@@ -198,7 +202,9 @@ class LanceRewriteFactory(_LanceFactory):
 
     def trigger(self, runtime: Any, action: str) -> TableProcess | None:
         plan = _plan(_dataset(runtime), _compaction_options({}, runtime.config))
-        return self.process(runtime, {}) if plan.num_tasks() else None
+        if not plan.num_tasks():
+            return runtime.nothing_to_do(NO_COMPACTION)
+        return self.process(runtime, {})
 
     def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview:
         options = _compaction_options(params, runtime.config)
@@ -215,7 +221,7 @@ class LanceRewriteFactory(_LanceFactory):
         preview.bytes_out = preview.bytes_in
         preview.details["rows"] = rows_in
         if not preview.groups:
-            preview.notes.append("nothing to do: no fragments are small or carry enough deletions")
+            preview.notes.append(NO_COMPACTION)
         return preview
 
 
@@ -315,7 +321,9 @@ class LanceExpireSnapshotsFactory(_LanceFactory):
 
     def trigger(self, runtime: Any, action: str) -> TableProcess | None:
         explained = _dataset(runtime).explain_cleanup_old_versions(**_cleanup_arguments({}, runtime.config))
-        return self.process(runtime, {}) if explained.stats.old_versions else None
+        if not explained.stats.old_versions:
+            return runtime.nothing_to_do(NO_OLD_VERSIONS)
+        return self.process(runtime, {})
 
     def preview(self, runtime: Any, action: str, params: dict[str, Any]) -> Preview:
         arguments = _cleanup_arguments(params, runtime.config)
@@ -325,7 +333,7 @@ class LanceExpireSnapshotsFactory(_LanceFactory):
         preview = Preview(objects_to_delete=files, bytes_to_delete=stats["bytes_removed"], details=stats)
         preview.notes.extend(explained.warnings)
         if not stats["old_versions"]:
-            preview.notes.append("nothing to do: no version is old enough outside the newest kept")
+            preview.notes.append(NO_OLD_VERSIONS)
         return preview
 
 
@@ -375,4 +383,6 @@ class LanceOptimizeIndicesFactory(_LanceFactory):
         return LanceOptimizeIndicesProcess(params)
 
     def trigger(self, runtime: Any, action: str) -> TableProcess | None:
-        return self.process(runtime, {}) if any(_unindexed(_dataset(runtime)).values()) else None
+        if not any(_unindexed(_dataset(runtime)).values()):
+            return runtime.nothing_to_do("nothing to do: every index covers every fragment")
+        return self.process(runtime, {})

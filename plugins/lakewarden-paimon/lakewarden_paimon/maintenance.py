@@ -120,7 +120,9 @@ class _PaimonFactory(ProcessFactory):
     def trigger(self, runtime: Any, action: str) -> TableProcess | None:
         process = self.process(runtime, {})
         found = process.preview(_table(runtime))
-        return process if found.objects_to_delete else None
+        if not found.objects_to_delete:
+            return runtime.nothing_to_do(found.notes[-1] if found.notes else "nothing to do")
+        return process
 
 
 # --- expire-snapshots --------------------------------------------------------------------------

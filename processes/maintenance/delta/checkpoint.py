@@ -264,11 +264,15 @@ class DeltaCheckpointFactory(ProcessFactory):
         spec = open_version(runtime.location, storage=store_options(runtime))
         try:
             _check_checkpointable(spec)
-        except CommitRefused:
-            return None
+        except CommitRefused as refused:
+            return runtime.nothing_to_do(f"nothing would run: {refused}")
         minimum = int({**self.default_properties, **runtime.config}["min-commits"])
         since = spec.version - max(spec.log.checkpoints, default=-1)
-        return DeltaCheckpointProcess({}, runtime.config) if since >= minimum else None
+        if since < minimum:
+            return runtime.nothing_to_do(
+                f"nothing to do: {since} commit(s) since the last checkpoint, fewer than min-commits {minimum}"
+            )
+        return DeltaCheckpointProcess({}, runtime.config)
 
     def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
         return DeltaCheckpointProcess(dict(record.params), runtime.config)

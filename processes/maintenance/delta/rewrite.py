@@ -463,9 +463,11 @@ class DeltaRewriteFactory(ProcessFactory):
         try:
             WriteLayout.of(spec)
             plan, _ = process.plan(spec, in_place=not is_local(runtime.location))
-        except (CommitRefused, ValueError):  # a manual run says why
-            return None
-        return None if plan.empty else process
+        except (CommitRefused, ValueError) as error:  # a manual run says the same
+            return runtime.nothing_to_do(f"nothing would run: {error}")
+        if plan.empty:
+            return runtime.nothing_to_do(rewrite_preview.rewrite_idle_note(process.settings, plan.ordering))
+        return process
 
     def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
         return self.process_class(dict(record.params), runtime.config)

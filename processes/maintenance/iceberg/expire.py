@@ -49,7 +49,12 @@ from processes.maintenance.retention import (
 )
 from processes.maintenance.schemas import DRY_RUN, INTERVAL, MAX_COUNT, PARALLELISM, with_defaults
 from processes.maintenance.spill import SortedRuns, Spilled, missing
-from processes.maintenance.targets import iceberg_catalog_table, iceberg_commit_target, store_options
+from processes.maintenance.targets import (
+    NO_CATALOG,
+    iceberg_catalog_table,
+    iceberg_commit_target,
+    store_options,
+)
 from processes.plugin import (
     EXPIRE_SNAPSHOTS,
     Preview,
@@ -371,7 +376,7 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
     def trigger(self, runtime: TableRuntime, action: str) -> TableProcess | None:
         table = iceberg_catalog_table(runtime)
         if table is None:
-            return None  # no catalog to commit through
+            return runtime.nothing_to_do(NO_CATALOG)
         process = IcebergExpireProcess({}, runtime.config)
         due = snapshots_to_expire(
             table.metadata,
@@ -379,7 +384,12 @@ class IcebergExpireSnapshotsFactory(ProcessFactory):
             min_snapshots=process.min_snapshots,
             now=dt.datetime.now(dt.UTC),
         )
-        return process if due else None
+        if not due:
+            return runtime.nothing_to_do(
+                f"nothing to do: no snapshot is older than {process.max_age} beyond the newest "
+                f"{process.min_snapshots} kept"
+            )
+        return process
 
     def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
         return IcebergExpireProcess(dict(record.params), runtime.config)

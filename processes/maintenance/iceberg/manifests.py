@@ -50,7 +50,7 @@ from processes.maintenance.schemas import (
     UNIT,
     with_defaults,
 )
-from processes.maintenance.targets import iceberg_catalog_table, iceberg_commit_target
+from processes.maintenance.targets import NO_CATALOG, iceberg_catalog_table, iceberg_commit_target
 from processes.plugin import (
     REWRITE_MANIFESTS,
     Preview,
@@ -463,15 +463,22 @@ class IcebergRewriteManifestsFactory(ProcessFactory):
 
     def trigger(self, runtime: TableRuntime, action: str) -> TableProcess | None:
         table = iceberg_catalog_table(runtime)
-        if table is None or table.metadata.format_version > 2:
-            return None
+        if table is None:
+            return runtime.nothing_to_do(NO_CATALOG)
+        if table.metadata.format_version > 2:
+            return runtime.decline(f"manifests of a v{table.metadata.format_version} table are not rewritten")
         snapshot = table.metadata.current_snapshot()
         if snapshot is None:
-            return None
+            return runtime.nothing_to_do("nothing to do: the table has no snapshot")
         process = IcebergRewriteManifestsProcess({}, runtime.config)
         manifests = data_manifests(table.io, snapshot)
-        due = is_due(manifests, min_manifests=process.min_manifests, target=process.target_size(table))
-        return process if due else None
+        target = process.target_size(table)
+        if not is_due(manifests, min_manifests=process.min_manifests, target=target):
+            return runtime.nothing_to_do(
+                f"nothing to do: not more than {process.min_manifests} data manifests with two under "
+                f"{target // 2} bytes"
+            )
+        return process
 
     def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
         return IcebergRewriteManifestsProcess(dict(record.params), runtime.config)

@@ -296,7 +296,9 @@ class IcebergOrphanFilesFactory(ProcessFactory):
         # Listing the whole location is the work itself: the interval is the only gate.
         location = runtime.location
         if not (is_local(location) or is_object_store(location)):
-            return None
+            return runtime.decline(
+                "the table's location is neither local nor on an object store Lakewarden lists"
+            )
         return IcebergOrphanFilesProcess({}, runtime.config)
 
     def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:

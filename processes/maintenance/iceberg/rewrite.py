@@ -83,7 +83,7 @@ from processes.maintenance.planning import (
     CompactionSettings,
     iceberg_strategy,
 )
-from processes.maintenance.preview import iceberg_inputs, iceberg_preview
+from processes.maintenance.preview import iceberg_inputs, iceberg_preview, rewrite_idle_note
 from processes.maintenance.schemas import MAX_INT32, with_defaults
 from processes.maintenance.targets import iceberg_commit_target, store_options
 from processes.plugin import (
@@ -465,16 +465,17 @@ class IcebergRewriteFactory(ProcessFactory):
         spec_table = runtime.load()
         try:
             table = iceberg_commit_target(spec_table)
-        except InputError:
-            return None  # no catalog to commit through
+        except InputError as error:
+            return runtime.nothing_to_do(f"nothing would run: {error}")
         process = IcebergRewriteProcess({}, runtime.config)
         try:
             ordering = iceberg_strategy(table.metadata, None, process.settings, spec_table.schema)
             output_format(table, process.settings)
-        except ValueError:
-            return None  # a manual run says why
-        if plan_rewrite(spec_table, process.settings, ordering=ordering).empty:
-            return None
+        except ValueError as error:
+            return runtime.nothing_to_do(f"nothing would run: {error} (a manual run says the same)")
+        plan = plan_rewrite(spec_table, process.settings, ordering=ordering)
+        if plan.empty:
+            return runtime.nothing_to_do(rewrite_idle_note(process.settings, plan.ordering))
         return process
 
     def recover(self, runtime: Any, record: ProcessRecord) -> TableProcess:

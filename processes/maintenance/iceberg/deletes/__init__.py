@@ -94,7 +94,12 @@ from processes.maintenance.schemas import (
     PARALLELISM,
     with_defaults,
 )
-from processes.maintenance.targets import iceberg_catalog_table, iceberg_commit_target, store_options
+from processes.maintenance.targets import (
+    NO_CATALOG,
+    iceberg_catalog_table,
+    iceberg_commit_target,
+    store_options,
+)
 from processes.plugin import (
     CONVERT_EQUALITY_DELETES,
     REMOVE_DANGLING_DELETES,
@@ -402,18 +407,23 @@ class IcebergDeletesFactory(ProcessFactory):
     def trigger(self, runtime: TableRuntime, action: str) -> TableProcess | None:
         table = iceberg_catalog_table(runtime)
         if table is None:
-            return None  # no catalog to commit through
+            return runtime.nothing_to_do(NO_CATALOG)
         snapshot = table.metadata.current_snapshot()
         if snapshot is None or not _has_delete_files(snapshot):
-            return None
+            return runtime.nothing_to_do("nothing to do: the current snapshot has no delete file")
         process = PROCESSES[action]({}, runtime.config)
         if process.writes_files and not process.writes_vectors and table.metadata.format_version >= 3:
-            return None
+            return runtime.decline(f"{action} writes position delete files, which a v3 table does not take")
         try:
             process.delete_output(table)
-        except ValueError:
-            return None  # a delete format it cannot write: a manual run says why
-        return process if process.due(table, snapshot) else None
+        except ValueError as error:  # a delete format it cannot write: a manual run says the same
+            return runtime.nothing_to_do(f"nothing would run: {error}")
+        if not process.due(table, snapshot):
+            from processes.maintenance.iceberg.deletes.preview import NOTHING_TO_DO
+
+            idle = NOTHING_TO_DO.get(action, f"nothing to do: no delete file {action} would change")
+            return runtime.nothing_to_do(idle.format(min_files=getattr(process, "min_files", "")))
+        return process
 
     def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
         return PROCESSES[record.action](dict(record.params), runtime.config)

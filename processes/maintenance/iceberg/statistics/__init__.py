@@ -56,7 +56,7 @@ from processes.maintenance.iceberg.statistics.scan import (
 from processes.maintenance.iceberg.statistics.sketches import ThetaSketch
 from processes.maintenance.outputs import local_path
 from processes.maintenance.schemas import INTERVAL, MAX_INT64, MIN_INT64, PARALLELISM, with_defaults
-from processes.maintenance.targets import iceberg_catalog_table, iceberg_commit_target
+from processes.maintenance.targets import NO_CATALOG, iceberg_catalog_table, iceberg_commit_target
 from processes.plugin import (
     COMPUTE_STATISTICS,
     Preview,
@@ -297,10 +297,12 @@ class IcebergComputeStatisticsFactory(ProcessFactory):
         """Due when the current snapshot has no statistics file yet."""
         table = iceberg_catalog_table(runtime)
         if table is None:
-            return None
+            return runtime.nothing_to_do(NO_CATALOG)
         snapshot = table.metadata.current_snapshot()
-        if snapshot is None or any(s.snapshot_id == snapshot.snapshot_id for s in table.metadata.statistics):
-            return None
+        if snapshot is None:
+            return runtime.nothing_to_do("nothing to do: the table has no snapshot")
+        if any(s.snapshot_id == snapshot.snapshot_id for s in table.metadata.statistics):
+            return runtime.nothing_to_do("nothing to do: the current snapshot already has a statistics file")
         return IcebergStatisticsProcess({}, runtime.config)
 
     def recover(self, runtime: TableRuntime, record: ProcessRecord) -> TableProcess:
