@@ -126,3 +126,20 @@ console_patterns += [
     path("capacity/groups/", capacity_views.resource_group_create, name="resource-group-create"),
     path("capacity/groups/<int:pk>/", capacity_views.resource_group_update, name="resource-group-update"),
 ]
+
+# Teams (issue 32, console/teams): the page where admins and team owners manage members and grants.
+from console.views import teams as team_views  # noqa: E402
+
+console_patterns += [
+    path("teams/", team_views.team_list, name="team-list"),
+    path("teams/<int:pk>/members/", team_views.team_member_add, name="team-member-add"),
+    path(
+        "teams/<int:pk>/members/<int:member_pk>/remove/",
+        team_views.team_member_remove,
+        name="team-member-remove",
+    ),
+    path("teams/<int:pk>/grants/", team_views.team_grant_add, name="team-grant-add"),
+    path(
+        "teams/<int:pk>/grants/<int:grant_pk>/remove/", team_views.team_grant_remove, name="team-grant-remove"
+    ),
+]

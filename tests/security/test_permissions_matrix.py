@@ -163,6 +163,21 @@ RULES: dict[str, Rule] = {
     "console:resource-group-update": Rule(
         CONSOLE, {"POST": ADMIN}, obj="resource_group", body=lambda lake: {"max_concurrency": "3"}
     ),
+    # Teams (issue 32): everyone reads the page (their own teams); admins and team owners (operators)
+    # change them: an operator who owns no team gets 404 for a team they are not in.
+    "console:team-list": _read(),
+    "console:team-member-add": Rule(
+        CONSOLE, {"POST": OPERATOR}, obj="team", body=lambda lake: {"username": "nobody-here"}
+    ),
+    "console:team-member-remove": Rule(
+        CONSOLE, {"POST": OPERATOR}, obj="team", variants=({"member_pk": 2**31 - 1},), body=lambda lake: {}
+    ),
+    "console:team-grant-add": Rule(
+        CONSOLE, {"POST": OPERATOR}, obj="team", body=lambda lake: {"role": "viewer", "table": lake.table.pk}
+    ),
+    "console:team-grant-remove": Rule(
+        CONSOLE, {"POST": OPERATOR}, obj="team", variants=({"grant_pk": 2**31 - 1},), body=lambda lake: {}
+    ),
     # --- public ----------------------------------------------------------------------------------
     "healthz": Rule(PUBLIC, {"GET": ANYONE}),
     "favicon": Rule(PUBLIC, {"GET": ANYONE}),
