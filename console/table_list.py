@@ -9,7 +9,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
-from django.db.models import F, QuerySet
+from django.db.models import CharField, Count, F, Func, QuerySet, Value
+from django.db.models.functions import Substr
 from django.utils import timezone
 
 from processes.health import health_ranked, health_scores
@@ -17,6 +18,8 @@ from processes.models import Process, ProcessStatus
 from storage.models import Table
 
 PAGE_SIZE = 50
+#: At most this many entries in the namespace tree's one level (the largest first).
+TREE_LIMIT = 100
 
 #: Sort keys of ``?sort=`` (``-key`` reverses) and the columns they order by in the database;
 #: ``health`` is ranked by processes/health.py. Name, then id, break ties.
@@ -200,3 +203,40 @@ def namespace_crumbs(namespace: str) -> list[tuple[str, str]]:
     """(label, namespace) of each level of ``namespace``: ``a.b`` is ``a``, then ``a.b``."""
     parts = [part for part in namespace.split(".") if part]
     return [(part, ".".join(parts[: i + 1])) for i, part in enumerate(parts)]
+
+
+def namespace_tree(
+    tables: QuerySet[Table], *, catalog: str, namespace: str, filters: dict[str, str], catalogs: list[str]
+) -> dict[str, Any]:
+    """One level of the catalog > namespace > table tree below the current filter. With no catalog
+    chosen: ``catalogs`` (the ones the user may see, already read for the filter's menu; no count,
+    so the first page never scans every table). Below a catalog: the namespaces one level below
+    ``namespace``, each with the tables in it and below it, counted in one grouped query over
+    ``tables`` (already filtered, so the counts follow the search, the format and the user's
+    teams). ``entries`` are (label, link, count or None), the largest first, at most
+    ``TREE_LIMIT``; ``more`` says some were left off."""
+    base = {key: value for key, value in filters.items() if value and key not in ("catalog", "namespace")}
+    if not catalog:
+        grouped: list[tuple[str, dict[str, str], int | None]] = [
+            (name, {"catalog": name}, None) for name in catalogs[: TREE_LIMIT + 1]
+        ]
+        more = len(catalogs) > TREE_LIMIT
+    else:
+        prefix = f"{namespace}." if namespace else ""
+        below = (
+            tables.select_related(None)
+            .annotate(rest=Substr("identifier", len(prefix) + 1))
+            .filter(rest__contains=".")  # a namespace below this one, not a table in it
+            .annotate(
+                child=Func(F("rest"), Value("."), Value(1), function="split_part", output_field=CharField())
+            )
+            .values_list("child")
+            .annotate(n=Count("id"))
+            .order_by("-n", "child")[: TREE_LIMIT + 1]
+        )
+        grouped = [
+            (child, {"catalog": catalog, "namespace": prefix + child}, n) for child, n in below if child
+        ]
+        more = len(grouped) > TREE_LIMIT
+    entries = [(label, "?" + urlencode({**base, **where}), n) for label, where, n in grouped[:TREE_LIMIT]]
+    return {"level": "namespaces" if catalog else "catalogs", "entries": entries, "more": more}

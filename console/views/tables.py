@@ -116,6 +116,10 @@ def table_list(request):
         tables, error = Table.objects.none(), problem.message
     filters = {"q": search, "format": format_filter, "catalog": catalog_filter, "namespace": namespace_filter}
     shown = {key: value for key, value in filters.items() if value}
+    # the catalogs the user's teams may see: the filter's menu and the namespace tree's first level
+    catalogs = list(
+        catalogs_visible(request.user, Catalog.objects.order_by("name")).values_list("name", flat=True)
+    )
     context = {
         "page": table_listing.table_page(tables, sort=sort, number=request.GET.get("page")),
         "search": search,
@@ -123,7 +127,14 @@ def table_list(request):
         "catalog_filter": catalog_filter,
         "namespace_filter": namespace_filter,
         "namespace_crumbs": table_listing.namespace_crumbs(namespace_filter),
-        "catalogs": Catalog.objects.values_list("name", flat=True),
+        "tree": table_listing.namespace_tree(
+            tables,
+            catalog=catalog_filter,
+            namespace=namespace_filter,
+            filters={**shown, "sort": sort},
+            catalogs=catalogs,
+        ),
+        "catalogs": catalogs,
         "sort": sort,
         "headers": table_listing.sort_headers(shown, sort),
         "list_query": table_listing.list_query(shown, sort),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import re
 from html.parser import HTMLParser
 
 import pytest
@@ -236,7 +237,7 @@ def test_the_list_runs_as_many_queries_for_200_tables_as_for_10(client_as, viewe
     _many(190, 10)
 
     assert _queries(client, url) == few
-    assert few <= 12
+    assert few <= 13  # 12, and the namespace tree's one grouped query
 
 
 def test_a_health_sorted_page_is_the_overviews_ranking_page(client_as, viewer):
@@ -249,3 +250,94 @@ def test_a_health_sorted_page_is_the_overviews_ranking_page(client_as, viewer):
     assert _names(client, "/tables/?sort=-health&page=2") == worst_first[50:100]
     assert _names(client, "/tables/?sort=health&page=4") == best_first[150:200]
     assert len({health.score for health in ranked}) > 5  # a ranking, not one tie
+
+
+def _tree(client, url: str) -> list[tuple[str, str, str]]:
+    """(label, link, count text or "") of each entry of the namespace tree on ``url``."""
+    page = client.get(url).content.decode()
+    found = re.search(r'<nav class="namespace-tree"[^>]*><ul>(.*?)</ul></nav>', page)
+    if found is None:
+        return []
+    entries = re.findall(
+        r'<li><a href="([^"]*)">([^<]*)</a>(?: <span class="muted">([^<]*)</span>)?</li>', found[1]
+    )
+    return [(label, html.unescape(href), count) for href, label, count in entries]
+
+
+@pytest.mark.parametrize(
+    ("query", "tree"),
+    [
+        ("", [("lake", "?catalog=lake", "")]),  # the catalogs, uncounted: the first page scans no table
+        (
+            "catalog=lake",
+            [
+                ("sales", "?catalog=lake&namespace=sales", "2 tables"),
+                ("hr", "?catalog=lake&namespace=hr", "1 table"),
+            ],
+        ),
+        ("catalog=lake&namespace=sales", [("eu", "?catalog=lake&namespace=sales.eu", "1 table")]),
+        ("catalog=lake&namespace=sales.eu", []),  # returns is a table, not a namespace
+        (
+            "catalog=lake&format=delta&sort=-size",
+            [("hr", "?format=delta&sort=-size&catalog=lake&namespace=hr", "1 table")],
+        ),
+        ("q=gamm&catalog=lake", [("sales", "?q=gamm&catalog=lake&namespace=sales", "1 table")]),
+    ],
+)
+def test_the_namespace_tree_shows_one_level_below_the_filter_with_its_counts(
+    client_as, viewer, lake, query, tree
+):
+    assert _tree(client_as(viewer), f"/tables/?{query}") == tree
+
+
+def test_the_namespace_tree_walks_catalog_namespace_table(client_as, viewer, lake):
+    client = client_as(viewer)
+    ((_, catalog_link, _),) = _tree(client, "/tables/")
+    sales_link = _tree(client, f"/tables/{catalog_link}")[0][1]
+    eu_link = _tree(client, f"/tables/{sales_link}")[0][1]
+    assert _names(client, f"/tables/{eu_link}") == ["gamma"]
+    rows, links = _rows(client, f"/tables/{eu_link}")
+    assert links[0][0] == f"/tables/{lake['gamma'].pk}/"  # and on to the table
+
+
+def test_the_namespace_tree_is_one_grouped_query_and_stops_at_its_limit(client_as, viewer, settings):
+    from console import table_list
+
+    catalog = Catalog.objects.create(name="wide", kind=CatalogKind.PATH_ROOT)
+    Table.objects.bulk_create(
+        Table(
+            name=f"w{i}", format="delta", location=f"/wide/w{i}", catalog=catalog, identifier=f"ns{i:03d}.t"
+        )
+        for i in range(table_list.TREE_LIMIT + 5)
+    )
+    Table.objects.create(
+        name="w-big", format="delta", location="/wide/big", catalog=catalog, identifier="ns077.b.t"
+    )
+    tables = Table.objects.filter(catalog=catalog)
+    with CaptureQueriesContext(connection) as captured:
+        tree = table_list.namespace_tree(tables, catalog="wide", namespace="", filters={}, catalogs=["wide"])
+    assert len(captured.captured_queries) == 1
+    assert "GROUP BY" in captured.captured_queries[0]["sql"]
+    assert len(tree["entries"]) == table_list.TREE_LIMIT and tree["more"] is True
+    assert tree["entries"][:2] == [
+        ("ns077", "?catalog=wide&namespace=ns077", 2),  # the largest first, then by name
+        ("ns000", "?catalog=wide&namespace=ns000", 1),
+    ]
+
+
+def test_the_first_level_lists_only_the_catalogs_the_users_teams_may_see(client_as, django_user_model, lake):
+    from django.contrib.auth.models import Group
+
+    from console.teams.models import Grant, Team, TeamMember
+
+    Catalog.objects.create(name="other", kind=CatalogKind.PATH_ROOT, properties={"root": "/y"})
+    team = Team.objects.create(name="sales")
+    Grant.objects.create(
+        team=team, role="viewer", catalog=Catalog.objects.get(name="lake"), namespace="sales"
+    )
+    user = django_user_model.objects.create_user("sam", password="x")
+    user.groups.add(Group.objects.get_or_create(name="viewer")[0])
+    TeamMember.objects.create(team=team, user=user)
+    client = client_as(user)
+    assert [label for label, _, _ in _tree(client, "/tables/")] == ["lake"]
+    assert _tree(client, "/tables/?catalog=lake") == [("sales", "?catalog=lake&namespace=sales", "2 tables")]
