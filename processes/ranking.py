@@ -53,7 +53,7 @@ from processes.plugin import (
     ProcessFactory,
     TableSummary,
 )
-from storage.health import ALL_REMEDIES, Remedies, TableFacts, table_health
+from storage.health import MANY_FILES, MANY_SNAPSHOTS, WEIGHTS, TableFacts
 from storage.models import Table
 
 if TYPE_CHECKING:
@@ -168,9 +168,7 @@ def _number(value: Any) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
-def default_estimate(
-    table: TableSummary, action: str, properties: dict[str, Any], now: dt.datetime
-) -> Estimate:
+def default_estimate(table: TableSummary, action: str, properties: dict[str, Any]) -> Estimate:
     """The estimate from the table's facts: what the action could improve of them."""
     average = table.total_bytes / table.file_count if table.file_count else 0.0
     compactable = _compactable(table)
@@ -187,7 +185,7 @@ def default_estimate(
         return Estimate(
             small_files_removed=removed,
             delete_files_removed=deletes,
-            health_gain=_health_gain(table, after, now),
+            health_gain=_health_gain(table, after),
             bytes_read=moved,
             bytes_written=moved,
         )
@@ -201,7 +199,7 @@ def default_estimate(
         moved = int(table.delete_file_count * average) if action == PURGE_DELETION_VECTORS else 0
         return Estimate(
             delete_files_removed=removed,
-            health_gain=_health_gain(table, _facts(table), now),
+            health_gain=0.0,
             bytes_read=moved,
             bytes_written=moved,
         )
@@ -210,10 +208,10 @@ def default_estimate(
         after = TableFacts(
             after.file_count, after.small_file_count, min(table.instant_count, KEPT_SNAPSHOTS), compactable
         )
-    return Estimate(health_gain=_health_gain(table, after, now))
+    return Estimate(health_gain=_health_gain(table, after))
 
 
-def _compactable(table: TableSummary) -> int:
+def _compactable(table: TableSummary | TableFacts) -> int:
     value = table.compactable_file_count
     return table.small_file_count if value is None else min(value, table.small_file_count)
 
@@ -222,12 +220,21 @@ def _facts(table: TableSummary) -> TableFacts:
     return TableFacts(table.file_count, table.small_file_count, table.instant_count, _compactable(table))
 
 
-def _health_gain(
-    table: TableSummary, after: TableFacts, now: dt.datetime, remedies: Remedies = ALL_REMEDIES
-) -> float:
-    """Score points gained: the facts after the run, maintained now (failures are not counted)."""
-    before = table_health(_facts(table), table.last_maintenance_at, 0, now, remedies).score
-    return float(max(0, before - table_health(after, now, 0, now, remedies).score))
+def _health_gain(table: TableSummary, after: TableFacts) -> float:
+    """Health score points a run gains: the parts of ``storage.health.table_health`` it changes
+    (small files, file count, snapshots). Staleness is not credited: a run with nothing to change
+    would otherwise look worth 20 points. Inlined for speed (tests check it against the score)."""
+    return max(0.0, _fixable_points(_facts(table)) - _fixable_points(after))
+
+
+def _fixable_points(facts: TableFacts) -> float:
+    compactable = _compactable(facts)
+    ratio = compactable / facts.file_count if facts.file_count else 0.0
+    return (
+        WEIGHTS["small_files"] * ratio * min(compactable / 20, 1.0)
+        + WEIGHTS["file_count"] * min(facts.file_count / MANY_FILES, 1.0) * (1.0 if compactable else 0.0)
+        + WEIGHTS["snapshots"] * min(facts.instant_count / MANY_SNAPSHOTS, 1.0)
+    )
 
 
 @dataclass
@@ -280,7 +287,7 @@ def rank_due(
         table = _summary(row)
         if interval is None:
             interval = factory.trigger_strategy(table.format, action).interval
-        estimate = _estimate(factory, table, action, now)
+        estimate = _estimate(factory, table, action)
         gained = benefit(estimate)
         minimum = min_benefit(factory, action, table)
         if gained < minimum and row[13]:  # never refreshed: its facts are not known yet
@@ -367,7 +374,7 @@ def _properties(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _estimate(factory: ProcessFactory, table: TableSummary, action: str, now: dt.datetime) -> Estimate:
+def _estimate(factory: ProcessFactory, table: TableSummary, action: str) -> Estimate:
     try:
         own = factory.estimate(table, action)
     except Exception:  # a plugin's bug must not stop the tick: the facts' estimate stands in
@@ -375,7 +382,7 @@ def _estimate(factory: ProcessFactory, table: TableSummary, action: str, now: dt
         own = None
     if own is not None:
         return own
-    return default_estimate(table, action, {**factory.properties, **table.properties}, now)
+    return default_estimate(table, action, {**factory.properties, **table.properties})
 
 
 __all__ = [

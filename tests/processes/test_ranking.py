@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from processes.decisions import Decision, DecisionKind
+from processes.decisions import Decision, DecisionKind, DecisionLog, recording
 from processes.groups import services as groups
 from processes.models import PluginConfig, Process, ProcessStatus
 from processes.overrides import table_overrides_update
@@ -28,6 +28,7 @@ from processes.ranking import (
 from processes.registry import configured_factories, validate_properties
 from processes.scheduler import evaluated_key, schedule_tick
 from storage.errors import InvalidInput
+from storage.health import TableFacts, table_health
 from storage.models import Table
 
 pytestmark = pytest.mark.django_db
@@ -86,13 +87,39 @@ def test_the_default_rewrite_estimate_counts_the_small_files_a_compaction_remove
         total_bytes=2_000 * MIB,
     )
 
-    estimate = default_estimate(table, REWRITE, {"target-file-size": 128 * MIB}, timezone.now())
+    estimate = default_estimate(table, REWRITE, {"target-file-size": 128 * MIB})
 
     # 2,000 files of 1 MiB fill 16 files of 128 MiB: 1,984 removed, 2,000 MiB read and written
     assert estimate.small_files_removed == 1_984
     assert estimate.bytes_read == estimate.bytes_written == 2_000 * MIB
-    assert estimate.health_gain > 40  # mostly small files, never maintained: most of the score
-    assert benefit(estimate) == pytest.approx(1_984 + estimate.health_gain)
+    assert estimate.health_gain == pytest.approx(43)  # small files 40 of 40, file count 3 of 15
+    assert benefit(estimate) == pytest.approx(1_984 + 43)
+
+
+@pytest.mark.parametrize(
+    ("files", "small", "compactable", "instants", "action"),
+    [
+        (2_000, 2_000, 2_000, 3, REWRITE),
+        (300, 40, 12, 20, REWRITE),
+        (9_000, 8_000, 8_000, 900, REWRITE),
+        (50, 0, 0, 800, "expire-snapshots"),
+        (10, 3, 0, 3, REWRITE),
+    ],
+)
+def test_the_health_gain_is_what_the_health_score_says_the_run_changes(
+    files, small, compactable, instants, action
+):
+    table = TableSummary(1, "delta", files, small, compactable, 0, files * MIB, instants)
+    estimate = default_estimate(table, action, {"target-file-size": 128 * MIB})
+    after = TableFacts(
+        files - estimate.small_files_removed,
+        small - (compactable if action == REWRITE else 0),
+        min(instants, 10) if action != REWRITE else instants,
+        0 if action == REWRITE else compactable,
+    )
+    now = timezone.now()  # maintained now before and after: staleness is not what a run gains
+    score = table_health(TableFacts(files, small, instants, compactable), now, 0, now).score
+    assert estimate.health_gain == pytest.approx(score - table_health(after, now, 0, now).score, abs=1)
 
 
 def _run(table: Table, seconds: float, moved: int, *, status: str = ProcessStatus.SUCCESS) -> None:
@@ -244,7 +271,8 @@ def test_ranking_reads_the_same_two_queries_for_10_or_500_due_tables():
             )
             for i in range(n)
         )
-        with CaptureQueriesContext(connection) as queries:
+        # as in a tick: decisions are kept in the tick's log, written once at its end
+        with recording(DecisionLog(timezone.now())), CaptureQueriesContext(connection) as queries:
             ranked = rank_due(
                 factory,
                 REWRITE,
@@ -254,6 +282,8 @@ def test_ranking_reads_the_same_two_queries_for_10_or_500_due_tables():
             )
         counts.append(len(queries))
         assert len(ranked.order) + len(ranked.below_minimum) == n
+        # 0 to 4 small files: 0 to 3.5 points, under the rewrite's 4
+        assert len(ranked.below_minimum) == sum(1 for i in range(n) if i % 50 < 5)
     assert counts[0] == counts[1] == 2
 
 
