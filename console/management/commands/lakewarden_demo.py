@@ -5,7 +5,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from devtools.demo import demo_lakehouse_build, demo_lakehouse_build_s3
+from devtools.demo import LAKE_CATALOG, REST_CATALOG, demo_lakehouse_build, demo_lakehouse_build_s3
+from devtools.demo_teams import demo_teams_build
 from devtools.seaweedfs import DEMO_STORAGES, PortsBusy, demo_storage, demo_store
 
 
@@ -27,8 +28,16 @@ class Command(BaseCommand):
             default=None,
             help="local or s3 (default LAKEWARDEN_DEMO_STORAGE)",
         )
+        parser.add_argument(
+            "--no-teams",
+            action="store_true",
+            help="skip the two demo teams (team-iceberg with alice, team-delta with bob); with "
+            "teams, each sees only their team's catalog",
+        )
 
-    def handle(self, *args, scale: int, warehouse: str | None, storage: str | None, **options):
+    def handle(
+        self, *args, scale: int, warehouse: str | None, storage: str | None, no_teams=False, **options
+    ):
         if scale < 2:
             raise CommandError("--scale must be at least 2")
         report = lambda line: self.stdout.write(f"  {line}")  # noqa: E731
@@ -51,6 +60,23 @@ class Command(BaseCommand):
         )
         if result["failed"]:
             raise CommandError("some demo tables could not be registered")
+        if not no_teams:
+            self._teams((REST_CATALOG, LAKE_CATALOG) if on_s3 else ("demo", "warehouse-delta"), report)
+
+    def _teams(self, catalogs: tuple[str, str], report) -> None:
+        """Two teams, a user in each, their passwords printed as lakewarden_admin prints the admin's."""
+        password_file = Path(settings.LAKEWARDEN_VAR_DIR) / "demo-users"
+        for username, password in demo_teams_build(
+            catalogs=catalogs, password_file=password_file, report=report
+        ).items():
+            if password:
+                self.stdout.write(self.style.SUCCESS(f"created user {username!r} with password: {password}"))
+            else:
+                self.stdout.write(f"user {username!r} exists; password unchanged (see {password_file})")
+        self.stdout.write(
+            f"(passwords also in {password_file}) Sign in as each to see teams keep their tables apart; "
+            "the admin sees everything."
+        )
 
     def _build_on_seaweedfs(self, scale: int, report) -> tuple[dict, str]:
         """Start the demo SeaweedFS for the build, stop it after (``lakewarden_serve`` runs it)."""
