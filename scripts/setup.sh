@@ -47,6 +47,8 @@ command -v psql >/dev/null || apt_install postgresql-client
 command -v redis-server >/dev/null || apt_install redis-server
 if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then apt_install python3-venv; fi
 if [ "$WITH_TEST" = 1 ] && [ ! -x /usr/bin/chromium ]; then apt_install chromium; fi
+# axe-core (npm) checks every console page in the browser tests (tests/e2e/test_browser_accessibility.py).
+if [ "$WITH_TEST" = 1 ] && ! command -v npm >/dev/null; then apt_install npm; fi
 # python-ldap (LDAP sign-in) has no wheel: pip builds it against OpenLDAP's and SASL's headers.
 [ -f /usr/include/ldap.h ] || apt_install libldap-dev
 [ -f /usr/include/sasl/sasl.h ] || apt_install libsasl2-dev
@@ -66,6 +68,14 @@ if [ "$WITH_TEST" = 1 ] && ! command -v prometheus >/dev/null; then apt_install 
 # Debian base where no registry answers.
 if [ "$WITH_TEST" = 1 ] && { ! command -v podman >/dev/null || ! command -v debootstrap >/dev/null; } && is_root; then
   apt_install podman buildah runc debootstrap netavark aardvark-dns iptables fuse-overlayfs slirp4netns uidmap
+fi
+
+# axe-core, pinned, into the git-ignored tests/e2e/node_modules (installed again only when the pin
+# changes); the browser walk skips without it.
+AXE_VERSION=4.10.3
+if [ "$WITH_TEST" = 1 ] && ! grep -qs "\"version\": \"$AXE_VERSION\"" tests/e2e/node_modules/axe-core/package.json; then
+  say "installing axe-core $AXE_VERSION for the browser tests"
+  npm install --prefix tests/e2e --no-save --no-package-lock --no-audit --no-fund --loglevel=error "axe-core@$AXE_VERSION" >/dev/null
 fi
 
 # --- services ----------------------------------------------------------------------------------

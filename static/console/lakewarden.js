@@ -58,3 +58,17 @@ document.addEventListener("keydown", (event) => {
   search.focus();
   search.select();
 });
+
+// A table or box that scrolls sideways (narrow screens) takes the keyboard focus, so its hidden
+// columns can be scrolled to without a mouse (axe-core's scrollable-region-focusable); one that
+// fits is no extra Tab stop. Checked on load, after each htmx swap and on resize.
+function focusableScrollers() {
+  for (const box of document.querySelectorAll("main table.grid, main .scroll-x, main .table-scroll")) {
+    const scrolls = box.scrollWidth > box.clientWidth + 1 && getComputedStyle(box).overflowX !== "visible";
+    if (scrolls && !box.hasAttribute("tabindex")) box.setAttribute("tabindex", "0");
+    else if (!scrolls && box.getAttribute("tabindex") === "0") box.removeAttribute("tabindex");
+  }
+}
+document.addEventListener("DOMContentLoaded", focusableScrollers);
+document.addEventListener("htmx:afterSettle", focusableScrollers);
+window.addEventListener("resize", focusableScrollers);

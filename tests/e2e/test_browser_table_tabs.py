@@ -77,7 +77,7 @@ def test_the_workbench_runs_on_ctrl_enter_inserts_names_and_exports_csv(
 
     page.fill("#sql", "select region, count(*) as orders from ")
     page.click(".schema-browser button[data-insert='demo.orders']")
-    page.click(".schema-browser details:has(button[data-insert='demo.orders']) summary .type")
+    page.click(".schema-browser li:has(> button[data-insert='demo.orders']) summary")
     expect(page.locator(".schema-browser button[data-insert='region']")).to_be_visible(timeout=30_000)
     page.locator("#sql").press("End")
     page.locator("#sql").press_sequentially(" group by ")
