@@ -18,7 +18,7 @@ writers' appends are facts too. What is measured is the scheduler's choice, not 
 Reported: small-file debt (small files over all tables, the time average and the end; the 95th
 percentile per table) and worker-seconds spent, per order.
 
-    .venv/bin/python bench/platform_sim.py --tables 200 --hours 4
+    .venv/bin/python bench/platform_sim.py --tables 200 --hours 6
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def workload(tables: int, hours: float, seed: int):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tables", type=int, default=200)
-    parser.add_argument("--hours", type=float, default=4.0)
+    parser.add_argument("--hours", type=float, default=6.0)
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--budget", type=int, default=1800, help="worker-seconds per rolling hour")
     parser.add_argument("--seed", type=int, default=31)
