@@ -100,6 +100,7 @@ RULES: dict[str, Rule] = {
     "console:table-partitions": _read(obj="table"),
     "console:table-changes": _read(obj="table"),
     "console:table-processes": _read(obj="table"),
+    "console:table-maintenance": _read(obj="table"),
     "console:table-records": _read(obj="table"),
     "console:table-process-run": Rule(
         CONSOLE, {"POST": OPERATOR}, obj="table", body=lambda lake: {"action": "touch", "params": "{}"}
@@ -218,6 +219,7 @@ RULES: dict[str, Rule] = {
     "table-splits": _read(API, "table"),
     "table-partitions": _read(API, "table"),
     "table-changes": _read(API, "table"),
+    "table-maintenance": _read(API, "table"),
     "table-record-list": Rule(API, {"GET": VIEWER, "POST": VIEWER}, obj="table", query="key=1&column=id"),
     "process-list": Rule(
         API,
