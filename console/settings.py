@@ -293,9 +293,15 @@ HEAVY_TASKS = (
     "processes.tasks.test_storage_task",
 )
 CELERY_TASK_ROUTES = ("console.celery.route_task",)
-# A worker reserves one task per free process: a long compaction never sits in the prefetch buffer
-# of a busy worker while another worker idles.
+# A worker takes a task only into a free process: a long compaction never sits in the buffer of a
+# busy worker while another worker idles. A prefetch multiplier of 1 alone does not do it: a task
+# is acknowledged as it starts, so a worker running N tasks still reserved N more. On Redis,
+# ``worker_disable_prefetch`` stops the consumer while every process is taken (RabbitMQ keeps the
+# multiplier's bound; Celery ignores the option there, so it is set only for Redis).
 CELERY_WORKER_PREFETCH_MULTIPLIER = env_int("LAKEWARDEN_PREFETCH_MULTIPLIER", 1, minimum=1)
+CELERY_WORKER_DISABLE_PREFETCH = CELERY_BROKER_URL.startswith(("redis:", "rediss:")) and env_bool(
+    "LAKEWARDEN_DISABLE_PREFETCH", True
+)
 LAKEWARDEN_HEARTBEAT_SECONDS = env_int("LAKEWARDEN_HEARTBEAT_SECONDS", 5, minimum=1)
 LAKEWARDEN_SCHEDULER_SECONDS = env_int("LAKEWARDEN_SCHEDULER_SECONDS", 30, minimum=1)
 # Due tables asked in order of benefit per cost, below the minimum benefit skipped (processes/ranking.py);
