@@ -82,7 +82,8 @@ def vacuum_streaming(root: str, count: int) -> int:
 def vacuum_sets(root: str, count: int) -> int:
     guard = PathGuard.build(root, roots=[os.path.dirname(root)])
     spec = open_version(root)
-    live, tombstones = set(), set()
+    live: set[str] = set()
+    tombstones: set[str] = set()
     for action in spec.log.file_actions(spec.state(spec.version).snapshot):  # oldest first
         (live if action.add else tombstones).add(action.location)
         (tombstones if action.add else live).discard(action.location)
