@@ -49,13 +49,24 @@ UPDATE {decision} d SET last_at = %s, repeats = d.repeats + 1, numbers = v.numbe
 FROM unnest(%s::bigint[], %s::jsonb[]) AS v(id, numbers) WHERE d.id = v.id
 """
 
+_INSERT_SQL = """
+INSERT INTO {decision} (table_id, action, kind, reason, "group", numbers, process_id, at, last_at, repeats)
+SELECT v.table_id, v.action, v.kind, v.reason, v.grp, v.numbers, v.process_id, %s, %s, 1
+FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::bigint[])
+  AS v(table_id, action, kind, reason, grp, numbers, process_id)
+"""
+
+#: Per (table, action) given, the rows past the newest ``KEEP`` (found through the
+#: (table, action, -id) index: the cut is the id at offset ``KEEP``, none for a short history).
 _PRUNE_SQL = """
-DELETE FROM {decision} WHERE id IN (
-  SELECT id FROM (
-    SELECT id, row_number() OVER (PARTITION BY table_id, action ORDER BY id DESC) AS position
-    FROM {decision} WHERE table_id = ANY(%s) AND action = ANY(%s)
-  ) ranked WHERE position > %s
-)
+DELETE FROM {decision} d
+USING (
+  SELECT v.table_id, v.action,
+    (SELECT k.id FROM {decision} k WHERE k.table_id = v.table_id AND k.action = v.action
+     ORDER BY k.id DESC OFFSET %s LIMIT 1) AS cut
+  FROM unnest(%s::bigint[], %s::text[]) AS v(table_id, action)
+) c
+WHERE c.cut IS NOT NULL AND d.table_id = c.table_id AND d.action = c.action AND d.id <= c.cut
 """
 
 
@@ -105,14 +116,14 @@ class DecisionLog:
                 (t, a): (pk, (kind, reason, group)) for pk, t, a, kind, reason, group in cursor.fetchall()
             }
         repeated: dict[int, Pending] = {}
-        new: list[Decision] = []
+        new: list[Pending] = []
         for key, decision in pending.items():
             before = last.get(key)
             outcome = (decision.kind, decision.reason, decision.group)
             if decision.kind != DecisionKind.RAN and before is not None and before[1] == outcome:
                 repeated[before[0]] = decision
             else:
-                new.append(_row(decision, self.now))
+                new.append(decision)
         with connection.cursor() as cursor:
             if repeated:
                 ids = list(repeated)
@@ -121,23 +132,25 @@ class DecisionLog:
                     [self.now, ids, [_json(repeated[i].numbers) for i in ids]],
                 )
             if new:
-                Decision.objects.bulk_create(new)
-                cursor.execute(_PRUNE_SQL.format(decision=table), [tables, actions, KEEP])
+                cursor.execute(
+                    _INSERT_SQL.format(decision=table),
+                    [
+                        self.now,
+                        self.now,
+                        [d.table_id for d in new],
+                        [d.action for d in new],
+                        [d.kind for d in new],
+                        [d.reason for d in new],
+                        [d.group for d in new],
+                        [_json(d.numbers) for d in new],
+                        [d.process_id for d in new],
+                    ],
+                )
+                cursor.execute(
+                    _PRUNE_SQL.format(decision=table),
+                    [KEEP, [d.table_id for d in new], [d.action for d in new]],
+                )
         return len(new)
-
-
-def _row(decision: Pending, now: dt.datetime) -> Decision:
-    return Decision(
-        table_id=decision.table_id,
-        action=decision.action,
-        kind=decision.kind,
-        reason=decision.reason,
-        group=decision.group,
-        numbers=decision.numbers,
-        process_id=decision.process_id,
-        at=now,
-        last_at=now,
-    )
 
 
 def _json(value: dict[str, Any]) -> str:
