@@ -227,6 +227,35 @@ def test_the_history_of_each_table_and_action_stays_bounded():
         assert Decision.objects.get(table=table, action="vacuum").repeats == KEEP + 15
 
 
+def test_waiting_decisions_are_recorded_for_the_first_in_line_only(test_plugin):
+    from processes.scheduler import WAITING_RECORDED
+
+    _configure(parallelism=1)
+    tables = _tables(WAITING_RECORDED + 50)
+
+    report = schedule_tick()
+
+    kinds = dict(Decision.objects.values_list("table_id", "kind"))
+    assert report.due == len(tables)
+    assert list(kinds.values()).count(DecisionKind.RAN) == 1
+    assert list(kinds.values()).count(DecisionKind.WAITING_SLOT) == WAITING_RECORDED
+    # the last ones in line wait without a row of their own this tick
+    assert sum(1 for t in tables if t.pk not in kinds) == 49
+
+
+def test_a_table_that_is_not_due_gets_no_decision(test_plugin):
+    _configure(interval=600, **{"min-files": 100})
+    (table,) = _tables(1)
+    now = timezone.now()
+    schedule_tick(now=now)
+
+    report = schedule_tick(now=now + dt.timedelta(seconds=60))
+
+    assert (report.due, report.decisions) == (0, 0)
+    (decision,) = Decision.objects.filter(table=table)
+    assert (decision.repeats, decision.last_at) == (1, now)
+
+
 def _tick_queries(count: int, prefix: str) -> tuple[int, int]:
     _tables(count, prefix=prefix)
     with CaptureQueriesContext(connection) as queries:
