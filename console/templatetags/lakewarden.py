@@ -61,6 +61,19 @@ def _fact(value, key: str, depth: int = 0) -> str:
     return _escape(str(value))
 
 
+#: A process parameter naming a byte size: ``target-file-size``, ``min_file_size``, ``max-bytes``...
+_SIZE_PARAM = re.compile(r"(^|[_\s-])(size|bytes)$", re.IGNORECASE)
+
+
+@register.filter
+def param(value, key="") -> str:
+    """A process parameter as a person reads it: a size (its ``key`` ends in ``size`` or
+    ``bytes``) in binary units with the exact bytes on hover, other values as ``fact`` shows them."""
+    if _is_count(value) and _SIZE_PARAM.search(str(key)):
+        return mark_safe(f'<span title="{int(value):,} bytes">{filesize(value)}</span>')
+    return fact(value, key)
+
+
 def _is_count(value) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)

@@ -271,6 +271,7 @@ EXPECTED_TAGS = {
         "POST /api/v1/tables/{id}/refresh/",
         "GET /api/v1/tables/{id}/snapshots/",
         "GET /api/v1/tables/{id}/splits/",
+        "GET /api/v1/tables/{id}/maintenance/",
         "GET /api/v1/tables/{table_pk}/records/",
         "POST /api/v1/tables/{table_pk}/records/",
     },
@@ -310,6 +311,8 @@ EXPECTED_TAGS = {
         "GET /api/v1/catalogs/",
         "POST /api/v1/catalogs/",
         "GET /api/v1/catalogs/{id}/",
+        "PATCH /api/v1/catalogs/{id}/",
+        "DELETE /api/v1/catalogs/{id}/",
         "POST /api/v1/catalogs/{id}/sync/",
     },
     "alerts": {
@@ -358,3 +361,18 @@ def test_every_api_operation_is_in_the_group_of_what_it_works_on(api_as, viewer)
     assert [tag["name"] for tag in schema["tags"]] == list(EXPECTED_TAGS)  # the docs' order
     assert all(tag["description"] for tag in schema["tags"])
     assert schema["paths"]["/api/v1/processes/"]["get"]["operationId"] == "v1_processes_list"  # ids kept
+
+
+def test_the_process_page_shows_its_parameters_with_sizes_in_binary_units(client_as, viewer, warehouse):
+    """Issue 34: the parameters read as the summary does, not as raw JSON with byte counts."""
+    table = _table(warehouse, "demo.params")
+    process = _process(table, params={"target-file-size": 134217728, "min_file_size": 1000, "dry-run": True})
+    bare = _process(table, params={})
+
+    html = client_as(viewer).get(process.get_absolute_url()).content.decode()
+    dd = re.search(r"<dt>Parameters</dt><dd[^>]*>(.*?)</dd>", html)[1]
+    # in the order Postgres keeps a JSON object's keys (shortest first)
+    assert re.sub(r"<[^>]+>", "", dd) == "dry-run True, min_file_size 1000 B, target-file-size 128.0 MiB"
+    assert '<span title="134,217,728 bytes">128.0 MiB</span>' in dd
+    bare_html = client_as(viewer).get(bare.get_absolute_url()).content.decode()
+    assert '<dt>Parameters</dt><dd title="{}"><span class="muted">the defaults</span></dd>' in bare_html
