@@ -67,7 +67,8 @@ def query_submit(
     row_limit: int | None = None,
     engine: str = SPARK,
 ) -> Query:
-    """Validate now (bad SQL and unknown tables answer at once), run later on a worker on
+    """Validate now (bad SQL, unknown tables and tables ``user`` may not read answer at once; no
+    user: the system's own query, every table), run later on a worker on
     ``engine``: spark; duckdb (refused at once when DuckDB would not answer as Spark does); or
     auto (DuckDB when it answers as Spark does and scans at most
     ``LAKEWARDEN_DUCKDB_MAX_SCAN_BYTES``, else Spark)."""
@@ -81,9 +82,7 @@ def query_submit(
             field="row_limit",
         )
     _check_policy(sql)
-    plan = query_plan(
-        sql, readable=tables_readable(user if getattr(user, "is_authenticated", False) else None)
-    )
+    plan = query_plan(sql, readable=tables_readable(user))  # None: the system, every table
     if engine == DUCKDB:
         refusal = duckdb_refusal(plan.spark_sql)
         if refusal is not None:
