@@ -53,7 +53,7 @@ from processes.plugin import (
     ProcessFactory,
     TableSummary,
 )
-from storage.health import MANY_FILES, MANY_SNAPSHOTS, WEIGHTS, TableFacts
+from storage.health import COMPACTABLE_MIN_FILES, MANY_FILES, MANY_SNAPSHOTS, WEIGHTS, TableFacts
 from storage.models import Table
 
 if TYPE_CHECKING:
@@ -92,7 +92,18 @@ def min_benefit(factory: ProcessFactory, action: str, table: TableSummary) -> fl
         value = (source or {}).get(MIN_BENEFIT)
         if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
             return float(value)
+    if action == REWRITE:  # a rewrite of the fewest files its trigger takes is worth running
+        inputs = _min_input_files({**factory.properties, **(table.properties or {})})
+        return float(max(0, inputs - 1))
     return DEFAULT_MIN_BENEFIT.get(action, 0.0)
+
+
+def _min_input_files(properties: dict[str, Any]) -> int:
+    """The rewrite's ``min-input-files`` (its own default when unset)."""
+    value = properties.get("min-input-files")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    return COMPACTABLE_MIN_FILES
 
 
 def benefit(estimate: Estimate) -> float:
@@ -173,6 +184,10 @@ def default_estimate(table: TableSummary, action: str, properties: dict[str, Any
     average = table.total_bytes / table.file_count if table.file_count else 0.0
     compactable = _compactable(table)
     if action == REWRITE:
+        if _min_input_files(properties) < COMPACTABLE_MIN_FILES:
+            # The stored figure counts partitions of COMPACTABLE_MIN_FILES small files or more; a
+            # rewrite configured to take fewer may merge any small file.
+            compactable = table.small_file_count
         target = _number(properties.get("target-file-size")) or DEFAULT_TARGET_FILE_SIZE
         size = min(average, target)
         files_out = math.ceil(compactable * size / target) if compactable else 0

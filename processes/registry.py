@@ -81,10 +81,21 @@ def _validate(schema: dict, value: dict, *, field: str) -> None:
     validator = jsonschema.Draft202012Validator(schema, format_checker=_FORMATS)
     errors = sorted(validator.iter_errors(value), key=lambda e: (list(e.path), e.cause is None))
     if errors:
-        error = errors[0]
-        where = ".".join(str(p) for p in error.path)
+        error = _reason_of(errors[0])
+        where = ".".join(str(p) for p in error.absolute_path)
         reason = str(error.cause) if error.cause is not None else error.message
         raise InvalidInput(f"{where}: {reason}" if where else reason, field=field)
+
+
+def _reason_of(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """A nullable property (``oneOf`` null or a value) refused for its value: the value's own
+    error ("-1 is less than the minimum of 0"), not "not valid under any of the given schemas"."""
+    if error.validator in ("oneOf", "anyOf") and error.context:
+        # the "not of type 'null'" branch says nothing the operator can act on
+        specific = [e for e in error.context if not (e.validator == "type" and e.validator_value == "null")]
+        if len(specific) == 1:
+            return specific[0]
+    return error
 
 
 @dataclass

@@ -73,7 +73,7 @@ REWRITE_PROPERTIES_SCHEMA: dict[str, Any] = {
     "properties": {
         "interval": INTERVAL,
         "parallelism": PARALLELISM,
-        MIN_BENEFIT: MIN_BENEFIT_SCHEMA,
+        MIN_BENEFIT: _or_null(MIN_BENEFIT_SCHEMA, "min-input-files - 1: a run of the fewest files it takes"),
         "target-file-size": {
             "type": "integer",
             "minimum": 65536,
@@ -133,7 +133,7 @@ REWRITE_PROPERTIES_SCHEMA: dict[str, Any] = {
 REWRITE_DEFAULTS: dict[str, Any] = {
     "interval": 3600,
     "parallelism": 1,
-    MIN_BENEFIT: 4,
+    MIN_BENEFIT: None,  # processes.ranking.min_benefit: min-input-files - 1
     "target-file-size": DEFAULT_TARGET_FILE_SIZE,
     "min-file-size": 0,
     "min-input-files": 5,

@@ -175,6 +175,34 @@ def test_a_table_with_2000_small_files_is_asked_before_one_with_2_and_one_with_2
     assert ranked.priority[many.pk] > ranked.priority[twenty.pk]
 
 
+def test_a_rewrite_configured_for_fewer_input_files_is_not_skipped_for_its_small_tables():
+    """The rewrite's minimum follows its ``min-input-files`` (a run of the fewest files it takes is
+    worth it), and the stored compactable figure (partitions of 5 or more) does not hide what a
+    rewrite configured for 2 files would merge."""
+    three = _table("three", small=3)  # compactable 0 as a refresh counts it
+    one = _table("one", small=1)
+    configured_factories()  # the configuration rows
+    PluginConfig.objects.filter(name="delta-rewrite").update(properties={"min-input-files": 2})
+
+    ranked = rank_due(
+        _delta_rewrite(),
+        REWRITE,
+        [three.pk, one.pk],
+        now=timezone.now(),
+        evaluated_key=evaluated_key(REWRITE),
+    )
+
+    assert ranked.order == [three.pk]  # 3 small files into 1: 2 points, over the minimum of 1
+    assert [t.pk for t in ranked.below_minimum] == [one.pk]
+    assert ranked.shortfall[one.pk][1] == 1.0
+    # by default (5 input files) the same table is below the minimum of 4
+    PluginConfig.objects.filter(name="delta-rewrite").update(properties={})
+    default = rank_due(
+        _delta_rewrite(), REWRITE, [three.pk], now=timezone.now(), evaluated_key=evaluated_key(REWRITE)
+    )
+    assert default.order == [] and default.shortfall[three.pk][1] == 4.0
+
+
 def test_below_the_minimum_benefit_is_skipped_evaluated_and_its_decision_recorded(test_plugin):
     _touch(parallelism=5, **{"min-benefit": 10})
     few = _table("few", small=3)  # 2 small files removed: 2 points
@@ -209,7 +237,7 @@ def test_a_bad_minimum_benefit_is_refused_with_the_property_named(test_plugin):
         table_overrides_update(table=table, overrides={"min-benefit": -5})
     table.refresh_from_db()
     assert "min-benefit" not in table.properties
-    assert validate_properties(factory_classes()["delta-rewrite"], {})["min-benefit"] == 4
+    assert validate_properties(factory_classes()["delta-rewrite"], {})["min-benefit"] is None
 
 
 def test_a_low_benefit_table_waiting_behind_fresh_richer_work_is_eventually_run(test_plugin):
