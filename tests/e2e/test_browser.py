@@ -279,6 +279,7 @@ def console_pages(demo_admin, django_user_model):
         "/queries/",
         "/cached-results/",
         "/storages/",
+        "/teams/",
     ]
     pages += [f"/tables/{table.pk}/{tab}" for tab in tabs]
     users = {}
