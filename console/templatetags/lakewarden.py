@@ -61,6 +61,26 @@ def _fact(value, key: str, depth: int = 0) -> str:
     return _escape(str(value))
 
 
+@register.simple_tag
+def table_place(table) -> str:
+    """The breadcrumb links from the tables list to ``table``: its catalog, then each level of
+    its namespace, each a link filtering the list to it ("" for a table registered by location)."""
+    if not table.catalog_id:
+        return ""
+    catalog = table.catalog.name
+    links = [(catalog, {"catalog": catalog})]
+    parts = [part for part in table.identifier.rpartition(".")[0].split(".") if part]
+    links += [
+        (part, {"catalog": catalog, "namespace": ".".join(parts[: i + 1])}) for i, part in enumerate(parts)
+    ]
+    base = reverse("console:table-list")
+    return mark_safe(
+        "".join(
+            f' / <a href="{base}?{_escape(urlencode(query))}">{_escape(label)}</a>' for label, query in links
+        )
+    )
+
+
 #: A process parameter naming a byte size: ``target-file-size``, ``min_file_size``, ``max-bytes``...
 _SIZE_PARAM = re.compile(r"(^|[_\s-])(size|bytes)$", re.IGNORECASE)
 

@@ -341,3 +341,33 @@ def test_the_first_level_lists_only_the_catalogs_the_users_teams_may_see(client_
     client = client_as(user)
     assert [label for label, _, _ in _tree(client, "/tables/")] == ["lake"]
     assert _tree(client, "/tables/?catalog=lake") == [("sales", "?catalog=lake&namespace=sales", "2 tables")]
+
+
+def test_a_table_pages_breadcrumb_leads_back_through_its_catalog_and_namespaces(client_as, viewer, warehouse):
+    from tests.console.tables import write_delta_table
+
+    location = write_delta_table(warehouse / "lake" / "sales" / "eu" / "returns", commits=1)
+    catalog = Catalog.objects.create(
+        name="lake", kind=CatalogKind.PATH_ROOT, properties={"root": str(warehouse)}
+    )
+    table = Table.objects.create(
+        name="returns", format="delta", location=str(location), catalog=catalog, identifier="sales.eu.returns"
+    )
+    loose_location = write_delta_table(warehouse / "loose", commits=1)
+    loose = Table.objects.create(name="loose", format="delta", location=str(loose_location))
+    client = client_as(viewer)
+
+    for tab in ("", "snapshots/"):
+        page = client.get(f"/tables/{table.pk}/{tab}").content.decode()
+        crumbs = re.search(r'<nav class="crumbs" aria-label="Breadcrumb">(.*?)</nav>', page)[1]
+        links = re.findall(r'<a href="([^"]*)">([^<]*)</a>', crumbs)
+        assert [(html.unescape(href), label) for href, label in links] == [
+            ("/tables/", "Tables"),
+            ("/tables/?catalog=lake", "lake"),
+            ("/tables/?catalog=lake&namespace=sales", "sales"),
+            ("/tables/?catalog=lake&namespace=sales.eu", "eu"),
+            (f"/tables/{table.pk}/", "returns"),
+        ]
+    page = client.get(f"/tables/{loose.pk}/").content.decode()
+    crumbs = re.search(r'<nav class="crumbs" aria-label="Breadcrumb">(.*?)</nav>', page)[1]
+    assert re.findall(r">([^<]*)</a>", crumbs) == ["Tables", "loose"]  # registered by location
