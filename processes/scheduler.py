@@ -27,7 +27,7 @@ import logging
 from dataclasses import dataclass, field
 
 from django.core.cache import cache
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
@@ -108,8 +108,21 @@ def schedule_tick(*, now: dt.datetime | None = None) -> TickReport:
                 snapshot.wake_no_later(table_id, now + strategy.interval if table_id in asked else now)
     snapshot.save_wakes()
     report.held = groups.save()
-    report.decisions = log.flush()
+    report.decisions = _flush(log)
     return report
+
+
+def _flush(log: DecisionLog) -> int:
+    """The tick's decisions, written last: a failure to keep them is logged, never the tick's."""
+    count = len(log)
+    if not count:
+        return 0  # an idle tick: no query, not even a savepoint
+    try:
+        with transaction.atomic():
+            return log.flush()
+    except DatabaseError:
+        logger.exception("the scheduler could not record its %d decision(s)", count)
+        return 0
 
 
 def _record_slot_waits(log, due_ids, asked, table_format, action, parallelism, running) -> None:

@@ -21,6 +21,7 @@ from django.db import connection
 from django.utils import timezone
 
 from processes.decisions.models import Decision, DecisionKind
+from storage.models import Table
 
 #: Decisions kept per (table, action).
 KEEP = 20
@@ -54,6 +55,7 @@ INSERT INTO {decision} (table_id, action, kind, reason, "group", numbers, proces
 SELECT v.table_id, v.action, v.kind, v.reason, v.grp, v.numbers, v.process_id, %s, %s, 1
 FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::bigint[])
   AS v(table_id, action, kind, reason, grp, numbers, process_id)
+JOIN {table} t ON t.id = v.table_id
 """
 
 #: Per (table, action) given, the rows past the newest ``KEEP`` (found through the
@@ -103,7 +105,8 @@ class DecisionLog:
         return len(self.pending)
 
     def flush(self) -> int:
-        """Writes the collected decisions; returns how many new rows were inserted."""
+        """Writes the collected decisions (those of tables deleted meanwhile are dropped); returns
+        how many new rows were inserted."""
         if not self.pending:
             return 0
         pending, self.pending = self.pending, {}
@@ -124,6 +127,7 @@ class DecisionLog:
                 repeated[before[0]] = decision
             else:
                 new.append(decision)
+        inserted = 0
         with connection.cursor() as cursor:
             if repeated:
                 ids = list(repeated)
@@ -133,7 +137,7 @@ class DecisionLog:
                 )
             if new:
                 cursor.execute(
-                    _INSERT_SQL.format(decision=table),
+                    _INSERT_SQL.format(decision=table, table=Table._meta.db_table),
                     [
                         self.now,
                         self.now,
@@ -146,11 +150,12 @@ class DecisionLog:
                         [d.process_id for d in new],
                     ],
                 )
+                inserted = cursor.rowcount
                 cursor.execute(
                     _PRUNE_SQL.format(decision=table),
                     [KEEP, [d.table_id for d in new], [d.action for d in new]],
                 )
-        return len(new)
+        return inserted
 
 
 def _json(value: dict[str, Any]) -> str:

@@ -213,6 +213,17 @@ def test_the_same_outcome_again_is_one_row_counting_its_repeats(test_plugin):
     assert (decision.repeats, decision.at, decision.last_at) == (3, now, now + dt.timedelta(seconds=10))
 
 
+def test_a_decision_for_a_table_deleted_meanwhile_is_dropped():
+    kept, deleted = _tables(2)
+    log = DecisionLog()
+    for table in (kept, deleted):
+        log.record(table.pk, "touch", DecisionKind.NOTHING_TO_DO, "idle")
+    deleted.delete()
+
+    assert log.flush() == 1
+    assert list(Decision.objects.values_list("table_id", "reason")) == [(kept.pk, "idle")]
+
+
 def test_the_history_of_each_table_and_action_stays_bounded():
     tables = _tables(2)
     for i in range(KEEP + 15):
