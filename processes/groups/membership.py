@@ -16,7 +16,7 @@ from fnmatch import fnmatchcase
 
 from django.db import connection
 
-from processes.groups.models import DEFAULT_GROUP, ResourceGroup, ResourceGroupTable
+from processes.groups.models import DEFAULT_GROUP, DEFAULT_GROUP_FIELDS, ResourceGroup, ResourceGroupTable
 from storage.models import Table
 
 
@@ -67,7 +67,7 @@ class GroupRules:
         groups = {group.pk: group for group in ResourceGroup.objects.prefetch_related("catalogs")}
         default = next((g for g in groups.values() if g.name == DEFAULT_GROUP), None)
         if default is None:  # the data migration made it; a database restored without it gets it back
-            default, _ = ResourceGroup.objects.get_or_create(name=DEFAULT_GROUP)
+            default, _ = ResourceGroup.objects.get_or_create(name=DEFAULT_GROUP, defaults=DEFAULT_GROUP_FIELDS)
             groups[default.pk] = default
         by_catalog: dict[int, ResourceGroup] = {}
         patterns: list[tuple[str, ResourceGroup]] = []

@@ -8,6 +8,13 @@ from django.db import models
 
 #: The group that takes every table no other group claims; created by a data migration, never deleted.
 DEFAULT_GROUP = "default"
+#: The ``default`` group as migration 0012 made it (and as it is made again where it is missing):
+#: budgets that leave the behaviour before groups as it was until an operator sets them.
+DEFAULT_GROUP_FIELDS = {
+    "description": "Every table no other group claims",
+    "max_concurrency": 20,
+    "compute_budget_seconds": 20 * 3600,
+}
 
 
 class ResourceGroup(models.Model):

@@ -77,6 +77,21 @@ def test_a_table_is_in_its_explicit_group_then_a_pattern_group_then_a_catalog_gr
     assert group_of(tables[0]).name == "by-pattern"
 
 
+def test_a_missing_default_group_comes_back_with_the_budgets_the_migration_gave_it():
+    from processes.groups.membership import GroupRules
+
+    made = ResourceGroup.objects.get(name=DEFAULT_GROUP)  # by migration 0012
+    as_made = (made.description, made.max_concurrency, made.compute_budget_seconds)
+    assert as_made == ("Every table no other group claims", 20, 72_000)
+    made.delete()  # a database restored without it, or flushed by a test
+
+    rules = GroupRules.load()
+
+    again = ResourceGroup.objects.get(name=DEFAULT_GROUP)
+    assert rules.default.pk == again.pk
+    assert (again.description, again.max_concurrency, again.compute_budget_seconds) == as_made
+
+
 def test_resolving_groups_takes_the_same_few_queries_for_any_number_of_tables(django_assert_max_num_queries):
     services.resource_group_create(name="eu", namespace_patterns=["eu"])
     ids = [t.pk for t in _tables([f"{'eu' if i % 2 else 'us'}.t{i}" for i in range(500)])]
