@@ -67,7 +67,9 @@ class GroupRules:
         groups = {group.pk: group for group in ResourceGroup.objects.prefetch_related("catalogs")}
         default = next((g for g in groups.values() if g.name == DEFAULT_GROUP), None)
         if default is None:  # the data migration made it; a database restored without it gets it back
-            default, _ = ResourceGroup.objects.get_or_create(name=DEFAULT_GROUP, defaults=DEFAULT_GROUP_FIELDS)
+            default, _ = ResourceGroup.objects.get_or_create(
+                name=DEFAULT_GROUP, defaults=DEFAULT_GROUP_FIELDS
+            )
             groups[default.pk] = default
         by_catalog: dict[int, ResourceGroup] = {}
         patterns: list[tuple[str, ResourceGroup]] = []
