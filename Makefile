@@ -18,15 +18,14 @@ demo: setup
 	$(PY) manage.py lakewarden_demo
 	$(PY) manage.py lakewarden_serve
 
-# Request-latency samples (prometheus-client's multiprocess files) of test processes go to a
-# throwaway folder, not var/prometheus. PYTEST_WORKERS=2 runs the suite on two pytest-xdist
-# workers (tests/xdist_worker.py: what each keeps to itself; the end-to-end tests stay on one
-# worker): 11:21 against 17:59 in one process here (2026-11-25); one process stays the default,
-# the robust one under load (see tests/xdist_worker.py). setup builds the compiled manifest decoder;
-# LAKEWARDEN_REQUIRE_NATIVE=1 fails its tests, instead of skipping them, when it did not build.
-PYTEST_WORKERS ?= 0
+# scripts/run_tests.sh: the tests outside tests/e2e on PYTEST_WORKERS pytest-xdist workers (default
+# 2; tests/xdist_worker.py says what each keeps to itself), then tests/e2e in one process, each
+# Celery/Spark/browser test with the whole machine. PYTEST_ARGS runs just those (one process unless
+# PYTEST_WORKERS says otherwise). Request-latency samples go to a throwaway folder. setup builds the
+# compiled manifest decoder; LAKEWARDEN_REQUIRE_NATIVE=1 fails its tests, instead of skipping them,
+# when it did not build.
 test: setup-test
-	PROMETHEUS_MULTIPROC_DIR=$$(mktemp -d) LAKEWARDEN_REQUIRE_NATIVE=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	PY=$(PY) PYTEST_WORKERS=$(PYTEST_WORKERS) PYTEST_ARGS='$(PYTEST_ARGS)' bash scripts/run_tests.sh
 
 # The container image (Dockerfile) as lakewarden:latest (IMAGE=name:tag for another): wheels built on
 # this machine first (deploy/wheelhouse, reused), the Debian base made with debootstrap where no
