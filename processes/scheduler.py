@@ -162,6 +162,7 @@ def _evaluate(
     evaluated: list[Table] = list(ranked.below_minimum)
     due_ids = ranked.order
     position = 0
+    held_recorded = 0
     # A factory that declines a table frees no slot: keep asking, a batch of rows at a time.
     while free > 0 and position < len(due_ids):
         batch = due_ids[position : position + max(free, EVALUATION_BATCH)]
@@ -177,7 +178,9 @@ def _evaluate(
             problem = groups.refusal(group, action)
             if problem is not None:  # filled by this tick
                 groups.hold(group, action, problem.message)
-                _record_budget_wait(groups, table_id, action, group, problem)
+                if held_recorded < WAITING_RECORDED:
+                    _record_budget_wait(groups, table_id, action, group, problem)
+                    held_recorded += 1
                 continue
             evaluated.append(table)
             if _trigger_one(configured, table, action, report, groups, group):

@@ -22,10 +22,10 @@ def budget_wait(
     groups: TickGroups, group: ResourceGroup, action: str, problem: BudgetExhausted
 ) -> tuple[str, dict[str, Any]]:
     """The decision's reason and numbers for a run of ``action`` held back by ``problem``."""
-    cache: dict[tuple[int, str], tuple[str, dict[str, Any]]] = groups.__dict__.setdefault(
+    cache: dict[tuple[int, str, str], tuple[str, dict[str, Any]]] = groups.__dict__.setdefault(
         "decision_waits", {}
     )
-    key = (group.pk, action)
+    key = (group.pk, action, problem.message)  # the message carries the figures it was refused with
     if key not in cache:
         cache[key] = _explain(groups, group, action, problem)
     return cache[key]
