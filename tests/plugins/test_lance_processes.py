@@ -104,6 +104,7 @@ def test_rewrite_merges_small_fragments_and_keeps_every_row_once(small_lance, ru
     assert process.summary["rows"] == sum(before.values())
     assert dataset.read_transaction(dataset.version).operation.__class__.__name__ == "Rewrite"
     assert factory.trigger(runtime, "rewrite") is None  # nothing left to compact
+    assert runtime.reason == "nothing to do: no fragments are small or carry enough deletions"  # the decision
 
 
 def test_rewrite_honours_the_target_rows_per_fragment(small_lance, run_now):
@@ -193,6 +194,7 @@ def test_index_optimisation_is_not_offered_without_an_index(small_lance):
     table, _ = small_lance
     factory, runtime = _runtime(table)("lance-optimize-indices")
     assert factory.trigger(runtime, "optimize-indices") is None
+    assert runtime.reason == "nothing to do: every index covers every fragment"
 
 
 def test_index_optimisation_indexes_the_fragments_written_after_the_index(warehouse, run_now):
