@@ -133,3 +133,31 @@ def test_a_table_never_evaluated_says_no_decisions_yet(test_plugin, client_as, v
     html = client_as(viewer).get(f"/tables/{table.pk}/maintenance/").content.decode()
 
     assert "No decisions yet" in html and "at the next tick (never evaluated)" in html
+
+
+def test_the_api_reads_a_table_in_the_same_queries_whatever_its_history(test_plugin, api_as, viewer):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from processes.decisions import KEEP, DecisionLog
+
+    _configure()
+    short, long = _table("short"), _table("long")
+    record(short.pk, "touch", DecisionKind.NOTHING_TO_DO, "once")
+    for i in range(KEEP + 5):
+        log = DecisionLog()
+        log.record(long.pk, "touch", DecisionKind.NOTHING_TO_DO, f"outcome {i}")
+        log.record(long.pk, "vacuum", DecisionKind.WAITING_SLOT, f"outcome {i}")
+        log.flush()
+    api = api_as(viewer)
+    api.get(f"/api/v1/tables/{short.pk}/maintenance/")  # warm: plugin rows, sessions
+
+    counts, bodies = [], {}
+    for table in (short, long):
+        with CaptureQueriesContext(connection) as queries:
+            bodies[table.name] = api.get(f"/api/v1/tables/{table.pk}/maintenance/").json()
+        counts.append(len(queries))
+
+    assert counts[0] == counts[1]
+    touch = next(a for a in bodies["long"]["actions"] if a["action"] == "touch")
+    assert [d["reason"] for d in touch["decisions"]] == [f"outcome {i}" for i in reversed(range(5, KEEP + 5))]
