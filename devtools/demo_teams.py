@@ -12,6 +12,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -27,7 +28,7 @@ DEMO_TEAMS = (
 )
 
 
-def _user(username: str, password_file: Path) -> tuple[object, str | None]:
+def _user(username: str, password_file: Path) -> tuple[Any, str | None]:
     """The operator ``username``, created with a generated password (returned) when missing."""
     users = get_user_model()
     user = users.objects.filter(username=username).first()
