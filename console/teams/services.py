@@ -109,7 +109,7 @@ def team_delete(*, team: Team) -> None:
 
 
 def _scope(
-    *, catalog: str | None, namespace: str | None, table: int | None
+    *, catalog: str | None, namespace: str | None, table: int | str | None
 ) -> tuple[Catalog | None, str, Table | None]:
     """(catalog, namespace, table) of a grant named by ``--catalog C``, ``--namespace C.N`` or
     ``--table ID``: exactly one of them."""
