@@ -207,7 +207,12 @@ RULES: dict[str, Rule] = {
             "properties": {"root": str(lake.warehouse)},
         },
     ),
-    "catalog-detail": _read(API, "catalog"),
+    "catalog-detail": Rule(
+        API,
+        {"GET": VIEWER, "PATCH": ADMIN, "DELETE": ADMIN},
+        obj="catalog",
+        body=lambda lake: {"properties": {"root": str(lake.warehouse)}},
+    ),
     "catalog-sync": Rule(API, {"POST": ADMIN}, obj="catalog", body=lambda lake: {}),
     "table-list": Rule(
         API, {"GET": VIEWER, "POST": ADMIN}, body=lambda lake: {"location": str(lake.unregistered)}
