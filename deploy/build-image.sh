@@ -20,9 +20,10 @@ if ! $ENGINE image exists "$BASE" 2>/dev/null && ! $ENGINE image inspect "$BASE"
     say "pulled $BASE"
   else
     command -v debootstrap >/dev/null || { echo "cannot pull $BASE and debootstrap is missing (apt-get install debootstrap)" >&2; exit 1; }
-    # the Debian mirror apt uses here
-    MIRROR=$(grep -rhoE '(URIs:|^deb) +https?://[^ ]+' /etc/apt/sources.list /etc/apt/sources.list.d 2>/dev/null \
-      | grep -v security | head -n1 | awk '{print $2}')
+    # the Debian mirror apt uses here: its active source files only (a file renamed to disable it,
+    # or another vendor's repository, is not a Debian mirror); none found: Debian's own
+    MIRROR=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
+      | grep -oE '(URIs:|^deb) +https?://[^ ]+' | awk '{print $2}' | grep -E '/debian/?$' | head -n1 || true)
     MIRROR=${MIRROR:-http://deb.debian.org/debian}
     say "making $BASE with debootstrap from $MIRROR (about a minute)"
     mkdir -p "$CACHE"
