@@ -1,13 +1,10 @@
 """What each pytest-xdist worker keeps to itself (loaded with ``-p tests.xdist_worker``, before
-pytest-django imports the settings): ``PYTEST_WORKERS=2 make test`` runs the suite on two
-workers, and these are the machine-wide things two test processes would otherwise share.
-
-Not the default: one process took 17:59 in a clean-clone run on 2026-11-25 (Spark drivers with
-the class-data archive of processes/spark/cds.py), two workers 11:21, both passing. One process
-stays the default because it is the robust one: on 2026-11-24, with other jobs loading the
-machine, two Spark end-to-end tests timed out on two workers now and then (test_cluster.py: a
-fresh query after a cancelled and killed Spark Connect job; two heavy workers' compactions); with
-three busy loops beside them on 2026-11-25 they passed.
+pytest-django imports the settings): ``make test`` (scripts/run_tests.sh) runs every test outside
+tests/e2e on two workers, and these are the machine-wide things two test processes would
+otherwise share. tests/e2e then runs in one process after them: on 2026-11-24, with other jobs
+loading the machine, two Spark end-to-end tests timed out now and then when they shared the
+machine with a second test process (test_cluster.py: a fresh query after a cancelled and killed
+Spark Connect job; two heavy workers' compactions).
 
 - ``PROMETHEUS_MULTIPROC_DIR``: a subfolder per worker, so the metrics one worker's tests read
   hold only the samples of that worker's requests;

@@ -32,8 +32,8 @@ from tests.deploy.containers import (
     why_podman_cannot_run,
 )
 
-# Slow and end to end, but outside tests/e2e on purpose: with PYTEST_WORKERS=2 it runs beside the
-# e2e chain (tests/xdist_worker.py keeps that on one worker) instead of lengthening it.
+# Slow and end to end, but outside tests/e2e on purpose: make test runs it on one of the two xdist
+# workers beside the unit tests (scripts/run_tests.sh) instead of lengthening the e2e phase.
 pytestmark = pytest.mark.e2e
 
 PROJECT = "lakewarden-deploy-test"
