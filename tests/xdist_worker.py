@@ -26,6 +26,13 @@ from pathlib import Path
 
 import pytest
 
+# Two test runs on databases of their own (LAKEWARDEN_TEST_DATABASE, as CONTRIBUTING suggests for
+# runs side by side) keep their cache keys apart too: one run's scheduler fingerprint or login
+# throttle is never the other's.
+_database = os.environ.get("LAKEWARDEN_TEST_DATABASE")
+if _database and "LAKEWARDEN_CACHE_PREFIX" not in os.environ:
+    os.environ["LAKEWARDEN_CACHE_PREFIX"] = f"lakewarden-cache-{_database}"
+
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _worker.startswith("gw") and _worker[2:].isdigit():
     _index = int(_worker[2:])
