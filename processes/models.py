@@ -323,5 +323,5 @@ class ServiceHeartbeat(models.Model):
 
 
 from processes.alerts.models import AlertChannel, AlertDelivery, AlertEpisode, AlertRule  # noqa: E402,F401  alerts (issue 16)
-from processes.groups.models import ResourceGroup, ResourceGroupTable  # noqa: E402,F401  resource groups (issue 31)
 from processes.decisions.models import Decision, DecisionKind  # noqa: E402,F401  decisions (issue 31 item 3)
+from processes.groups.models import ResourceGroup, ResourceGroupTable  # noqa: E402,F401  resource groups (issue 31)
