@@ -10,7 +10,8 @@ Runs in a throwaway database (``lakewarden_bench_scale``, dropped first and afte
   1% of them moved since their last refresh; the pass checks every pointer and hands the moved
   tables to the refresh (counted, not run). Target: one light worker keeps up with the default
   ``LAKEWARDEN_REFRESH_SECONDS`` (300 s), i.e. the pass takes less;
-- overview and tables pages at 100k tables: p95 of 40 requests each (target < 150 ms).
+- overview and tables pages at 100k tables, filtered and sorted by each kind of column: p95 of 40
+  requests each (target < 150 ms).
 
 Prints the lines for bench/RESULTS.md; writes nothing there itself.
 """
@@ -159,6 +160,13 @@ def _pages(runs: int) -> list[tuple[str, float, float]]:
         "tables, last page": "/tables/?page=2000",
         "tables, format filter": "/tables/?format=iceberg&page=10",
         "tables, search": "/tables/?q=table_12",
+        # the tables list's sortable columns (issue 34), worst first as a first click sorts them
+        "tables, by health": "/tables/?sort=health",
+        "tables, by health, page 100": "/tables/?sort=health&page=100",
+        "tables, by small files": "/tables/?sort=-small_files",
+        "tables, by size, page 1,000": "/tables/?sort=-size&page=1000",
+        "tables, by last maintenance": "/tables/?sort=last_maintenance",
+        "tables, iceberg by health": "/tables/?format=iceberg&sort=health",
     }
     results = []
     for label, url in pages.items():
