@@ -30,6 +30,7 @@ from processes.plugin import (
     TriggerStrategy,
 )
 from storage.io.guard import kept_summary
+from storage.wording import counted
 
 FORMAT = "paimon"
 LIST_LIMIT = 50
@@ -198,7 +199,7 @@ class PaimonExpireSnapshots(_PaimonProcess):
             "files": sorted(plan.data_files)[:LIST_LIMIT],
             **rules,
         }
-        context.report_progress(0, 1, f"expiring {len(plan.snapshots)} snapshots")
+        context.report_progress(0, 1, f"expiring {counted(len(plan.snapshots), 'snapshot')}")
         if not summary["dry_run"] and plan.snapshots:
             context.checkpoint("before-commit")
             summary["deleted_files"] = _cleanup.execute_expire(

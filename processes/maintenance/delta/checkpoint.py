@@ -57,6 +57,7 @@ from storage.formats.delta.commit import (
     table_shape,
 )
 from storage.io.guard import kept_summary
+from storage.wording import counted
 
 if TYPE_CHECKING:
     from processes.runtime import TableRuntime
@@ -204,7 +205,7 @@ class DeltaCheckpointProcess(TableProcess):
             floor, doomed = expired_log_files(log, hours, checkpoint_at=spec.version)
         removable, kept = context.guard.split([log.store.uri(p) for p in doomed])
         if not self.dry_run:
-            context.report_progress(1, 2, f"removing {len(removable)} expired log files")
+            context.report_progress(1, 2, f"removing {counted(len(removable), 'expired log file')}")
             for location in removable:
                 context.guard.delete(location, storage)  # gone already: another cleaner took it
         summary.update(

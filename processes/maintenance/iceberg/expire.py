@@ -65,6 +65,7 @@ from processes.plugin import (
     TriggerStrategy,
 )
 from storage.io.guard import OutsideTable, PathGuard, kept_summary
+from storage.wording import counted
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -253,7 +254,7 @@ class IcebergExpireProcess(TableProcess):
         if not expired_ids:
             return {**summary, **_counts(), "kept_snapshots": len(table.metadata.snapshots)}
         expired = [table.metadata.snapshot_by_id(i) for i in expired_ids]
-        context.report_progress(0, 3, f"reading the manifests of {len(expired)} expired snapshots")
+        context.report_progress(0, 3, f"reading the manifests of {counted(len(expired), 'expired snapshot')}")
         with Candidates(expired, table.io) as candidates:  # type: ignore[arg-type]
             context.check_cancelled()
             if self.dry_run:

@@ -68,6 +68,7 @@ from processes.plugin import (
 )
 from storage.formats.iceberg.commit.puffin import puffin_file, statistics_file
 from storage.io import is_object_store
+from storage.wording import counted
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -112,7 +113,9 @@ class IcebergStatisticsProcess(TableProcess):
         spec = spec_view(table)
         splits = list(spec.plan_splits(snapshot.snapshot_id))
         chunks = chunk_splits(splits, spark_cores(context, self.engine) * 2)
-        context.report_progress(0, 3, f"sketching {len(columns)} columns over {len(splits)} splits")
+        context.report_progress(
+            0, 3, f"sketching {counted(len(columns), 'column')} over {counted(len(splits), 'split')}"
+        )
         task = SketchTask(table.io, spec.schema_at(snapshot.snapshot_id), columns, chunks)
         sketches, rows = run_sketches(context, task, engine=self.engine)
         context.check_cancelled()
