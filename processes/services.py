@@ -427,6 +427,12 @@ def processes_resend_lost(*, now: dt.datetime | None = None) -> int:
     return resent
 
 
+def redis_queue_keys(queue: str) -> list[str]:
+    """The Redis lists kombu keeps for ``queue``: one per priority step, the queue's name first,
+    then name + "\x06\x16" + step."""
+    return [queue, *(f"{queue}\x06\x16{step}" for step in range(1, 10))]
+
+
 def tasks_held(*queues: str) -> set[str] | None:
     """Ids of the tasks waiting in ``queues`` on a Redis broker or run, reserved or held for later
     (eta) by a live worker; None when that cannot be known (another broker, no answer): then
@@ -439,9 +445,8 @@ def tasks_held(*queues: str) -> set[str] | None:
             if connection.transport.driver_type != "redis":
                 return None
             client = connection.default_channel.client
-            # kombu keeps one list per priority step: the queue's name, then name + "\x06\x16" + step
             for queue in queues:
-                for key in [queue, *(f"{queue}\x06\x16{step}" for step in range(1, 10))]:
+                for key in redis_queue_keys(queue):
                     for raw in client.lrange(key, 0, 10_000):
                         held.add(_message_id(raw))
         inspect = current_app.control.inspect(timeout=2.0)

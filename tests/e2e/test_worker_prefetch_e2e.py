@@ -27,8 +27,8 @@ def _reserved_beyond_active() -> dict[str, list[str]]:
 
 
 def _queued(client, queue: str) -> int:
-    """Messages waiting in ``queue`` on Redis (kombu keeps one list per priority step)."""
-    return sum(client.llen(key) for key in [queue, *(f"{queue}\x06\x16{step}" for step in range(1, 10))])
+    """Messages waiting in ``queue`` on Redis."""
+    return sum(client.llen(key) for key in services.redis_queue_keys(queue))
 
 
 def test_a_busy_worker_leaves_waiting_processes_in_the_queue_for_an_idle_one(
