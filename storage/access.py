@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import BooleanField, CharField, F, Func, QuerySet, Subquery
+from django.db.models.functions import Cast
 
 from storage.models import Table
 
@@ -42,12 +43,28 @@ def table_ids_refused(readable: QuerySet[Table] | None, table_ids: Iterable[int]
     return wanted - set(readable.filter(pk__in=wanted).values_list("pk", flat=True))
 
 
+class _SourcesWithin(Func):
+    """True when every key of a ``source_snapshots`` column (table ids as text) is among the ids a
+    subquery lists: one ``NOT EXISTS`` over ``jsonb_object_keys``, however many tables there are."""
+
+    output_field = BooleanField()
+
+    def as_sql(self, compiler, connection, **extra_context):
+        sources, sources_params = compiler.compile(self.source_expressions[0])
+        ids, ids_params = compiler.compile(self.source_expressions[1])
+        sql = (
+            f"NOT EXISTS (SELECT 1 FROM jsonb_object_keys({sources}) AS source(id) "
+            f"WHERE source.id NOT IN {ids})"
+        )
+        return sql, (*sources_params, *ids_params)
+
+
 def cached_results_readable(queryset: QuerySet, readable: QuerySet[Table] | None) -> QuerySet:
     """``queryset`` (of cached results) without those with a source outside ``readable`` (None:
-    every table): a result computed from a table is shown only to those who may read it."""
+    every table): a result computed from a table is shown only to those who may read it, and one
+    whose source table was deleted (no longer among the readable) to no restricted user. One
+    condition in SQL: no query of its own, whatever the number of tables."""
     if readable is None:
         return queryset
-    unreadable = [
-        str(pk) for pk in Table.objects.exclude(pk__in=readable.values("pk")).values_list("pk", flat=True)
-    ]
-    return queryset.exclude(source_snapshots__has_any_keys=unreadable) if unreadable else queryset
+    ids = readable.order_by().annotate(id_text=Cast("pk", CharField())).values("id_text")
+    return queryset.filter(_SourcesWithin(F("source_snapshots"), Subquery(ids)))
