@@ -13,6 +13,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from console.errorpages import text_error
 from console.metrics.access import scrape_refusal
+from console.metrics.groups import group_families
 from console.metrics.http import samples_folder
 from console.metrics.rows import backlog_family, cache_families, process_families, table_lines
 from console.metrics.runtime import BrokerProbe
@@ -33,7 +34,7 @@ def metrics_text() -> bytes:
     """Every metric, as one text-format body."""
     now = timezone.now()
     probe = BrokerProbe().start()
-    families = [*process_families(), backlog_family(now), *cache_families()]
+    families = [*process_families(), backlog_family(now), *cache_families(), *group_families()]
     tables = "".join(table_lines(now)).encode()
     registry = CollectorRegistry(auto_describe=False)
     MultiProcessCollector(registry, path=samples_folder())

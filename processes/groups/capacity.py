@@ -1,8 +1,14 @@
 """What the capacity page shows, read in the domain so the page and the API share it: each resource
 group with its budgets (used and left), its workers (alive, slots busy and free, from the workers'
 own answer to ``inspect``), its queue's depth in the broker, its backlog per action (waiting in the
-queue, and held back by the scheduler at its last tick) and its warnings (no worker consumes its
-queue, a namespace pattern matches no table).
+queue, and held back by the scheduler at its last tick), its warnings (no worker consumes its
+queue, a namespace pattern matches no table), what it spent and gained over the last days
+(``processes.groups.report``), and the Spark the workers use with its executors
+(``processes.groups.executors``).
+
+Scoped by ``tables`` (a team user's visible tables; None: every table): only the groups holding one
+of them are shown, and the waiting counts and the report count only those tables; what the
+scheduler held back is counted over the whole group, so it is shown only unscoped.
 
 Asking the workers waits the inspect timeout; the answer is shared through the cache for
 ``WORKERS_MAX_AGE`` seconds, so the page and the alert tick ask at most that often.
@@ -12,20 +18,23 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from celery import current_app
 from django.conf import settings
-from django.core.cache import cache
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from processes.groups.budget import usage
+from processes.groups.cached import shared_answer
+from processes.groups.executors import recent_executors
 from processes.groups.membership import group_warnings as rule_warnings
+from processes.groups.membership import groups_for_tables
 from processes.groups.models import ResourceGroup
+from processes.groups.report import DEFAULT_DAYS, group_reports
 from processes.models import Process, ProcessStatus
+from storage.models import Table
 
 logger = logging.getLogger(__name__)
 
@@ -64,20 +73,12 @@ def ask_workers(timeout: float = 1.0) -> dict[str, dict[str, Any]] | None:
 
 def recent_workers(*, max_age: float = WORKERS_MAX_AGE, timeout: float = 1.0) -> dict[str, Any]:
     """``ask_workers``'s answer, shared through the cache: {"ok", "checked_at", "workers"}."""
-    now = time.time()
-    try:
-        cached = cache.get(WORKERS_CACHE_KEY)
-    except Exception:
-        cached = None
-    if cached is not None and 0 <= now - cached["checked_at"] <= max_age:
-        return cached
-    workers = ask_workers(timeout)
-    answer = {"ok": workers is not None, "checked_at": now, "workers": workers or {}}
-    try:
-        cache.set(WORKERS_CACHE_KEY, answer, timeout=int(max_age) + 1)
-    except Exception:
-        pass
-    return answer
+
+    def ask() -> dict[str, Any]:
+        workers = ask_workers(timeout)
+        return {"ok": workers is not None, "workers": workers or {}}
+
+    return shared_answer(WORKERS_CACHE_KEY, max_age, ask)
 
 
 def queue_depths(queues: list[str]) -> dict[str, int | None]:
@@ -132,49 +133,87 @@ def groups_without_workers(workers: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def capacity(*, now: dt.datetime | None = None) -> dict[str, Any]:
-    """Everything the capacity page shows, in a handful of queries whatever the number of tables."""
-    now = now or timezone.now()
+def visible_groups(tables: QuerySet[Table] | None = None) -> list[ResourceGroup]:
+    """The groups, by name: every one when ``tables`` is None, else those holding one of ``tables``
+    (a team user's: their visible tables; two queries besides the groups' own)."""
     groups = list(ResourceGroup.objects.prefetch_related("catalogs").order_by("name"))
+    if tables is None:
+        return groups
+    holding = {group.pk for group in groups_for_tables(tables.values_list("pk", flat=True)).values()}
+    return [group for group in groups if group.pk in holding]
+
+
+def _waiting(groups: list[ResourceGroup], tables: QuerySet[Table] | None) -> dict[int, dict[str, int]]:
+    """group id -> action -> processes waiting (PENDING) on ``tables`` (every table when None)."""
+    pending = Process.objects.filter(resource_group__in=groups, status=ProcessStatus.PENDING)
+    if tables is not None:
+        pending = pending.filter(table__in=tables.order_by().values("pk"))
+    waiting: dict[int, dict[str, int]] = {}
+    for group_id, action, n in (
+        pending.order_by().values_list("resource_group_id", "action").annotate(n=Count("id"))
+    ):
+        waiting.setdefault(group_id, {})[action] = n
+    return waiting
+
+
+def _row(group, *, used, workers, depths, waiting, report, scoped: bool) -> dict[str, Any]:
+    queue = group.effective_queue
+    mine = [
+        {"name": node, **info, "free": max(0, info["slots"] - info["busy"])}
+        for node, info in sorted(workers["workers"].items())
+        if queue in info["queues"]
+    ]
+    held = {} if scoped else (group.held or {}).get("by_action", {})
+    budget = group_budget(group, used=used)
+    if scoped:
+        budget["held"] = {}
+    backlog = [
+        {"action": action, "waiting": waiting.get(action, 0), "held": None if scoped else held.get(action, 0)}
+        for action in sorted(set(waiting) | set(held))
+    ]
+    return {
+        "group": group,
+        "queue": queue,
+        "budget": budget,
+        "workers": mine,
+        "slots": sum(w["slots"] for w in mine),
+        "busy": sum(w["busy"] for w in mine),
+        "depth": depths.get(queue),
+        "backlog": backlog,
+        "warnings": group_warnings(group, workers),
+        "report": report,
+    }
+
+
+def capacity(
+    *, now: dt.datetime | None = None, tables: QuerySet[Table] | None = None, days: int = DEFAULT_DAYS
+) -> dict[str, Any]:
+    """Everything the capacity page shows, in a handful of queries whatever the number of tables;
+    scoped to ``tables`` when given (see the module's docstring)."""
+    now = now or timezone.now()
+    groups = visible_groups(tables)
     used = usage([g.pk for g in groups], now=now)
     workers = recent_workers()
     depths = queue_depths([g.effective_queue for g in groups])
-    waiting: dict[int, dict[str, int]] = {}
-    for group_id, action, n in (
-        Process.objects.filter(resource_group__in=groups, status=ProcessStatus.PENDING)
-        .order_by()
-        .values_list("resource_group_id", "action")
-        .annotate(n=Count("id"))
-    ):
-        waiting.setdefault(group_id, {})[action] = n
-    rows = []
-    for group in groups:
-        queue = group.effective_queue
-        mine = [
-            {"name": node, **info, "free": max(0, info["slots"] - info["busy"])}
-            for node, info in sorted(workers["workers"].items())
-            if queue in info["queues"]
-        ]
-        held = (group.held or {}).get("by_action", {})
-        backlog = [
-            {
-                "action": action,
-                "waiting": waiting.get(group.pk, {}).get(action, 0),
-                "held": held.get(action, 0),
-            }
-            for action in sorted(set(waiting.get(group.pk, {})) | set(held))
-        ]
-        rows.append(
-            {
-                "group": group,
-                "queue": queue,
-                "budget": group_budget(group, used=used[group.pk]),
-                "workers": mine,
-                "slots": sum(w["slots"] for w in mine),
-                "busy": sum(w["busy"] for w in mine),
-                "depth": depths.get(queue),
-                "backlog": backlog,
-                "warnings": group_warnings(group, workers),
-            }
+    waiting = _waiting(groups, tables)
+    reports = group_reports(groups, days=days, tables=tables, now=now)
+    rows = [
+        _row(
+            group,
+            used=used[group.pk],
+            workers=workers,
+            depths=depths,
+            waiting=waiting.get(group.pk, {}),
+            report=reports[group.pk],
+            scoped=tables is not None,
         )
-    return {"groups": rows, "workers_ok": workers["ok"], "checked_at": workers["checked_at"]}
+        for group in groups
+    ]
+    return {
+        "groups": rows,
+        "workers_ok": workers["ok"],
+        "checked_at": workers["checked_at"],
+        "scoped": tables is not None,
+        "days": days,
+        "spark": recent_executors(),
+    }

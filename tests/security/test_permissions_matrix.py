@@ -297,6 +297,8 @@ RULES: dict[str, Rule] = {
         obj="resource_group",
         body=lambda lake: {"max_concurrency": 3},
     ),
+    # A group's cost and benefit per day (issue 31 item 6): operators read it.
+    "resource-group-report": Rule(API, {"GET": OPERATOR}, obj="resource_group"),
 }
 
 
