@@ -16,7 +16,14 @@ files merged into 128 MiB files, a new snapshot). No table files are written, re
 writers' appends are facts too. What is measured is the scheduler's choice, not Spark.
 
 Reported: small-file debt (small files over all tables, the time average and the end; the 95th
-percentile per table) and worker-seconds spent, per order.
+percentile per table) and worker-seconds spent, per order; then, on the same number of tables and
+in real time, the time from another writer's commit to the console showing it, through the short
+pointer beat (bench/_commit_visibility.py; the beat's cost at 10,000 tables is
+bench/fresh_figures.py's). A process's own commit needs no beat: it refreshes its table's facts in
+its task (processes/executor.py), so the console shows it when the process shows SUCCESS.
+
+Runs in its own database (``lakewarden_bench_platform``; ``LAKEWARDEN_BENCH_DATABASE_URL`` names
+another), since it deletes every table row first.
 
     .venv/bin/python bench/platform_sim.py --tables 200 --hours 6
 """
@@ -26,6 +33,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
+import os
 import statistics
 import sys
 import time
@@ -34,6 +42,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault(
+    "LAKEWARDEN_BENCH_DATABASE_URL",
+    "postgresql://lakewarden:lakewarden@127.0.0.1:5432/lakewarden_bench_platform",
+)
 
 MIB = 1024 * 1024
 SMALL_FILE = 1 * MIB
@@ -95,6 +107,10 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=1800, help="worker-seconds per rolling hour")
     parser.add_argument("--seed", type=int, default=31)
     parser.add_argument("--rank-tables", type=int, default=20_000, help="due tables ranked at once (0: skip)")
+    parser.add_argument(
+        "--writers", type=int, default=8, help="tables another writer commits to (visibility)"
+    )
+    parser.add_argument("--commits", type=int, default=30, help="commits waited for in the console (0: skip)")
     parser.add_argument("--no-record", action="store_true", help="print only, leave RESULTS.md alone")
     args = parser.parse_args()
 
@@ -110,6 +126,8 @@ def main() -> None:
         results[ranking] = simulate(args, initial, appends, ranking=ranking)
         print(_line("benefit-ranked" if ranking else "interval order", results[ranking]), flush=True)
     body = _report(args, kinds, results)
+    if args.commits:
+        body += visibility(args)
     if args.rank_tables:
         body += rank_scale(args.rank_tables)
     print(body)
@@ -202,6 +220,25 @@ def simulate(args, initial: list[Facts], appends, *, ranking: bool) -> Outcome:
         outcome.worker_seconds += seconds - max(0.0, (finish - end).total_seconds())
     outcome.below_minimum = Decision.objects.filter(kind=DecisionKind.BELOW_BENEFIT).count()
     return outcome
+
+
+def visibility(args) -> str:
+    """The time from another writer's commit to the console showing it (bench/_commit_visibility.py)."""
+    from _commit_visibility import GIVE_UP, POLL, TARGET_SECONDS, measure
+
+    result = measure(tables=args.tables, writers=args.writers, commits=args.commits, seed=args.seed)
+    print(result.line(), flush=True)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    met = (
+        "met" if not result.missed and max(result.latencies, default=GIVE_UP) <= TARGET_SECONDS else "NOT met"
+    )
+    return (
+        f"\nTime from a commit to the console showing it (real time, on the same {args.tables} tables;"
+        f" another writer appends to {args.writers} real Delta tables at random moments of the short"
+        f" beat's cycle, the console read through the API every {POLL} s; load average {load} when it"
+        f" ended): {result.line().split(': ', 1)[1]}. Target, commits visible within"
+        f" {TARGET_SECONDS:.0f} s: **{met}**.\n"
+    )
 
 
 def rank_scale(n: int) -> str:
