@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from console.admin_site import RoleModelAdmin
 from processes.alerts.delivery import check_channel
 from processes.alerts.models import AlertChannel, AlertDelivery, AlertEpisode, AlertRule
-from processes.alerts.services import channel_send_test
+from processes.alerts.services import channel_send_test, rule_check
 from storage.errors import InvalidInput
 
 
@@ -20,7 +20,7 @@ class AlertChannelForm(forms.ModelForm):
 
     class Meta:
         model = AlertChannel
-        fields = ["name", "kind", "url", "recipients", "enabled"]
+        fields = ["name", "kind", "url", "recipients", "enabled", "team"]
 
     def clean(self):
         data = super().clean()
@@ -42,13 +42,31 @@ def send_test(modeladmin, request, queryset):
 @admin.register(AlertChannel)
 class AlertChannelAdmin(RoleModelAdmin):
     form = AlertChannelForm
-    list_display = ["name", "kind", "enabled", "created_at"]
+    list_display = ["name", "kind", "team", "enabled", "created_at"]
+    list_filter = ["team"]
     actions = [send_test]
+
+
+class AlertRuleForm(forms.ModelForm):
+    class Meta:
+        model = AlertRule
+        fields = ["name", "kind", "team", "enabled", "threshold", "minutes", "channels"]
+
+    def clean(self):
+        data = super().clean()
+        team = data.get("team")
+        try:
+            rule_check(data.get("kind", ""), team.pk if team else None, list(data.get("channels") or []))
+        except InvalidInput as error:
+            raise forms.ValidationError({error.field or "__all__": str(error)}) from None
+        return data
 
 
 @admin.register(AlertRule)
 class AlertRuleAdmin(RoleModelAdmin):
-    list_display = ["name", "kind", "enabled", "threshold", "minutes"]
+    form = AlertRuleForm
+    list_display = ["name", "kind", "team", "enabled", "threshold", "minutes"]
+    list_filter = ["team"]
     filter_horizontal = ["channels"]
 
 

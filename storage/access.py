@@ -35,6 +35,24 @@ def tables_readable(user) -> QuerySet[Table] | None:
     return _rule[0](user)
 
 
+#: ``rule(team_id)``: the tables a team's grants cover.
+TeamRule = Callable[[int], "QuerySet[Table]"]
+_team_rule: list[TeamRule] = []
+
+
+def team_tables_register(rule: TeamRule) -> None:
+    """Install the rule naming a team's tables (the teams app's ``ready``, as for the users')."""
+    _team_rule[:] = [rule]
+
+
+def tables_of_team(team_id: int) -> QuerySet[Table]:
+    """The tables team ``team_id``'s grants cover (what its alert rules watch and its channels may
+    hear of); none without a registered rule."""
+    if not _team_rule:
+        return Table.objects.none()
+    return _team_rule[0](team_id)
+
+
 def table_ids_refused(readable: QuerySet[Table] | None, table_ids: Iterable[int]) -> set[int]:
     """The ids of ``table_ids`` outside ``readable`` (none when ``readable`` is None: everything)."""
     wanted = {int(pk) for pk in table_ids}

@@ -1,30 +1,90 @@
 """``/api/v1/alert-channels/``: list, create, read, delete notification channels and
-``POST .../<id>/test/`` to send a test alert; ``/api/v1/alert-deliveries/``: the delivery record.
-Admin role for all of it (a webhook URL is a secret of sorts)."""
+``POST .../<id>/test/`` to send a test alert; ``/api/v1/alert-rules/``: list, create, read, change,
+delete the rules; ``/api/v1/alert-deliveries/``: the delivery record.
+
+Admins see and change all of it. Under teams (issue 32) a member of a team with the operator role
+sees and changes their teams' channels and rules and the deliveries to their channels, nothing
+else (another team's is 404); everyone else gets 403 (a webhook URL is a secret of sorts)."""
 
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 
 from console.api.base import ApiDefaults
-from console.permissions import RolePermission
-from console.roles import ADMIN
+from console.api.storage import NameField
+from console.roles import ADMIN, has_role
+from console.teams.access import alerts_allowed, owned_visible, teams_of
+from console.teams.models import Team
 from processes.alerts import services
-from processes.alerts.models import AlertChannel, AlertDelivery, ChannelKind
+from processes.alerts.models import AlertChannel, AlertDelivery, AlertRule, ChannelKind, RuleKind
+
+TEAM_HELP = "The owning team's name: it hears of (watches) the team's tables only. Blank: an admin's"
+
+
+class TeamField(NameField):
+    """A team by name, among those the requesting user may give (an admin: any; else their own)."""
+
+    def get_queryset(self):
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        return Team.objects.all() if has_role(user, ADMIN) else teams_of(user)
+
+
+def _owner(serializer: serializers.Serializer) -> int | None:
+    """The team a new channel or rule belongs to: the one named; for a non-admin who names none,
+    their team when they are in exactly one (else they must name it)."""
+    team = serializer.validated_data.get("team")
+    request = serializer.context["request"]
+    if team is not None or has_role(request.user, ADMIN):
+        return team.pk if team is not None else None
+    mine = list(teams_of(request.user)[:2])
+    if len(mine) != 1:
+        raise serializers.ValidationError({"team": ["name the team it belongs to (you are in several)"]})
+    return mine[0].pk
 
 
 class AlertChannelSerializer(serializers.ModelSerializer):
     kind = serializers.ChoiceField(choices=ChannelKind.choices)
     url = serializers.CharField(max_length=1024, required=False, allow_blank=True, default="")
+    team = TeamField(slug_field="name", required=False, allow_null=True, help_text=TEAM_HELP)
 
     class Meta:
         model = AlertChannel
-        fields = ["id", "name", "kind", "url", "recipients", "enabled", "created_at"]
+        fields = ["id", "name", "kind", "url", "recipients", "enabled", "team", "created_at"]
         read_only_fields = ["id", "created_at"]
         extra_kwargs = {"name": {"validators": []}}
+
+
+class ChannelsField(serializers.PrimaryKeyRelatedField):
+    """Channels by id, among those the requesting user sees."""
+
+    def get_queryset(self):
+        request = self.context.get("request")
+        return owned_visible(getattr(request, "user", None), AlertChannel.objects.all())
+
+
+class AlertRuleSerializer(serializers.ModelSerializer):
+    kind = serializers.ChoiceField(choices=RuleKind.choices)
+    team = TeamField(slug_field="name", required=False, allow_null=True, help_text=TEAM_HELP)
+    channels = ChannelsField(many=True, required=False, help_text="channel ids; none: every enabled one")
+
+    class Meta:
+        model = AlertRule
+        fields = ["id", "name", "kind", "enabled", "threshold", "minutes", "channels", "team"]
+        read_only_fields = ["id"]
+        extra_kwargs = {"name": {"validators": []}}
+
+
+class AlertRuleUpdateSerializer(serializers.ModelSerializer):
+    channels = ChannelsField(many=True, required=False, help_text="channel ids; none: every enabled one")
+
+    class Meta:
+        model = AlertRule
+        fields = ["enabled", "threshold", "minutes", "channels"]
 
 
 class AlertDeliverySerializer(serializers.ModelSerializer):
@@ -45,32 +105,39 @@ class AlertDeliverySerializer(serializers.ModelSerializer):
         ]
 
 
-class AdminOnly(RolePermission):
-    @staticmethod
-    def required_role(request, view) -> str:
-        return ADMIN
+class AlertsPermission(BasePermission):
+    """Admins, and operators who belong to a team (console/teams/access.py ``alerts_allowed``)."""
+
+    message = "alerts need the admin role, or the operator role and a team"
+
+    def has_permission(self, request, view) -> bool:
+        user = request.user
+        return bool(user and user.is_authenticated and alerts_allowed(user))
 
 
-class AlertChannelViewSet(
-    ApiDefaults,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    mixins.DestroyModelMixin,
-    viewsets.GenericViewSet,
-):
+class _Owned(ApiDefaults, viewsets.GenericViewSet):
+    permission_classes = [AlertsPermission]
+    model: type = AlertChannel
+    via = "team"
+
+    def get_queryset(self):
+        return owned_visible(self.request.user, self.model.objects.all(), via=self.via)
+
+
+class AlertChannelViewSet(_Owned, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin):
     serializer_class = AlertChannelSerializer
-    queryset = AlertChannel.objects.all()
-    permission_classes = [AdminOnly]
+    queryset = AlertChannel.objects.none()
+    model = AlertChannel
 
     def create(self, request):
-        data = AlertChannelSerializer(data=request.data)
+        data = AlertChannelSerializer(data=request.data, context=self.get_serializer_context())
         data.is_valid(raise_exception=True)
         values = {
             key: data.validated_data[key]
             for key in ("name", "kind", "url", "recipients", "enabled")
             if key in data.validated_data
         }
-        channel = services.channel_create(**values)
+        channel = services.channel_create(**values, team_id=_owner(data))
         return Response(AlertChannelSerializer(channel).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: AlertDeliverySerializer})
@@ -82,7 +149,39 @@ class AlertChannelViewSet(
         return Response(AlertDeliverySerializer(delivery).data)
 
 
-class AlertDeliveryViewSet(ApiDefaults, mixins.ListModelMixin, viewsets.GenericViewSet):
+class AlertRuleViewSet(_Owned, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin):
+    serializer_class = AlertRuleSerializer
+    queryset = AlertRule.objects.none()
+    model = AlertRule
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self):
+        return super().get_queryset().prefetch_related("channels")
+
+    @extend_schema(request=AlertRuleSerializer, responses={201: AlertRuleSerializer})
+    def create(self, request):
+        """A rule; a team's watches only the team's tables (``process_failed``, ``table_health``)
+        and sends to the team's channels."""
+        data = AlertRuleSerializer(data=request.data, context=self.get_serializer_context())
+        data.is_valid(raise_exception=True)
+        values = {k: v for k, v in data.validated_data.items() if k != "team"}
+        rule = services.rule_create(**values, team_id=_owner(data))
+        return Response(AlertRuleSerializer(rule).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=AlertRuleUpdateSerializer, responses={200: AlertRuleSerializer})
+    def partial_update(self, request, pk=None):
+        """Change ``enabled``, ``threshold``, ``minutes`` or ``channels`` (the kind and team stay)."""
+        rule = self.get_object()
+        data = AlertRuleUpdateSerializer(
+            data=request.data, partial=True, context=self.get_serializer_context()
+        )
+        data.is_valid(raise_exception=True)
+        rule = services.rule_update(rule=rule, **data.validated_data)
+        return Response(AlertRuleSerializer(rule).data)
+
+
+class AlertDeliveryViewSet(_Owned, mixins.ListModelMixin):
     serializer_class = AlertDeliverySerializer
-    queryset = AlertDelivery.objects.all()
-    permission_classes = [AdminOnly]
+    queryset = AlertDelivery.objects.none()
+    model = AlertDelivery
+    via = "channel__team"

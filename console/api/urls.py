@@ -34,11 +34,12 @@ from console.api.audit import AuditEventListView  # noqa: E402
 urlpatterns += [path("audit/", AuditEventListView.as_view(), name="audit-list")]
 
 # Alerts (issue 16): notification channels (with "send test") and the delivery record, admin role.
-from console.api.alerts import AlertChannelViewSet, AlertDeliveryViewSet  # noqa: E402
+from console.api.alerts import AlertChannelViewSet, AlertDeliveryViewSet, AlertRuleViewSet  # noqa: E402
 
 alert_router = ApiRouter(trailing_slash=True)
 alert_router.include_root_view = False
 alert_router.register("alert-channels", AlertChannelViewSet, basename="alert-channel")
+alert_router.register("alert-rules", AlertRuleViewSet, basename="alert-rule")
 alert_router.register("alert-deliveries", AlertDeliveryViewSet, basename="alert-delivery")
 urlpatterns += alert_router.urls
 

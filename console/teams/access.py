@@ -30,7 +30,7 @@ from console.roles import ADMIN, OPERATOR, VIEWER, has_role
 from console.teams.models import OPERATOR as GRANT_OPERATOR
 from console.teams.models import OWNER as GRANT_OWNER
 from console.teams.models import VIEWER as GRANT_VIEWER
-from console.teams.models import Grant, Team, roles_at_least
+from console.teams.models import Grant, Team, TeamMember, roles_at_least
 from storage.access import cached_results_readable
 from storage.models import Catalog, Table
 from storage.selectors import catalog_tables_q
@@ -85,17 +85,28 @@ def _grant_q(grant: Grant) -> Q:
     return catalog_tables_q(grant.catalog)
 
 
+def _grants_q(grants, role: str) -> Q | None:
+    allowed = roles_at_least(role)
+    condition: Q | None = None
+    for grant in grants:
+        if grant.role in allowed:
+            condition = _grant_q(grant) if condition is None else condition | _grant_q(grant)
+    return condition
+
+
 def tables_q(user, role: str = GRANT_VIEWER) -> Q | None:
     """The condition on ``Table`` of what ``user``'s grants of at least ``role`` cover; None when
     they cover nothing. Only meaningful when not ``unrestricted(user)``."""
     if not getattr(user, "is_authenticated", False):
         return None
-    allowed = roles_at_least(role)
-    condition: Q | None = None
-    for grant in _grants(user):
-        if grant.role in allowed:
-            condition = _grant_q(grant) if condition is None else condition | _grant_q(grant)
-    return condition
+    return _grants_q(_grants(user), role)
+
+
+def team_tables(team: Team | int) -> QuerySet[Table]:
+    """The tables ``team``'s grants (of any role) cover: what its alerts watch and its metrics
+    token scrapes."""
+    grants = Grant.objects.filter(team=team).select_related("catalog")
+    return Table.objects.filter(_grants_q(grants, GRANT_VIEWER) or Q(pk__isnull=True))
 
 
 def visible(user, queryset: QuerySet, *, via: str = "", role: str = GRANT_VIEWER) -> QuerySet:
@@ -203,6 +214,28 @@ def teams_managed(user) -> QuerySet[Team]:
         return Team.objects.none()
     owning = Grant.objects.filter(role=GRANT_OWNER).values("team_id")
     return Team.objects.filter(pk__in=owning, memberships__user=user).distinct()
+
+
+def alerts_allowed(user) -> bool:
+    """Alerts are an admin's, and a team member's with the operator role (their team's only)."""
+    if has_role(user, ADMIN):
+        return True
+    return has_role(user, OPERATOR) and TeamMember.objects.filter(user=user).exists()
+
+
+def teams_of(user) -> QuerySet[Team]:
+    """The teams ``user`` belongs to (none for anonymous)."""
+    if not getattr(user, "is_authenticated", False):
+        return Team.objects.none()
+    return Team.objects.filter(memberships__user=user)
+
+
+def owned_visible(user, queryset: QuerySet, *, via: str = "team") -> QuerySet:
+    """Rows a team owns (alert channels and rules; ``via``: the path to the owning team, e.g.
+    ``channel__team`` for deliveries): every one for an admin, else those of the user's teams."""
+    if has_role(user, ADMIN):
+        return queryset
+    return queryset.filter(**{f"{via}__in": teams_of(user).values("pk")})
 
 
 def scope_owned(team: Team, grant: Grant) -> bool:

@@ -14,6 +14,7 @@ class TeamsConfig(AppConfig):
         # The query planner, the worker and the cached results (storage, processes) ask who may
         # read which table through storage.access, never importing console: the rule is given here.
         from console.teams import access
-        from storage.access import table_access_register
+        from storage.access import table_access_register, team_tables_register
 
         table_access_register(access.tables_scope)
+        team_tables_register(access.team_tables)

@@ -27,6 +27,7 @@ from processes.alerts.models import (
 from processes.groups.capacity import groups_without_workers, recent_workers
 from processes.health import liveness, tables_by_health
 from processes.models import Process, ProcessStatus
+from storage.access import tables_of_team
 from storage.models import CachedResultState, StorageBackend
 
 #: How far back the process rule looks for the last finished run of each (table, action).
@@ -37,11 +38,13 @@ def failed_processes(rule: AlertRule, now: dt.datetime) -> dict[str, str]:
     """(table, action) pairs whose last finished run FAILED with no retry to follow: its retry
     budget is spent (attempt - 1 >= max_retries) or its summary says ``"retryable": false``."""
     retried = Process.objects.filter(retry_of=OuterRef("pk"))
+    finished = Process.objects.filter(
+        status__in=(ProcessStatus.SUCCESS, ProcessStatus.FAILED), finished_at__gte=now - PROCESS_LOOKBACK
+    )
+    if rule.team_id is not None:
+        finished = finished.filter(table__in=tables_of_team(rule.team_id).values("pk"))
     latest = (
-        Process.objects.filter(
-            status__in=(ProcessStatus.SUCCESS, ProcessStatus.FAILED), finished_at__gte=now - PROCESS_LOOKBACK
-        )
-        .order_by("table_id", "action", "-finished_at", "-id")
+        finished.order_by("table_id", "action", "-finished_at", "-id")
         .distinct("table_id", "action")
         .select_related("table")
         .annotate(retried=Exists(retried))
@@ -63,7 +66,8 @@ def failed_processes(rule: AlertRule, now: dt.datetime) -> dict[str, str]:
 
 def unhealthy_tables(rule: AlertRule, now: dt.datetime) -> dict[str, str]:
     found = {}
-    for health in tables_by_health(limit=None):
+    tables = tables_of_team(rule.team_id) if rule.team_id is not None else None
+    for health in tables_by_health(limit=None, tables=tables):
         if health.score < rule.threshold:
             break  # unhealthiest first
         reasons = "; ".join(health.reasons) or "no reason given"
@@ -112,8 +116,33 @@ EVALUATORS: dict[str, Callable[[AlertRule, dt.datetime], dict[str, str]]] = {
 }
 
 
+def subject_table_id(subject: str) -> int | None:
+    """The table an episode's subject is about (``table:8``, ``process:8:rewrite``), else None."""
+    kind, _, rest = subject.partition(":")
+    pk = rest.partition(":")[0]
+    return int(pk) if kind in ("table", "process") and pk.isdigit() else None
+
+
+def channels_for(rule: AlertRule, subject: str) -> list[AlertChannel]:
+    """The enabled channels an episode of ``rule`` on ``subject`` goes to: the rule's own, else
+    every channel (of the rule's team, for a team's rule); a team's channel only when the subject
+    is a table the team's grants cover (a team hears of its tables only, whoever's rule fired)."""
+    chosen = list(rule.channels.filter(enabled=True))
+    if not chosen:
+        every = AlertChannel.objects.filter(enabled=True)
+        chosen = list(every.filter(team_id=rule.team_id) if rule.team_id is not None else every)
+    table_id = subject_table_id(subject)
+    teams = {channel.team_id for channel in chosen if channel.team_id is not None}
+    hearing = {
+        team_id
+        for team_id in teams
+        if table_id is not None and tables_of_team(team_id).filter(pk=table_id).exists()
+    }
+    return [channel for channel in chosen if channel.team_id is None or channel.team_id in hearing]
+
+
 def _deliveries(rule: AlertRule, episode: AlertEpisode, event: str) -> list[int]:
-    channels = list(rule.channels.filter(enabled=True)) or list(AlertChannel.objects.filter(enabled=True))
+    channels = channels_for(rule, episode.subject)
     verb = "FIRING" if event == DeliveryEvent.OPENED else "RESOLVED"
     title = f"[Lakewarden {verb}] {rule.name}: {episode.subject}"
     text = episode.message if event == DeliveryEvent.OPENED else f"resolved: {episode.message}"

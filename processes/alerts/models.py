@@ -1,5 +1,9 @@
 """Alert rows: where alerts go (channels), what raises them (rules), each episode of a rule on one
-subject, and each delivery of a message to a channel with its status and attempts."""
+subject, and each delivery of a message to a channel with its status and attempts.
+
+A channel or rule may belong to a team (issue 32; the team model is the console's teams app,
+referred to by name only): a team's rule watches only the tables the team's grants cover, and a
+team's channel hears only of those tables, whoever's rule fired. Blank: an admin's, as before."""
 
 from __future__ import annotations
 
@@ -19,6 +23,14 @@ class AlertChannel(models.Model):
     recipients = models.TextField(blank=True, help_text="E-mail: addresses, comma-separated")
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    team = models.ForeignKey(
+        "teams.Team",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="alert_channels",
+        help_text="The team that owns it: it hears only of the team's tables. Blank: an admin's channel",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -38,6 +50,10 @@ class RuleKind(models.TextChoices):
     STORAGE_QUOTA = "storage_quota", "A result storage over its quota"
 
 
+#: The kinds whose subjects are tables (a team's rule is one of these: the rest watch the service).
+TABLE_KINDS = (str(RuleKind.PROCESS_FAILED), str(RuleKind.TABLE_HEALTH))
+
+
 class AlertRule(models.Model):
     name = models.SlugField(max_length=100, unique=True)
     kind = models.CharField(max_length=20, choices=RuleKind.choices)
@@ -49,7 +65,18 @@ class AlertRule(models.Model):
         default=0, help_text="Alert only when the condition has held this long (0: at once)"
     )
     channels = models.ManyToManyField(
-        AlertChannel, blank=True, related_name="rules", help_text="None chosen: every enabled channel"
+        AlertChannel,
+        blank=True,
+        related_name="rules",
+        help_text="None chosen: every enabled channel (of the rule's team, for a team's rule)",
+    )
+    team = models.ForeignKey(
+        "teams.Team",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="alert_rules",
+        help_text="The team that owns it: it watches only the team's tables. Blank: every table",
     )
 
     class Meta:

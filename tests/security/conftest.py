@@ -75,11 +75,12 @@ def lake(warehouse, test_plugin) -> Lake:
     process = process_services.process_create(table=table, action="touch", params={})
     lake = Lake(warehouse, table, catalog, process, unregistered)
     _add_storage_objects(lake)
-    from processes.alerts.models import AlertChannel
+    from processes.alerts.models import AlertChannel, AlertRule
 
     lake.alert_channel = AlertChannel.objects.create(
         name="matrix", kind="webhook", url="http://127.0.0.1:9/hook"
     )
+    lake.alert_rule = AlertRule.objects.create(name="matrix", kind="process_failed")
     from processes.groups.models import ResourceGroup
 
     lake.resource_group = ResourceGroup.objects.create(name="matrix-group")

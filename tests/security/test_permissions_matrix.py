@@ -153,7 +153,7 @@ RULES: dict[str, Rule] = {
     "console:storage-delete": Rule(CONSOLE, {"POST": ADMIN}, obj="storage", body=lambda lake: {}),
     # The audit trail (console/audit): operators and admins read it; viewers get 403.
     "console:audit": Rule(CONSOLE, {"GET": OPERATOR}),
-    # Alerts (issue 16): admins only.
+    # Alerts (issue 16): admins; under teams, operators of a team too (tests/teams/test_alerts.py).
     "console:alerts": Rule(CONSOLE, {"GET": ADMIN}),
     "console:alert-channel-test": Rule(CONSOLE, {"POST": ADMIN}, obj="alert_channel", body=lambda lake: {}),
     # Resource groups (issue 31): the capacity page, operators and admins.
@@ -286,6 +286,16 @@ RULES: dict[str, Rule] = {
         API, {"GET": ADMIN, "DELETE": ADMIN}, obj="alert_channel", body=lambda lake: {}
     ),
     "alert-channel-test": Rule(API, {"POST": ADMIN}, obj="alert_channel", body=lambda lake: {}),
+    # Alert rules (issue 32): admins; under teams, operators of a team too (tests/teams/test_alerts.py).
+    "alert-rule-list": Rule(
+        API, {"GET": ADMIN, "POST": ADMIN}, body=lambda lake: {"name": "matrix-new", "kind": "process_failed"}
+    ),
+    "alert-rule-detail": Rule(
+        API,
+        {"GET": ADMIN, "PATCH": ADMIN, "DELETE": ADMIN},
+        obj="alert_rule",
+        body=lambda lake: {"threshold": 70},
+    ),
     "alert-delivery-list": Rule(API, {"GET": ADMIN}),
     # Resource groups (issue 31): operators read, admins write.
     "resource-group-list": Rule(
