@@ -18,14 +18,15 @@ log name it (no percent-decoding, ``..`` resolved), the canonical URI of an obje
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import posixpath
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from operator import itemgetter
-from typing import Any
+from operator import attrgetter, itemgetter
+from typing import Any, NamedTuple
 
 import pyarrow.fs as pafs
 
@@ -79,13 +80,18 @@ def private_or_nested(root: str, guard: PathGuard | None) -> Callable[[str], boo
     return skip
 
 
-@dataclass(frozen=True)
-class StoredFile:
-    """A file under the table location: its comparable location, size and modification time."""
+class StoredFile(NamedTuple):
+    """A file under the table location: its comparable location, size and modification time (a
+    named tuple: a scan makes one per listed file, and a tuple is made in C)."""
 
     location: str
     size: int
     mtime: float
+
+
+_as_tuple = attrgetter("location", "size", "mtime")  # what the runs hold: a plain tuple
+_size = itemgetter(1)
+_stored = tuple.__new__  # _stored(StoredFile, item): StoredFile(*item) without a Python call
 
 
 def walk_files(
@@ -185,7 +191,7 @@ class Removable:
         self.first: list[str] = []
 
     def append(self, stored: StoredFile) -> None:
-        self.spilled.append((stored.location, stored.size, stored.mtime))
+        self.spilled.append(_as_tuple(stored))
         self.bytes += stored.size
         if len(self.first) < SUMMARY_LIST_LIMIT:  # in path order: the first are the summary's
             self.first.append(stored.location)
@@ -194,7 +200,7 @@ class Removable:
         return len(self.spilled)
 
     def __iter__(self) -> Iterator[StoredFile]:
-        return (StoredFile(*item) for item in self.spilled)
+        return map(StoredFile._make, self.spilled)
 
 
 @dataclass
@@ -248,22 +254,21 @@ def scan(
         names.spill()  # nothing of it in memory while listing
         listed = SortedRuns(folder.name, "listed")
         progress = ListingProgress(context)
-        for stored in listing:
-            listed.add((stored.location, stored.size, stored.mtime))
-            progress.listed(stored.size)
+        for chunk in progress.chunks(listing):
+            listed.extend(map(_as_tuple, chunk))
         found = LocationScan(Removable(os.path.join(folder.name, "removable")), 0, BoundedKept(), folder)
-        for (location, size, mtime), tag in joined(listed, names, key=itemgetter(0)):
-            stored = StoredFile(location, size, mtime)
+        for item, tag in joined(listed, names, key=itemgetter(0)):
+            stored = _stored(StoredFile, item)
             verdict = decide(stored, tag)
             if verdict is None:
                 continue
-            progress.candidate(size)
+            progress.candidate(stored.size)
             if verdict == YOUNG:
                 found.young += 1
                 continue
-            reason = guard.refusal(location)
+            reason = guard.refusal(stored.location)
             if reason:
-                found.kept.add(location, reason)
+                found.kept.add(stored.location, reason)
             else:
                 found.removable.append(stored)
         progress.done(len(found.removable))
@@ -285,13 +290,18 @@ class ListingProgress:
         self.context = context
         self.seen = self.seen_bytes = self.candidates = self.candidate_bytes = 0
 
-    def listed(self, size: int) -> None:
-        self.seen += 1
-        self.seen_bytes += size
-        if self.context is not None and self.seen % self.EVERY == 0:
-            self.context.check_cancelled()
-            message = f"listing: {self.seen:,} objects seen, {self.seen_bytes:,} bytes"
-            self.context.report_progress(self.seen, 0, message)
+    def chunks(self, listing: Iterable[StoredFile]) -> Iterator[list[StoredFile]]:
+        """``listing`` in lists of ``EVERY`` files, counted (objects seen and their bytes) and
+        reported after each full one: a listing's progress without a Python call per file."""
+        iterator = iter(listing)
+        while chunk := list(itertools.islice(iterator, self.EVERY)):
+            self.seen += len(chunk)
+            self.seen_bytes += sum(map(_size, chunk))
+            if self.context is not None and len(chunk) == self.EVERY:
+                self.context.check_cancelled()
+                message = f"listing: {self.seen:,} objects seen, {self.seen_bytes:,} bytes"
+                self.context.report_progress(self.seen, 0, message)
+            yield chunk
 
     def candidate(self, size: int) -> None:
         self.candidates += 1
