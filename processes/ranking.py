@@ -28,19 +28,27 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from django.conf import settings
 from django.db import connection
 
 from processes.decisions import DecisionKind, record
+from processes.estimates import (
+    DueFacts,
+    Estimates,
+    as_number,
+    default_estimates,
+    json_object,
+    min_input_files,
+)
 from processes.maintenance.schemas import MIN_BENEFIT
-from processes.models import Process, ProcessStatus, TableState
+from processes.models import Process, ProcessStatus
 from processes.plugin import (
     CHECKPOINT,
     CONVERT_EQUALITY_DELETES,
@@ -93,17 +101,9 @@ def min_benefit(factory: ProcessFactory, action: str, table: TableSummary) -> fl
         if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
             return float(value)
     if action == REWRITE:  # a rewrite of the fewest files its trigger takes is worth running
-        inputs = _min_input_files({**factory.properties, **(table.properties or {})})
+        inputs = min_input_files({**factory.properties, **(table.properties or {})})
         return float(max(0, inputs - 1))
     return DEFAULT_MIN_BENEFIT.get(action, 0.0)
-
-
-def _min_input_files(properties: dict[str, Any]) -> int:
-    """The rewrite's ``min-input-files`` (its own default when unset)."""
-    value = properties.get("min-input-files")
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    return COMPACTABLE_MIN_FILES
 
 
 def benefit(estimate: Estimate) -> float:
@@ -140,11 +140,39 @@ def measured_throughput(action: str) -> Throughput:
         .order_by("-id")
         .values_list("measured__cost", flat=True)[:CALIBRATION_RUNS]
     )
+    return _throughput(list(costs))
+
+
+_COSTS_SQL = """
+SELECT a.action, r.cost FROM unnest(%(actions)s::text[]) AS a(action)
+CROSS JOIN LATERAL (
+  SELECT p.measured -> 'cost' AS cost FROM {process} p
+  WHERE p.action = a.action AND p.status = %(success)s AND p.measured ? 'cost'
+  ORDER BY p.id DESC LIMIT %(runs)s
+) r
+"""
+
+
+def measured_throughputs(actions: list[str]) -> dict[str, Throughput]:
+    """``measured_throughput`` of each of ``actions`` in one query."""
+    costs: dict[str, list[Any]] = {action: [] for action in actions}
+    if actions:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _COSTS_SQL.format(process=Process._meta.db_table),
+                {"actions": list(actions), "success": str(ProcessStatus.SUCCESS), "runs": CALIBRATION_RUNS},
+            )
+            for action, cost in cursor.fetchall():
+                costs[action].append(json_object(cost))
+    return {action: _throughput(found) for action, found in costs.items()}
+
+
+def _throughput(costs: list[Any]) -> Throughput:
     points = []
     for cost in costs:
-        if isinstance(cost, dict) and _number(cost.get("worker_seconds")) > 0:
-            moved = _number(cost.get("bytes_read")) + _number(cost.get("bytes_written"))
-            points.append((moved, _number(cost.get("worker_seconds"))))
+        if isinstance(cost, dict) and as_number(cost.get("worker_seconds")) > 0:
+            moved = as_number(cost.get("bytes_read")) + as_number(cost.get("bytes_written"))
+            points.append((moved, as_number(cost.get("worker_seconds"))))
     moving = [(b, t) for b, t in points if b > 0]
     if not moving:
         return Throughput(runs=len(points))
@@ -175,20 +203,16 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float] | None:
     return overhead, 1 / slope
 
 
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
-
-
 def default_estimate(table: TableSummary, action: str, properties: dict[str, Any]) -> Estimate:
     """The estimate from the table's facts: what the action could improve of them."""
     average = table.total_bytes / table.file_count if table.file_count else 0.0
     compactable = _compactable(table)
     if action == REWRITE:
-        if _min_input_files(properties) < COMPACTABLE_MIN_FILES:
+        if min_input_files(properties) < COMPACTABLE_MIN_FILES:
             # The stored figure counts partitions of COMPACTABLE_MIN_FILES small files or more; a
             # rewrite configured to take fewer may merge any small file.
             compactable = table.small_file_count
-        target = _number(properties.get("target-file-size")) or DEFAULT_TARGET_FILE_SIZE
+        target = as_number(properties.get("target-file-size")) or DEFAULT_TARGET_FILE_SIZE
         size = min(average, target)
         files_out = math.ceil(compactable * size / target) if compactable else 0
         removed = max(0, compactable - max(files_out, 1 if compactable else 0))
@@ -196,7 +220,7 @@ def default_estimate(table: TableSummary, action: str, properties: dict[str, Any
             table.file_count - removed, table.small_file_count - compactable, table.instant_count, 0
         )
         moved = int(compactable * size)
-        deletes = table.delete_file_count if _number(properties.get("delete-file-threshold")) > 0 else 0
+        deletes = table.delete_file_count if as_number(properties.get("delete-file-threshold")) > 0 else 0
         return Estimate(
             small_files_removed=removed,
             delete_files_removed=deletes,
@@ -263,13 +287,154 @@ class Ranked:
     priority: dict[int, float] = field(default_factory=dict)
 
 
-_DUE_FACTS_SQL = """
-SELECT t.id, t.format, t.file_count, t.small_file_count, t.compactable_file_count, t.delete_file_count,
-  t.total_bytes, t.instant_count, t.last_maintenance_at, t.properties, t.current_instant, t.registered_at,
-  CASE WHEN jsonb_typeof(ev.value) = 'number' THEN (ev.value)::float8 END, t.refreshed_at IS NOT NULL
-FROM {table} t LEFT JOIN {state} ev ON ev.table_id = t.id AND ev.key = %(evaluated)s
-WHERE t.id = ANY(%(ids)s)
-"""
+@dataclass
+class PairDue:
+    """One (format, action) pair's due tables as the due query gave them (longest waiting first)."""
+
+    configured: ConfiguredFactory
+    table_format: str
+    action: str
+    interval: dt.timedelta | None
+    ids: list[int]
+    #: When each was last evaluated (epoch seconds; None: never), in the order of ``ids``; None:
+    #: read with the facts (``rank_due``).
+    evaluated: list[float | None] | None = None
+    #: The pair's place in the order of factory priority (the older order; breaks ties).
+    index: int = 0
+
+
+@dataclass
+class TickRanking:
+    """Every due (table, action) of a tick in one order across pairs, and per pair index those
+    below the minimum benefit (evaluated unasked, their decisions recorded)."""
+
+    #: (pair index, table id), highest priority first.
+    order: list[tuple[int, int]]
+    #: The priority of each entry of ``order`` (empty when ranking is off).
+    priorities: list[float] = field(default_factory=list)
+    #: Pair index -> (table id, snapshot) of its due tables below the minimum.
+    below_minimum: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+    shortfall: dict[int, dict[int, tuple[float, float]]] = field(default_factory=dict)
+
+
+def rank_tick(
+    pairs: list[PairDue],
+    *,
+    now: dt.datetime,
+    groups_of: Mapping[int, Any] | None = None,
+    throughputs: Mapping[str, Throughput] | None = None,
+    evaluated_key: str | None = None,
+) -> TickRanking:
+    """Every pair's due tables in one order of priority, highest first (within a resource group
+    they compete for its free slots and budget), without those below the minimum benefit. Two
+    queries whatever the number of tables and pairs: the facts of every due table, the measured
+    runs of every action; the default estimate is computed over columns (``processes.estimates``),
+    a factory's own ``estimate`` called for its own due tables only."""
+    if not settings.LAKEWARDEN_SCHEDULER_RANKING:
+        return TickRanking([(p.index, t) for p in sorted(pairs, key=lambda p: p.index) for t in p.ids])
+    ranking = TickRanking([])
+    pairs = [p for p in pairs if p.ids]
+    if not pairs:
+        return ranking
+    columns = DueFacts(sorted({t for p in pairs for t in p.ids}), evaluated_key)
+    measured = throughputs or measured_throughputs(sorted({p.action for p in pairs}))
+    parts = [_rank_pair(p, columns, measured[p.action], now, ranking, groups_of or {}) for p in pairs]
+    index, ids, priority, position = (np.concatenate([part[i] for part in parts]) for i in range(4))
+    order = np.lexsort((position, index, -priority))
+    ranking.order = list(zip(index[order].tolist(), ids[order].tolist(), strict=True))
+    ranking.priorities = priority[order].tolist()
+    for pair_index, shortfall in ranking.shortfall.items():
+        logger.info(
+            "%s: %d due table(s) below the minimum benefit (table: (benefit, minimum)) %s",
+            pairs[0].action if len(pairs) == 1 else pair_index,
+            len(shortfall),
+            dict(list(shortfall.items())[:20]),
+        )
+    return ranking
+
+
+def _rank_pair(
+    pair: PairDue,
+    columns: DueFacts,
+    throughput: Throughput,
+    now: dt.datetime,
+    ranking: TickRanking,
+    groups_of: Mapping[int, Any],
+) -> tuple[np.ndarray, ...]:
+    """(pair index, table id, priority, position) of the pair's due tables at or above the minimum."""
+    factory, action = pair.configured.factory, pair.action
+    position, at = columns.locate(pair.ids)
+    count = len(at)
+    gained, seconds, minimum = np.zeros(count), np.zeros(count), np.zeros(count)
+    own_estimate = type(factory).estimate is not ProcessFactory.estimate
+    one_by_one = np.ones(count, dtype=bool) if own_estimate else columns.own[at]
+    plain = ~one_by_one
+    found = None
+    if plain.any():
+        found = default_estimates(
+            columns.facts.take(at[plain]),
+            action,
+            factory.properties or {},
+            target_default=DEFAULT_TARGET_FILE_SIZE,
+            deletes_actions=frozenset(DEFAULT_MIN_BENEFIT),
+            kept_snapshots=KEPT_SNAPSHOTS,
+        )
+        gained[plain] = found.benefit
+        seconds[plain] = throughput.overhead + found.moved / throughput.bytes_per_second
+        minimum[plain] = min_benefit(factory, action, TableSummary(0, pair.table_format))
+    estimates: dict[int, Estimate] = {}
+    for i in np.nonzero(one_by_one)[0].tolist():
+        summary = columns.summary(int(at[i]))
+        estimates[i] = _estimate(factory, summary, action)
+        gained[i] = benefit(estimates[i])
+        seconds[i] = throughput.seconds(estimates[i])
+        minimum[i] = min_benefit(factory, action, summary)
+    below = (gained < minimum) & columns.refreshed[at]  # never refreshed: its facts are not known yet
+    if below.any():
+        _plain_estimates(below & plain, plain, found, estimates)
+        for i, table_row in zip(np.nonzero(below)[0].tolist(), at[below].tolist(), strict=True):
+            table_id, instant = columns.rows[table_row][0], columns.rows[table_row][12]
+            group = getattr(groups_of.get(table_id), "name", None)
+            _skip(ranking, pair.index, (table_id, instant), action, estimates[i], float(minimum[i]), group)
+    keep = ~below
+    waited = _waited(pair, columns, position, at, now)
+    priority = (gained + 1) / np.maximum(seconds, 0.001) * (1 + waited / AGING.total_seconds())
+    return (
+        np.full(int(keep.sum()), pair.index, dtype=np.int64),
+        columns.ids[at][keep],
+        priority[keep],
+        position[keep],
+    )
+
+
+def _waited(pair: PairDue, columns: DueFacts, position: np.ndarray, at: np.ndarray, now: dt.datetime):
+    """Seconds each due table has waited since it became due: since its last evaluation plus the
+    interval, or since it was registered when never evaluated."""
+    if pair.evaluated is None:
+        evaluated = columns.evaluated[at]
+    else:
+        evaluated = np.array([np.nan if v is None else v for v in pair.evaluated], dtype=np.float64)[position]
+    interval = pair.interval
+    if interval is None:  # rank_due: the pair's format is its tables'
+        table_format = columns.rows[int(at[0])][11] if len(at) else pair.table_format
+        interval = pair.configured.factory.trigger_strategy(table_format, pair.action).interval
+    due_since = np.where(np.isnan(evaluated), columns.registered[at], evaluated + interval.total_seconds())
+    return np.maximum(0.0, now.timestamp() - due_since)
+
+
+def _plain_estimates(
+    wanted: np.ndarray, plain: np.ndarray, found: Estimates | None, estimates: dict[int, Estimate]
+) -> None:
+    """Adds to ``estimates`` the ``wanted`` rows' (of the plain ones, estimated as columns in
+    ``found``), for the reasons of their decisions."""
+    if found is None or not wanted.any():
+        return
+    parts = np.zeros((4, len(plain)))
+    parts[:, plain] = [found.small_removed, found.deletes_removed, found.health_gain, found.moved / 2]
+    for i in np.nonzero(wanted)[0].tolist():
+        small, deletes, gain, half = parts[:, i].tolist()
+        estimates[i] = Estimate(int(small), int(deletes), health_gain=gain, bytes_read=int(half))
+        estimates[i].bytes_written = int(half)
 
 
 def rank_due(
@@ -282,55 +447,30 @@ def rank_due(
     throughput: Throughput | None = None,
     groups_of: Mapping[int, Any] | None = None,
 ) -> Ranked:
-    """``due_ids`` (one format's, longest waiting first) by priority, highest first, without
-    those below the minimum benefit. Two queries whatever the number of tables."""
+    """One pair's ``due_ids`` (one format's, longest waiting first) by priority, highest first,
+    without those below the minimum benefit (``rank_tick`` for a single pair). Two queries."""
     if not due_ids or not settings.LAKEWARDEN_SCHEDULER_RANKING:
         return Ranked(list(due_ids))
-    factory = configured.factory
-    throughput = throughput or measured_throughput(action)
-    ranked = Ranked([])
-    waiting: list[tuple[float, int, int]] = []
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _DUE_FACTS_SQL.format(table=Table._meta.db_table, state=TableState._meta.db_table),
-            {"ids": list(due_ids), "evaluated": evaluated_key},
-        )
-        rows = cursor.fetchall()
-    position = {table_id: i for i, table_id in enumerate(due_ids)}
-    interval: dt.timedelta | None = None
-    for row in rows:
-        table = _summary(row)
-        if interval is None:
-            interval = factory.trigger_strategy(table.format, action).interval
-        estimate = _estimate(factory, table, action)
-        gained = benefit(estimate)
-        minimum = min_benefit(factory, action, table)
-        if gained < minimum and row[13]:  # never refreshed: its facts are not known yet
-            group = groups_of.get(table.id) if groups_of else None
-            _skip(ranked, table, row[10], action, estimate, minimum, getattr(group, "name", None))
-            continue
-        due_since = (
-            dt.datetime.fromtimestamp(row[12], tz=dt.UTC) + interval if row[12] is not None else row[11]
-        )
-        waited = max(0.0, (now - due_since).total_seconds()) if due_since else 0.0
-        priority = (gained + 1) / throughput.seconds(estimate) * (1 + waited / AGING.total_seconds())
-        ranked.priority[table.id] = priority
-        waiting.append((-priority, position[table.id], table.id))
-    ranked.order = [table_id for _, _, table_id in sorted(waiting)]
-    if ranked.shortfall:
-        logger.info(
-            "%s: %d due table(s) below the minimum benefit (table: (benefit, minimum)) %s",
-            action,
-            len(ranked.shortfall),
-            dict(list(ranked.shortfall.items())[:20]),
-        )
-    return ranked
+    ranking = rank_tick(
+        [PairDue(configured, "", action, None, list(due_ids))],
+        now=now,
+        groups_of=groups_of,
+        throughputs={action: throughput} if throughput else None,
+        evaluated_key=evaluated_key,
+    )
+    order = [table_id for _, table_id in ranking.order]
+    return Ranked(
+        order,
+        [Table(pk=t, current_instant=instant) for t, instant in ranking.below_minimum.get(0, [])],
+        ranking.shortfall.get(0, {}),
+        dict(zip(order, ranking.priorities, strict=True)),
+    )
 
 
 def _skip(
-    ranked: Ranked,
-    table: TableSummary,
-    instant: str,
+    ranking: TickRanking,
+    pair_index: int,
+    table: tuple[int, str],
     action: str,
     estimate: Estimate,
     minimum: float,
@@ -338,10 +478,10 @@ def _skip(
 ) -> None:
     """``table`` is below the minimum benefit: evaluated unasked, its decision recorded."""
     gained = benefit(estimate)
-    ranked.below_minimum.append(Table(pk=table.id, format=table.format, current_instant=instant))
-    ranked.shortfall[table.id] = (round(gained, 2), minimum)
+    ranking.below_minimum.setdefault(pair_index, []).append(table)
+    ranking.shortfall.setdefault(pair_index, {})[table[0]] = (round(gained, 2), minimum)
     record(
-        table.id,
+        table[0],
         action,
         str(DecisionKind.BELOW_BENEFIT),
         f"a run is predicted to gain {gained:,.1f} points, below the minimum benefit of {minimum:,g}"
@@ -364,29 +504,11 @@ def _gains(estimate: Estimate) -> str:
     return ", ".join(parts)
 
 
+_ESTIMATE_FIELDS = [f.name for f in dataclasses.fields(Estimate)]
+
+
 def _numbers(estimate: Estimate) -> dict[str, Any]:
-    return {key: value for key, value in dataclasses.asdict(estimate).items() if value}
-
-
-def _summary(row: tuple[Any, ...]) -> TableSummary:
-    return TableSummary(
-        id=row[0],
-        format=row[1],
-        file_count=row[2],
-        small_file_count=row[3],
-        compactable_file_count=row[4],
-        delete_file_count=row[5],
-        total_bytes=row[6],
-        instant_count=row[7],
-        last_maintenance_at=row[8],
-        properties=_properties(row[9]),
-    )
-
-
-def _properties(value: Any) -> dict[str, Any]:
-    if isinstance(value, str):  # a jsonb column read through a raw cursor
-        value = json.loads(value)
-    return value if isinstance(value, dict) else {}
+    return {key: value for key in _ESTIMATE_FIELDS if (value := getattr(estimate, key))}
 
 
 def _estimate(factory: ProcessFactory, table: TableSummary, action: str) -> Estimate:
@@ -408,5 +530,9 @@ __all__ = [
     "default_estimate",
     "measured_throughput",
     "min_benefit",
+    "measured_throughputs",
+    "PairDue",
     "rank_due",
+    "rank_tick",
+    "TickRanking",
 ]

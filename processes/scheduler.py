@@ -37,10 +37,12 @@ from processes.groups.budget import BudgetExhausted
 from processes.groups.models import ResourceGroup
 from processes.groups.tick import TickGroups
 from processes.models import ACTIVE_STATUSES, Process, ProcessStatus, ProcessTrigger, TableState
-from processes.ranking import rank_due
+from processes.plugin import TriggerStrategy
+from processes.ranking import PairDue, TickRanking, rank_tick
 from processes.registry import ConfiguredFactory, coordinators
 from processes.runtime import TableRuntime
 from processes.services import process_create
+from processes.sql_arrays import float_array, int_array, json_array
 from storage.errors import Conflict, InvalidInput
 from storage.models import Table
 
@@ -88,28 +90,148 @@ def schedule_tick(*, now: dt.datetime | None = None) -> TickReport:
     snapshot = _Snapshot(now)
     groups = TickGroups(now)
     log = DecisionLog(now)
-    running_by_pair: dict[tuple[str, str], int] = {}
-    for table_format, action in snapshot.active:
-        running_by_pair[(table_format, action)] = running_by_pair.get((table_format, action), 0) + 1
     with recording(log):
-        for (table_format, action), configured in sorted(pairs.items(), key=lambda kv: -kv[1].priority):
-            strategy = configured.factory.trigger_strategy(table_format, action)
-            running = running_by_pair.get((table_format, action), 0)
-            due_ids = _due_table_ids(snapshot, table_format, action, strategy, now, report)
-            if not due_ids:
-                continue
-            free = strategy.parallelism - running
-            evaluated = _evaluate(configured, action, due_ids, free, report, groups) if free > 0 else []
-            report.skipped_busy += len(due_ids) - len(evaluated)
-            _record_evaluations(evaluated, action, now)
-            asked = {table.pk for table in evaluated}
-            _record_slot_waits(log, due_ids, asked, table_format, action, strategy.parallelism, running)
-            for table_id in due_ids:  # asked: again after the interval; left waiting: next tick
-                snapshot.wake_no_later(table_id, now + strategy.interval if table_id in asked else now)
+        due = _due_pairs(pairs, snapshot, now, report)
+        open_pairs = [pair for pair in due if pair.free > 0]
+        for pair in due:
+            if pair.free <= 0:  # no slot of its own: its tables wait, unranked, as they came
+                _record_slot_waits(log, pair, pair.due.ids)
+        if open_pairs:
+            groups.group_of_due = groups.resolve(sorted({t for pair in open_pairs for t in pair.due.ids}))
+            # Benefit per cost across every pair (processes/ranking.py): a resource group's free
+            # slots and budget go to its best work whatever the action.
+            ranking = rank_tick([pair.due for pair in open_pairs], now=now, groups_of=groups.group_of_due)
+            _Walk(open_pairs, ranking, report, groups, log).run()
+        _record_evaluations(due, now)
+        for pair in due:
+            report.skipped_busy += len(pair.due.ids) - len(pair.asked)
+            after = now + pair.strategy.interval
+            for table_id in pair.due.ids:  # asked: again after the interval; left waiting: next tick
+                snapshot.wake_no_later(table_id, after if table_id in pair.asked else now)
     snapshot.save_wakes()
     report.held = groups.save()
     report.decisions = _flush(log)
     return report
+
+
+@dataclass
+class _Pair:
+    """A (format, action) pair with due tables in this tick."""
+
+    due: PairDue
+    strategy: TriggerStrategy
+    running: int
+    free: int
+    #: Evaluated this tick (asked, or below the minimum benefit): table id -> its snapshot.
+    asked: dict[int, str] = field(default_factory=dict)
+    waits_recorded: int = 0
+
+
+def _due_pairs(pairs, snapshot: _Snapshot, now: dt.datetime, report: TickReport) -> list[_Pair]:
+    """The pairs with due tables, in the order of their factories' priority (one query each)."""
+    running: dict[tuple[str, str], int] = {}
+    for key in snapshot.active:
+        running[key] = running.get(key, 0) + 1
+    due = []
+    ordered = sorted(pairs.items(), key=lambda kv: -kv[1].priority)
+    for index, ((table_format, action), configured) in enumerate(ordered):
+        strategy = configured.factory.trigger_strategy(table_format, action)
+        ids = _due_table_ids(snapshot, table_format, action, strategy, now, report)
+        if not ids:
+            continue
+        evaluated = snapshot.due_evaluated.pop((table_format, action), [])
+        pair_due = PairDue(configured, table_format, action, strategy.interval, ids, evaluated, index)
+        busy = running.get((table_format, action), 0)
+        due.append(_Pair(pair_due, strategy, busy, strategy.parallelism - busy))
+    return due
+
+
+class _Walk:
+    """Down the tick's ranked order: each due (table, action) is asked when its pair has a free
+    slot and its resource group has room; otherwise it waits (a decision for the first
+    ``WAITING_RECORDED`` in line of each pair). A factory that finds nothing to do frees no slot:
+    the walk goes on to the next in line."""
+
+    def __init__(self, pairs: list[_Pair], ranking: TickRanking, report, groups: TickGroups, log) -> None:
+        self.pairs = {pair.due.index: pair for pair in pairs}
+        self.ranking, self.report, self.groups, self.log = ranking, report, groups, log
+        self.rows: dict[int, Table] = {}
+        #: Resource group id -> (table id, action, priority) of the last run it admitted this tick.
+        self.last_admitted: dict[int, tuple[int, str, float | None]] = {}
+        self.slots_at_start: dict[int, int] = {}
+
+    def run(self) -> None:
+        for index, below in self.ranking.below_minimum.items():
+            self.pairs[index].asked.update(below)
+        order, priorities = self.ranking.order, self.ranking.priorities
+        for position, (index, table_id) in enumerate(order):
+            pair = self.pairs[index]
+            if pair.free <= 0:
+                if pair.waits_recorded < WAITING_RECORDED:
+                    _record_slot_waits(self.log, pair, [table_id])
+                continue
+            group = self.groups.group_of_due[table_id]
+            if group.pk not in self.slots_at_start:
+                self.slots_at_start[group.pk] = self.groups.usage[group.pk].slots_left(group)
+            problem = self.groups.refusal(group, pair.due.action)
+            if problem is not None:
+                self.groups.hold(group, pair.due.action, problem.message)
+                if pair.waits_recorded < WAITING_RECORDED:
+                    pair.waits_recorded += 1
+                    self._record_wait(table_id, pair.due.action, group, problem)
+                continue
+            table = self._table(position)
+            if table is None:  # deleted meanwhile
+                continue
+            pair.asked[table_id] = table.current_instant
+            if _trigger_one(pair.due.configured, table, pair.due.action, self.report, self.groups, group):
+                pair.free -= 1
+                priority = priorities[position] if priorities else None
+                self.last_admitted[group.pk] = (table_id, pair.due.action, priority)
+
+    def _table(self, position: int) -> Table | None:
+        """The table row of the entry at ``position``, read with the next ones in line (a batch)."""
+        table_id = self.ranking.order[position][1]
+        if table_id not in self.rows:
+            batch = [t for _, t in self.ranking.order[position : position + EVALUATION_BATCH]]
+            self.rows = Table.objects.in_bulk(batch)
+        return self.rows.get(table_id)
+
+    def _record_wait(
+        self, table_id: int, action: str, group: ResourceGroup, problem: BudgetExhausted
+    ) -> None:
+        winner = self.last_admitted.get(group.pk)
+        if problem.kind != "slot" or winner is None:
+            _record_budget_wait(self.groups, table_id, action, group, problem)
+            return
+        # The group had room when the tick began: this run lost its free slots to work ranked first.
+        slots = self.slots_at_start[group.pk]
+        won_by = f"{winner[1]} on table {winner[0]}"
+        ahead = "worth more per cost" if winner[2] is not None else "ahead in line"
+        numbers: dict[str, object] = {"group_slots": slots, "max_concurrency": group.max_concurrency}
+        numbers["lost_to"] = {"table": winner[0], "action": winner[1], "priority": winner[2]}
+        mine = self._priority_of(table_id, action)
+        if mine is not None:
+            numbers["priority"] = mine
+        record(
+            table_id,
+            action,
+            DecisionKind.WAITING_SLOT,
+            f"resource group {group.name} had {slots} free slot{'s' if slots != 1 else ''} this tick and "
+            f"{'they' if slots != 1 else 'it'} went to work {ahead} (the last: {won_by}); it takes more "
+            "as they finish",
+            group=group.name,
+            numbers=numbers,
+        )
+
+    def _priority_of(self, table_id: int, action: str) -> float | None:
+        if not self.ranking.priorities:
+            return None
+        lookup = self.__dict__.setdefault("_priority_lookup", {})
+        if not lookup:
+            for (index, other), priority in zip(self.ranking.order, self.ranking.priorities, strict=True):
+                lookup[(self.pairs[index].due.action, other)] = round(priority, 6)
+        return lookup.get((action, table_id))
 
 
 def _flush(log: DecisionLog) -> int:
@@ -125,88 +247,23 @@ def _flush(log: DecisionLog) -> int:
         return 0
 
 
-def _record_slot_waits(log, due_ids, asked, table_format, action, parallelism, running) -> None:
+def _record_slot_waits(log: DecisionLog, pair: _Pair, table_ids: list[int]) -> None:
     """Due tables neither asked nor decided otherwise wait for one of the pair's slots."""
-    recorded = 0
-    for table_id in due_ids:
-        if recorded >= WAITING_RECORDED:
+    action, parallelism = pair.due.action, pair.strategy.parallelism
+    for table_id in table_ids:
+        if pair.waits_recorded >= WAITING_RECORDED:
             break
-        if table_id in asked or log.has(table_id, action):
+        if table_id in pair.asked or log.has(table_id, action):
             continue
         log.record(
             table_id,
             action,
             DecisionKind.WAITING_SLOT,
-            f"{action} on {table_format} tables runs at most {parallelism} at once (the pair's "
-            f"parallelism); {running} were running and this tick started the others it could",
-            numbers={"parallelism": parallelism, "running": running},
+            f"{action} on {pair.due.table_format} tables runs at most {parallelism} at once (the pair's "
+            f"parallelism); {pair.running} were running and this tick started the others it could",
+            numbers={"parallelism": parallelism, "running": pair.running},
         )
-        recorded += 1
-
-
-def _evaluate(
-    configured: ConfiguredFactory, action: str, due_ids: list[int], free: int, report, groups: TickGroups
-) -> list[Table]:
-    """Ask the factory about due tables in order until ``free`` processes were created; a table
-    whose resource group has no room is held back unasked (it stays due)."""
-    due_ids = _with_room(groups, action, due_ids)
-    # Benefit per cost first (processes/ranking.py); those below the minimum benefit are evaluated, unasked.
-    ranked = rank_due(
-        configured,
-        action,
-        due_ids,
-        now=groups.now,
-        evaluated_key=evaluated_key(action),
-        groups_of=groups.group_of_due,
-    )
-    evaluated: list[Table] = list(ranked.below_minimum)
-    due_ids = ranked.order
-    position = 0
-    held_recorded = 0
-    # A factory that declines a table frees no slot: keep asking, a batch of rows at a time.
-    while free > 0 and position < len(due_ids):
-        batch = due_ids[position : position + max(free, EVALUATION_BATCH)]
-        position += len(batch)
-        tables = Table.objects.in_bulk(batch)
-        for table_id in batch:
-            table = tables.get(table_id)
-            if table is None:
-                continue
-            if free <= 0:
-                break
-            group = groups.group_of_due[table_id]
-            problem = groups.refusal(group, action)
-            if problem is not None:  # filled by this tick
-                groups.hold(group, action, problem.message)
-                if held_recorded < WAITING_RECORDED:
-                    _record_budget_wait(groups, table_id, action, group, problem)
-                    held_recorded += 1
-                continue
-            evaluated.append(table)
-            if _trigger_one(configured, table, action, report, groups, group):
-                free -= 1
-    return evaluated
-
-
-def _with_room(groups: TickGroups, action: str, due_ids: list[int]) -> list[int]:
-    """The due tables whose group has room now; the others are held back, counted per group."""
-    groups.group_of_due = groups.resolve(due_ids)
-    full: dict[int, BudgetExhausted | None] = {}
-    kept = []
-    recorded = 0
-    for table_id in due_ids:
-        group = groups.group_of_due[table_id]
-        if group.pk not in full:
-            full[group.pk] = groups.refusal(group, action)
-        problem = full[group.pk]
-        if problem is None:
-            kept.append(table_id)
-        else:
-            groups.hold(group, action, problem.message)
-            if recorded < WAITING_RECORDED:
-                _record_budget_wait(groups, table_id, action, group, problem)
-                recorded += 1
-    return kept
+        pair.waits_recorded += 1
 
 
 def _record_budget_wait(
@@ -260,10 +317,19 @@ class _Snapshot:
             | Q(scheduler_wake_at__lte=now)
             | ~Q(current_instant=F("scheduler_instant"))
         ).order_by()
-        for table_id, table_format, instant in awake.values_list("pk", "format", "current_instant"):
+        #: Awake tables whose stored wake time has passed at their current snapshot: a wake time
+        #: of now again changes nothing for them, so it is not written again.
+        self.settled: set[int] = set()
+        for table_id, table_format, instant, wake, seen in awake.values_list(
+            "pk", "format", "current_instant", "scheduler_wake_at", "scheduler_instant"
+        ):
             self.awake.setdefault(table_format, []).append(table_id)
             self.instants[table_id] = instant
+            if wake is not None and wake <= now and seen == instant:
+                self.settled.add(table_id)
         self.wakes: dict[int, dt.datetime] = dict.fromkeys(self.instants, NEVER)
+        #: (format, action) -> when each table the last due query found due was last evaluated.
+        self.due_evaluated: dict[tuple[str, str], list[float | None]] = {}
 
     def table_count(self, table_format: str) -> int:
         if self._counts is None:
@@ -276,29 +342,53 @@ class _Snapshot:
 
     def save_wakes(self) -> None:
         """One update, with the snapshot each wake time was computed at: a table whose snapshot
-        moves (meanwhile or later) is awake again whatever its wake time."""
-        if not self.wakes:
+        moves (meanwhile or later) is awake again whatever its wake time. Tables left waiting
+        whose wake time had passed already keep it (no write)."""
+        now = self.now
+        ids = [i for i, wake in self.wakes.items() if not (wake <= now and i in self.settled)]
+        if not ids:
             return
-        ids = list(self.wakes)
         with connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {Table._meta.db_table} t SET scheduler_wake_at = v.wake, scheduler_instant = v.instant"
-                " FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[]) AS v(id, instant, wake)"
+                f"UPDATE {Table._meta.db_table} t SET scheduler_wake_at = to_timestamp(v.wake),"
+                " scheduler_instant = v.instant"
+                " FROM ROWS FROM (unnest(%s::bigint[]), jsonb_array_elements_text(%s::jsonb),"
+                " unnest(%s::float8[])) AS v(id, instant, wake)"
                 " WHERE t.id = v.id AND t.current_instant = v.instant",
-                [ids, [self.instants[i] for i in ids], [self.wakes[i] for i in ids]],
+                [
+                    int_array(ids),
+                    json_array(self.instants[i] for i in ids),
+                    float_array(self.wakes[i].timestamp() for i in ids),
+                ],
             )
 
 
-def _record_evaluations(tables: list[Table], action: str, now: dt.datetime) -> None:
-    """One upsert for all evaluated tables: when, and at which snapshot."""
-    rows = []
-    for table in tables:
-        rows.append(TableState(table=table, key=evaluated_key(action), value=now.timestamp()))
-        rows.append(TableState(table=table, key=seen_snapshot_key(action), value=table.current_instant))
-    if rows:
-        TableState.objects.bulk_create(
-            rows, update_conflicts=True, unique_fields=["table", "key"], update_fields=["value", "updated_at"]
-        )
+_EVALUATED_SQL = """
+INSERT INTO {state} (table_id, key, value, updated_at)
+SELECT v.table_id, v.key, v.value, %s
+FROM ROWS FROM (unnest(%s::bigint[]), jsonb_array_elements_text(%s::jsonb), jsonb_array_elements(%s::jsonb))
+  AS v(table_id, key, value)
+JOIN {table} t ON t.id = v.table_id
+ON CONFLICT (table_id, key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at
+"""
+
+
+def _record_evaluations(pairs: list[_Pair], now: dt.datetime) -> None:
+    """One upsert for every table evaluated this tick: when, and at which snapshot."""
+    ids: list[int] = []
+    keys: list[str] = []
+    values: list[object] = []
+    moment = now.timestamp()
+    for pair in pairs:
+        evaluated, seen = evaluated_key(pair.due.action), seen_snapshot_key(pair.due.action)
+        for table_id, instant in pair.asked.items():
+            ids += [table_id, table_id]
+            keys += [evaluated, seen]
+            values += [moment, instant]
+    if ids:
+        sql = _EVALUATED_SQL.format(state=TableState._meta.db_table, table=Table._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [timezone.now(), int_array(ids), json_array(keys), json_array(values)])
 
 
 #: Due-ness in the database, one query per (format, action) pair over the awake tables: not busy
@@ -312,11 +402,12 @@ SELECT t.id,
   AND (NOT %(on_new_snapshot)s OR seen.value IS NULL OR seen.value <> to_jsonb(t.current_instant)),
   CASE WHEN t.id = ANY(%(busy)s) OR jsonb_typeof(ev.value) IS DISTINCT FROM 'number' THEN %(moment)s
        WHEN %(on_new_snapshot)s AND seen.value = to_jsonb(t.current_instant) THEN NULL
-       ELSE (ev.value)::float8 + %(interval)s END
+       ELSE (ev.value)::float8 + %(interval)s END,
+  CASE WHEN jsonb_typeof(ev.value) = 'number' THEN (ev.value)::float8 END
 FROM {table} t
 LEFT JOIN {state} ev ON ev.table_id = t.id AND ev.key = %(evaluated)s
 LEFT JOIN {state} seen ON seen.table_id = t.id AND seen.key = %(seen)s
-WHERE t.id = ANY(%(awake)s)
+WHERE t.id = ANY(%(awake)s::bigint[])
 ORDER BY CASE WHEN jsonb_typeof(ev.value) = 'number' THEN (ev.value)::float8 ELSE 0 END, t.id
 """
 
@@ -331,7 +422,7 @@ def _due_table_ids(snapshot: _Snapshot, table_format, action, strategy, now, rep
     params = {
         "evaluated": evaluated_key(action),
         "seen": seen_snapshot_key(action),
-        "awake": awake,
+        "awake": int_array(awake),
         "busy": snapshot.busy.get(action, []),
         "moment": now.timestamp(),
         "interval": strategy.interval.total_seconds(),
@@ -341,12 +432,15 @@ def _due_table_ids(snapshot: _Snapshot, table_format, action, strategy, now, rep
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     due = []
-    for table_id, is_due, wake in rows:
+    evaluated = []
+    for table_id, is_due, wake, evaluated_at in rows:
         if is_due:
             due.append(table_id)  # its wake time depends on whether the factory is asked
+            evaluated.append(evaluated_at)
         elif wake is not None:
             snapshot.wake_no_later(table_id, dt.datetime.fromtimestamp(wake, tz=dt.UTC))
     report.due += len(due)
+    snapshot.due_evaluated[(table_format, action)] = evaluated  # for the ranking's aging
     return due
 
 

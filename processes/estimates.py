@@ -1,0 +1,199 @@
+"""The default estimate (``processes.ranking.default_estimate``) for many tables at once: the same
+arithmetic over numpy columns of the facts the due tables' rows keep, so a tick ranks 100,000 due
+tables without a Python object per table. ``tests/processes/test_ranking_tick.py`` checks it
+equals the per-table estimate over a grid of tables.
+
+Only a factory's own properties are read here: a table whose properties override one the
+estimate or the minimum reads (``OWN_KEYS``) is estimated one by one (``processes.ranking``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.db import connection
+
+from processes.maintenance.schemas import MIN_BENEFIT
+from processes.models import TableState
+from processes.plugin import (
+    CHECKPOINT,
+    EXPIRE_SNAPSHOTS,
+    PURGE_DELETION_VECTORS,
+    REWRITE,
+    REWRITE_POSITION_DELETES,
+    TableSummary,
+)
+from processes.sql_arrays import int_array
+from storage.health import COMPACTABLE_MIN_FILES, MANY_FILES, MANY_SNAPSHOTS, WEIGHTS
+from storage.models import Table
+
+#: Table properties that change a table's estimate or minimum: such tables are estimated one by one.
+OWN_KEYS = (MIN_BENEFIT, "min-input-files", "target-file-size", "delete-file-threshold")
+
+
+@dataclass
+class Facts:
+    """The due tables' facts as columns (float64; a row per table, in the order of ``ids``)."""
+
+    ids: np.ndarray
+    files: np.ndarray
+    small: np.ndarray
+    #: Compactable small files as the refresh counted them (NaN: never counted).
+    compactable: np.ndarray
+    deletes: np.ndarray
+    total_bytes: np.ndarray
+    instants: np.ndarray
+
+    def take(self, rows: np.ndarray) -> Facts:
+        return Facts(*(column[rows] for column in self.__dict__.values()))
+
+
+@dataclass
+class Estimates:
+    """Per table: the benefit in points (``ranking.benefit``), the bytes read plus written, and
+    the parts of the benefit a decision's reason names."""
+
+    benefit: np.ndarray
+    moved: np.ndarray
+    small_removed: np.ndarray
+    deletes_removed: np.ndarray
+    health_gain: np.ndarray
+
+
+_FACTS_SQL = """
+SELECT t.id, t.file_count::float8, t.small_file_count::float8,
+  COALESCE(t.compactable_file_count::float8, 'NaN'::float8), t.delete_file_count::float8,
+  t.total_bytes::float8, t.instant_count::float8, EXTRACT(EPOCH FROM t.registered_at)::float8,
+  t.refreshed_at IS NOT NULL, t.properties ?| %(own)s, NULLIF(t.properties, '{{}}'::jsonb), t.format,
+  t.current_instant, t.last_maintenance_at, {evaluated}
+FROM {table} t {join}
+WHERE t.id = ANY(%(ids)s::bigint[])
+ORDER BY t.id
+"""
+
+
+class DueFacts:
+    """The due tables' facts, read in one query, as numpy columns sorted by table id (``rows``
+    keeps each table's row for the one-by-one estimates)."""
+
+    def __init__(self, ids: list[int], evaluated_key: str | None) -> None:
+        join = ""
+        evaluated = "NULL::float8"
+        if evaluated_key is not None:
+            join = (
+                f"LEFT JOIN {TableState._meta.db_table} ev ON ev.table_id = t.id AND ev.key = %(evaluated)s"
+            )
+            evaluated = "CASE WHEN jsonb_typeof(ev.value) = 'number' THEN (ev.value)::float8 END"
+        sql = _FACTS_SQL.format(table=Table._meta.db_table, join=join, evaluated=evaluated)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, {"ids": int_array(ids), "own": list(OWN_KEYS), "evaluated": evaluated_key})
+            self.rows = cursor.fetchall()
+        columns = list(zip(*self.rows, strict=True)) or [()] * 15
+        self.ids = np.array(columns[0], dtype=np.int64)
+        self.facts = Facts(self.ids, *(np.array(columns[i], dtype=np.float64) for i in range(1, 7)))
+        self.registered = np.array(columns[7], dtype=np.float64)
+        self.refreshed = np.array(columns[8], dtype=bool)
+        self.own = np.array(columns[9], dtype=bool)
+        self.evaluated = np.array([np.nan if v is None else v for v in columns[14]], dtype=np.float64)
+
+    def summary(self, at: int) -> TableSummary:
+        row = self.rows[at]
+        compactable = None if math.isnan(row[3]) else int(row[3])
+        return TableSummary(
+            row[0], row[11], int(row[1]), int(row[2]), compactable, int(row[4]), int(row[5]), int(row[6]),
+            row[13], json_object(row[10]),
+        )  # fmt: skip
+
+    def locate(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in ``ids`` of the tables still there, their rows here)."""
+        wanted = np.array(ids, dtype=np.int64)
+        if not len(self.ids):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
+        present = self.ids[at] == wanted
+        return np.nonzero(present)[0], at[present]
+
+
+def default_estimates(
+    facts: Facts,
+    action: str,
+    properties: dict[str, Any],
+    *,
+    target_default: float,
+    deletes_actions: frozenset[str],
+    kept_snapshots: int,
+) -> Estimates:
+    """``ranking.default_estimate`` for every row of ``facts`` with the factory's ``properties``."""
+    files, small, instants = facts.files, facts.small, facts.instants
+    compactable = np.where(np.isnan(facts.compactable), small, np.minimum(facts.compactable, small))
+    average = np.divide(facts.total_bytes, files, out=np.zeros_like(files), where=files > 0)
+    before = _fixable(files, instants, compactable)
+    if action == REWRITE:
+        merged = small if min_input_files(properties) < COMPACTABLE_MIN_FILES else compactable
+        target = as_number(properties.get("target-file-size")) or target_default
+        size = np.minimum(average, target)
+        files_out = np.where(merged > 0, np.ceil(merged * size / target), 0.0)
+        removed = np.maximum(0.0, merged - np.maximum(files_out, (merged > 0).astype(float)))
+        after_compactable = np.minimum(0.0, small - merged)
+        after = _fixable(files - removed, instants, after_compactable)
+        moved = np.floor(merged * size)
+        deletes = facts.deletes if as_number(properties.get("delete-file-threshold")) > 0 else 0.0
+        gain = np.maximum(0.0, before - after)
+        deletes = np.broadcast_to(deletes, files.shape)
+        return Estimates(removed + deletes + gain, 2 * moved, removed, deletes, gain)
+    if action in deletes_actions:
+        deletes = facts.deletes
+        removed = np.maximum(0.0, deletes - 1) if action == REWRITE_POSITION_DELETES else deletes
+        moved = np.floor(deletes * average) if action == PURGE_DELETION_VECTORS else np.zeros_like(files)
+        zero = np.zeros_like(files)
+        return Estimates(removed.astype(float), 2 * moved, zero, removed.astype(float), zero)
+    if action in (EXPIRE_SNAPSHOTS, CHECKPOINT):
+        after = _fixable(files, np.minimum(instants, kept_snapshots), compactable)
+        gain = np.maximum(0.0, before - after)
+        return Estimates(gain, np.zeros_like(files), np.zeros_like(files), np.zeros_like(files), gain)
+    zero = np.zeros_like(files)
+    return Estimates(zero, zero, zero, zero, zero)
+
+
+def json_object(value: Any) -> dict[str, Any]:
+    """A jsonb object as a dict (a raw cursor may give its text); anything else as ``{}``."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    return value if isinstance(value, dict) else {}
+
+
+def _fixable(files: np.ndarray, instants: np.ndarray, compactable: np.ndarray) -> np.ndarray:
+    """``ranking._fixable_points`` over columns (``compactable`` already capped at small files)."""
+    ratio = np.divide(compactable, files, out=np.zeros_like(files), where=files > 0)
+    return (
+        WEIGHTS["small_files"] * ratio * np.minimum(compactable / 20, 1.0)
+        + WEIGHTS["file_count"] * np.minimum(files / MANY_FILES, 1.0) * (compactable > 0)
+        + WEIGHTS["snapshots"] * np.minimum(instants / MANY_SNAPSHOTS, 1.0)
+    )
+
+
+def min_input_files(properties: dict[str, Any]) -> int:
+    """The rewrite's ``min-input-files`` (its own default when unset)."""
+    value = properties.get("min-input-files")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    return COMPACTABLE_MIN_FILES
+
+
+def as_number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+__all__ = [
+    "DueFacts",
+    "json_object",
+    "OWN_KEYS",
+    "Estimates",
+    "Facts",
+    "as_number",
+    "default_estimates",
+    "min_input_files",
+]
