@@ -1,6 +1,8 @@
 """``GET /api/v1/audit/``: the audit trail, newest first, paginated, filtered like the console page
 (``user``, ``action`` (a name, or a prefix ending in a dot), ``target``, ``since``, ``until``).
-Operators and admins; viewers get 403."""
+Operators and admins; viewers get 403. Under teams (issue 32) a team owner reads the events on
+their team's tables, processes, queries and the team itself, and their own; other operators their
+own only (console/audit/selectors.py ``audit_visible``)."""
 
 from __future__ import annotations
 
@@ -52,4 +54,4 @@ class AuditEventListView(ApiDefaults, generics.ListAPIView):
     filterset_class = AuditFilter
 
     def get_queryset(self):
-        return audit_events()
+        return audit_events(self.request.user)

@@ -1,4 +1,5 @@
-"""Audit reads shared by the console page and the API: one filterset, newest first."""
+"""Audit reads shared by the console page and the API: one filterset, newest first, narrowed to
+what the reader may see (``audit_visible``)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,16 @@ import datetime as dt
 
 import django_filters
 from django import forms
-from django.db.models import Q, QuerySet
+from django.db.models import CharField, Q, QuerySet
+from django.db.models.functions import Cast
 from django.utils import timezone
 from django_filters.fields import IsoDateTimeField
 
 from console.audit.models import AuditEvent
+from console.teams import access
+from console.teams.models import Grant, Team
+from processes.models import Process, Query
+from storage.models import CachedResult, Table
 
 
 class MomentField(forms.Field):
@@ -79,9 +85,45 @@ class AuditFilter(django_filters.FilterSet):
         return queryset
 
 
-def audit_events() -> QuerySet[AuditEvent]:
-    return AuditEvent.objects.order_by("-at", "-id")
+def _ids(queryset: QuerySet) -> QuerySet:
+    """The primary keys of ``queryset`` as text, as ``target_id`` keeps them (a subquery)."""
+    return queryset.order_by().annotate(id_text=Cast("pk", CharField())).values("id_text")
 
 
-def audit_filter(params) -> AuditFilter:
-    return AuditFilter(params, queryset=audit_events())
+def _targets(label: str, queryset: QuerySet) -> Q:
+    return Q(target_model=label, target_id__in=_ids(queryset))
+
+
+def audit_visible(user, events: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
+    """The events ``user`` may read (issue 32). Admins, and everyone while no team exists: all of
+    them. A team owner: their own, and those whose target is a table or process they see, a query
+    of theirs, a cached result they may read, or one of the teams they own (and its grants).
+    Anyone else: their own only."""
+    if access.unrestricted(user):
+        return events
+    if not getattr(user, "is_authenticated", False):
+        return events.none()
+    condition = Q(user=user)
+    owned = access.teams_managed(user)
+    if owned.exists():
+        condition |= (
+            _targets(Table._meta.label, access.tables_visible_to(user))
+            | _targets(Process._meta.label, access.visible(user, Process.objects.all(), via="table"))
+            | _targets(Query._meta.label, access.queries_visible(user, Query.objects.all()))
+            | _targets(
+                CachedResult._meta.label, access.cached_results_visible(user, CachedResult.objects.all())
+            )
+            | _targets(Team._meta.label, owned)
+            | _targets(Grant._meta.label, Grant.objects.filter(team__in=owned.values("pk")))
+        )
+    return events.filter(condition)
+
+
+def audit_events(user=None) -> QuerySet[AuditEvent]:
+    """Newest first: every event (``user`` None: the system's own reads), else what ``user`` may read."""
+    events = AuditEvent.objects.order_by("-at", "-id")
+    return events if user is None else audit_visible(user, events)
+
+
+def audit_filter(params, user=None) -> AuditFilter:
+    return AuditFilter(params, queryset=audit_events(user))

@@ -1,5 +1,6 @@
 """The audit trail page (``/audit/``): operators and admins; filters by user, action, target and
-date range; newest first, paged by id."""
+date range; newest first, paged by id. Under teams a team owner reads their team's events and
+their own, other operators their own (console/audit/selectors.py ``audit_visible``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ PAGE_SIZE = 50
 @role_required(OPERATOR)
 @require_GET
 def audit_list(request):
-    found = selectors.audit_filter(request.GET)
+    found = selectors.audit_filter(request.GET, user=request.user)
     error = None
     if not found.is_valid():
         error = "; ".join(f"{name}: {' '.join(messages)}" for name, messages in found.errors.items())
