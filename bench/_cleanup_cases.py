@@ -2,6 +2,9 @@
 
     python bench/_cleanup_cases.py <case> <table root> <objects> <result.json>
 
+A case named ``<process>_before`` runs ``<process>_streaming`` on the modules of the commit before
+the faster difference (``BEFORE``), loaded from git: old and new side by side in one run.
+
 Imports first, then the peak reset (VmHWM through /proc/self/clear_refs), then the case; the
 result names how many files the case would delete ("doomed"), its wall and CPU seconds and the
 peak resident set above the one before it. Nothing is deleted.
@@ -11,16 +14,45 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Callable
 
-from processes.maintenance.delta.vacuum import vacuum_scan
-from processes.maintenance.iceberg.orphans import scan_location, stored_files
-from processes.maintenance.spill import SortedRuns, missing
-from storage.formats.delta.commit import open_version
-from storage.io.guard import KeptFiles, PathGuard
+#: The commit before issue 35's faster difference (heapq.merge of pickled items): the ``before``
+#: cases run its spill.py and listing.py, read from git, in place of today's.
+BEFORE = "115056d"
+
+
+def use_before() -> None:
+    """Install the ``BEFORE`` commit's spill and listing modules before anything imports them."""
+    import processes.maintenance  # the package, unchanged
+
+    for name in ("spill", "listing"):  # listing imports spill: that order
+        source = subprocess.run(
+            ["git", "show", f"{BEFORE}:processes/maintenance/{name}.py"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        module = types.ModuleType(f"processes.maintenance.{name}")
+        module.__file__ = f"{BEFORE}:processes/maintenance/{name}.py"
+        sys.modules[module.__name__] = module
+        exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 - our own history
+        setattr(processes.maintenance, name, module)
+
+
+if __name__ == "__main__" and sys.argv[1].endswith("_before"):
+    use_before()
+
+from processes.maintenance.delta.vacuum import vacuum_scan  # noqa: E402
+from processes.maintenance.iceberg.orphans import scan_location, stored_files  # noqa: E402
+from processes.maintenance.spill import SortedRuns, missing  # noqa: E402
+from storage.formats.delta.commit import open_version  # noqa: E402
+from storage.io import StoreOptions  # noqa: E402
+from storage.io.guard import KeptFiles, PathGuard  # noqa: E402
 
 
 def orphan_name(root: str, i: int) -> str:
@@ -30,10 +62,16 @@ def orphan_name(root: str, i: int) -> str:
 # -- Iceberg orphan cleanup: the location under <root>/data, every tenth object unreferenced ---
 
 
+def store_options(root: str) -> StoreOptions | None:
+    """The object store's options (from the environment bench/cleanup.py sets), None on disk."""
+    return StoreOptions.from_env() if root.startswith("s3://") else None
+
+
 def orphans_streaming(root: str, count: int) -> int:
     guard = PathGuard.build(root, roots=[os.path.dirname(root)])
     referenced = (orphan_name(root, i) for i in range(count) if i % 10)
-    with scan_location(root, referenced, guard=guard, cutoff=time.time() + 3600) as scan:
+    storage = store_options(root)
+    with scan_location(root, referenced, guard=guard, cutoff=time.time() + 3600, storage=storage) as scan:
         return sum(1 for _ in scan.orphans)
 
 
@@ -41,7 +79,7 @@ def orphans_sets(root: str, count: int) -> int:
     guard = PathGuard.build(root, roots=[os.path.dirname(root)])
     referenced = {orphan_name(root, i) for i in range(count) if i % 10}
     cutoff, orphans, kept = time.time() + 3600, [], KeptFiles()
-    for stored in stored_files(root, None, guard):
+    for stored in stored_files(root, store_options(root), guard):
         if stored.location in referenced or stored.mtime > cutoff:
             continue
         reason = guard.refusal(stored.location)
@@ -119,6 +157,10 @@ CASES: dict[str, Callable[[str, int], int]] = {
         vacuum_sets,
         vacuum_deltalake,
     )
+}
+# The streaming cases on the BEFORE commit's modules (installed by use_before at start).
+CASES |= {
+    f"{process}_before": CASES[f"{process}_streaming"] for process in ("orphans", "synthetic", "vacuum")
 }
 
 

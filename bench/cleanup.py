@@ -49,10 +49,13 @@ BENCH_DIR = ROOT / "var" / "bench"
 CASES_SCRIPT = Path(__file__).resolve().parent / "_cleanup_cases.py"
 BUCKETS = 97
 DAY_MS = 86_400_000
-KINDS = {"orphans": ("streaming", "sets"), "vacuum": ("streaming", "sets", "deltalake")}
+KINDS = {"orphans": ("streaming", "before", "sets"), "vacuum": ("streaming", "before", "sets", "deltalake")}
+S3_BUCKET = "lake"
+S3_THREADS = 128
 TITLES = {
     "orphans": "Orphan cleanup (bench/cleanup.py orphans)",
     "vacuum": "Delta vacuum (bench/cleanup.py vacuum)",
+    "s3": "Orphan cleanup on SeaweedFS (bench/cleanup.py orphans --s3)",
 }
 
 
@@ -130,14 +133,14 @@ def make_delta_table(root: Path, count: int) -> float:
     return time.monotonic() - started
 
 
-def run_case(case: str, root: Path, count: int) -> dict:
+def run_case(case: str, root: Path | str, count: int, env: dict[str, str] | None = None) -> dict:
     """Run ``case`` of bench/_cleanup_cases.py in a fresh subprocess; its result, which must name
     a tenth of the ``count`` objects."""
     out = BENCH_DIR / f"cleanup-{case}-{count}.json"
     subprocess.run(
         [sys.executable, str(CASES_SCRIPT), case, str(root), str(count), str(out)],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         check=True,
     )
     result = json.loads(out.read_text())
@@ -147,7 +150,9 @@ def run_case(case: str, root: Path, count: int) -> dict:
     return result
 
 
-def measure(process: str, sizes: list[int], keep: bool) -> tuple[dict[int, dict], dict[int, float]]:
+def measure(
+    process: str, sizes: list[int], keep: bool, kinds: tuple[str, ...]
+) -> tuple[dict[int, dict], dict[int, float]]:
     """{size: {kind: result}} and {size: seconds to make its files} for one process."""
     results, made = {}, {}
     for count in sizes:
@@ -155,9 +160,84 @@ def measure(process: str, sizes: list[int], keep: bool) -> tuple[dict[int, dict]
         make = make_orphan_files if process == "orphans" else make_delta_table
         made[count] = make(root, count)
         print(f"{process} {count:,}: files ready ({made[count]:.0f} s to create)", flush=True)
-        results[count] = {kind: run_case(f"{process}_{kind}", root, count) for kind in KINDS[process]}
+        results[count] = {kind: run_case(f"{process}_{kind}", root, count) for kind in kinds}
         if not keep:
             shutil.rmtree(root.parent.parent)
+    return results, made
+
+
+def make_s3_objects(store, root: str, count: int) -> tuple[float, int]:
+    """``count`` empty objects under ``root/data`` on SeaweedFS, one PUT each through obstore,
+    ``S3_THREADS`` in flight at once; (seconds taken, requests the store answered)."""
+    import asyncio
+
+    from obstore.store import S3Store
+
+    bucket, _, prefix = root.removeprefix("s3://").partition("/")
+    client = S3Store(
+        bucket,
+        endpoint=store.endpoint,
+        access_key_id=store.access_key,
+        secret_access_key=store.secret_key,
+        region="us-east-1",
+        client_options={"allow_http": True},
+    )
+    before = store.request_count(S3_BUCKET)
+
+    async def put_all() -> None:
+        import obstore
+
+        slots = asyncio.Semaphore(S3_THREADS)
+
+        async def put(i: int) -> None:
+            async with slots:
+                await obstore.put_async(client, orphan_key(prefix, i), b"")
+
+        for start in range(0, count, 10_000):
+            await asyncio.gather(*(put(i) for i in range(start, min(count, start + 10_000))))
+
+    started = time.monotonic()
+    asyncio.run(put_all())
+    return time.monotonic() - started, store.request_count(S3_BUCKET) - before
+
+
+def orphan_key(prefix: str, i: int) -> str:
+    return f"{prefix}/data/bucket={i % BUCKETS:02d}/00000-{i}-6f1e5c1a-9d3b-4c2e-8a7f-{i:012d}.parquet"
+
+
+def measure_s3(sizes: list[int], kinds: tuple[str, ...]) -> tuple[dict[int, dict], dict[int, tuple]]:
+    """Orphan cleanup on a local SeaweedFS (devtools/seaweedfs.py, free ports, stopped at the
+    end): {size: {kind: result with its S3 requests}}, {size: (seconds, requests) to create}."""
+    from devtools.seaweedfs import SeaweedFS
+
+    workdir = BENCH_DIR / "cleanup-s3"
+    shutil.rmtree(workdir, ignore_errors=True)
+    store = SeaweedFS(workdir / "seaweedfs", buckets=(S3_BUCKET,))
+    results: dict[int, dict] = {}
+    made: dict[int, tuple] = {}
+    try:
+        store.start()
+        env = {
+            "LAKEWARDEN_S3_ENDPOINT": store.endpoint,
+            "LAKEWARDEN_S3_ACCESS_KEY_ID": store.access_key,
+            "LAKEWARDEN_S3_SECRET_ACCESS_KEY": store.secret_key,
+            "LAKEWARDEN_S3_REGION": "us-east-1",
+        }
+        for count in sizes:
+            root = f"s3://{S3_BUCKET}/orphans_{count}/db/events"
+            made[count] = make_s3_objects(store, root, count)
+            print(
+                f"s3 {count:,}: objects ready ({made[count][0]:.0f} s, {made[count][1]:,} requests)",
+                flush=True,
+            )
+            results[count] = {}
+            for kind in kinds:
+                before = store.request_count(S3_BUCKET)
+                result = run_case(f"orphans_{kind}", root, count, env)
+                results[count][kind] = result | {"requests": store.request_count(S3_BUCKET) - before}
+    finally:
+        store.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     return results, made
 
 
@@ -173,86 +253,119 @@ def growth_line(results: dict[int, dict], kinds: tuple[str, ...], where: str = "
     )
 
 
-def footer(made: dict[int, float], load: float) -> str:
+def table(rows: list[tuple[int, str, dict]], kinds: tuple[str, ...], requests: bool = False) -> str:
+    """One row per (objects, where, {kind: result}): wall seconds, objects per second, CPU seconds
+    and peak RSS growth of each kind, and the ratios of the streaming scan to the others."""
+    others = [k for k in kinds if k != "streaming"]
+    head = ["objects", "where"]
+    head += [f"{k} s" for k in kinds] + ["streaming obj/s"] + [f"{k} CPU s" for k in kinds]
+    head += [f"{k} ÷ streaming (CPU)" for k in others] + [f"{k} peak RSS growth MB" for k in kinds]
+    head += [f"{k} requests" for k in kinds] if requests else []
+    lines = ["| " + " | ".join(head) + " |", "|---:|---|" + "---:|" * (len(head) - 2)]
+    for count, where, by_kind in rows:
+        cells = [f"{count:,}", where]
+        cells += [f"{by_kind[k]['seconds']:.1f}" for k in kinds]
+        cells.append(f"{count / by_kind['streaming']['seconds']:,.0f}")
+        cells += [f"{by_kind[k]['cpu']:.1f}" for k in kinds]
+        cells += [f"{by_kind[k]['cpu'] / by_kind['streaming']['cpu']:.2f}" for k in others]
+        cells += [f"{by_kind[k]['growth_mb']:.1f}" for k in kinds]
+        cells += [f"{by_kind[k]['requests']:,}" for k in kinds] if requests else []
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def loads(load: float) -> str:
+    return (
+        f"- 1-minute load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (shared "
+        "machine: wall times vary a lot with it; CPU seconds, process_time of every thread, much less)\n"
+    )
+
+
+def made_line(made: dict[int, float]) -> str:
     return (
         "creating them took "
         + ", ".join(f"{made[c]:.0f} s for {c:,}" for c in sorted(made))
         + " (0: reused)\n"
-        f"- 1-minute load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (shared "
-        "machine: times vary by ±30%, ratios less)\n"
     )
 
 
+KIND_NOTES = (
+    "- streaming: the scan as it runs now (runs merged a block at a time, joined batch against batch); "
+    "before: the same scan on the modules of commit 115056d (heapq.merge of every item, pickled with a "
+    "memo), loaded from git in its subprocess; sets: the referenced names in a Python set\n"
+)
+
+
 def orphans_report(
-    results: dict[int, dict], made: dict[int, float], synthetic: dict | None, load: float
+    results: dict[int, dict],
+    made: dict[int, float],
+    synthetic: dict | None,
+    kinds: tuple[str, ...],
+    load: float,
 ) -> str:
     rows = [(count, "local disk", by_kind) for count, by_kind in sorted(results.items())]
     if synthetic is not None:
         rows.append((synthetic["count"], "synthetic (no file system)", synthetic))
-    lines = []
-    for count, where, by_kind in rows:
-        streaming, sets = by_kind["streaming"], by_kind["sets"]
-        lines.append(
-            f"| {count:,} | {where} | {streaming['seconds']:.1f} | {sets['seconds']:.1f} "
-            f"| {count / streaming['seconds']:,.0f} | {count / sets['seconds']:,.0f} "
-            f"| {streaming['seconds'] / sets['seconds']:.2f} "
-            f"| {streaming['growth_mb']:.1f} | {sets['growth_mb']:.1f} |"
-        )
-    return (
+    body = (
         "Orphan cleanup's scan (list the location, compare with what the metadata references, guard "
-        "and age each candidate), streaming with spill to disk against Python sets; 90% of the "
-        "objects referenced; nothing deleted. Fresh subprocess per case, streaming then sets.\n\n"
-        "| objects | where | streaming s | sets s | streaming obj/s | sets obj/s | streaming ÷ sets "
-        "| streaming peak RSS growth MB | sets peak RSS growth MB |\n"
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
-        + "\n".join(lines)
-        + "\n\n"
-        + growth_line(results, KINDS["orphans"], " on disk")
+        "and age each candidate), streaming with spill to disk against the previous streaming code "
+        "and Python sets; 90% of the objects referenced; nothing deleted. Fresh subprocess per case.\n\n"
+        + table(rows, kinds)
+        + "\n"
+        + KIND_NOTES
+        + growth_line(results, kinds, " on disk")
         + "- peak RSS growth: VmHWM during the scan (reset through clear_refs) above VmRSS before it, after imports\n"
         "- files: empty, 97 partition folders, ~110-character paths; "
-        + footer(made, load)
+        + (made_line(made) if made else "none on disk\n")
+        + loads(load)
         + "- 10M on local disk not run: creating 10M files takes about ten minutes here and 10M of the "
         "disk's 16M inodes; the synthetic row runs the same difference (sorted runs, merge) at 10M "
-        "from generated streams instead\n"
-        "- where the time goes: without a file system (synthetic) the streaming difference is 2-3x the "
-        "sets' (every entry pickled, written, read back and merged by heapq.merge in Python); on disk the "
-        "listing (scandir + stat per file) dominates both, so it ends 15-35% slower, for a peak that no "
-        "longer grows (sets: about 200 MB more per million objects)\n"
+        "from generated streams instead (generating the names is about half of its CPU time, in every kind)\n"
         "- disk: the runs take about 190 bytes per object with 84-character paths (both sides), "
         "removed when the scan ends\n"
     )
+    return body
 
 
-def vacuum_report(results: dict[int, dict], made: dict[int, float], load: float) -> str:
-    kinds = KINDS["vacuum"]
-    lines = []
-    for count, by_kind in sorted(results.items()):
-        cells = [f"{count:,}"]
-        cells += [f"{by_kind[k]['seconds']:.1f}" for k in kinds]
-        cells += [f"{count / by_kind[k]['seconds']:,.0f}" for k in kinds]
-        cells += [f"{by_kind[k]['growth_mb']:.0f}" for k in kinds]
-        lines.append("| " + " | ".join(cells) + " |")
-    cpu = "; ".join(
-        f"{c:,}: " + ", ".join(f"{k} {results[c][k]['cpu']:.1f}" for k in kinds) for c in sorted(results)
+def s3_report(s3: tuple[dict[int, dict], dict[int, tuple]], kinds: tuple[str, ...], load: float) -> str:
+    found, created = s3
+    rows = [(count, "SeaweedFS", by_kind) for count, by_kind in sorted(found.items())]
+    return (
+        "Orphan cleanup's scan (as in the section above) on a local SeaweedFS (devtools/seaweedfs.py; "
+        "S3 on 127.0.0.1, signed requests), the bucket listed through pyarrow's S3 file system; "
+        "requests counted by SeaweedFS (`SeaweedFS_s3_request_total`).\n\n"
+        + table(rows, kinds, requests=True)
+        + "\n"
+        + KIND_NOTES
+        + f"- objects: empty, 97 partition prefixes, one PUT each, {S3_THREADS} in flight: "
+        + ", ".join(
+            f"{c:,} in {created[c][0]:.0f} s ({c / created[c][0]:,.0f} objects/s, {created[c][1]:,} requests)"
+            for c in sorted(created)
+        )
+        + "\n"
+        + loads(load)
     )
+
+
+def vacuum_report(
+    results: dict[int, dict], made: dict[int, float], kinds: tuple[str, ...], load: float
+) -> str:
+    rows = [(count, "local disk", by_kind) for count, by_kind in sorted(results.items())]
     return (
         "Delta vacuum's scan (full mode): the log replayed, the whole location listed, live files, "
         "tombstones and untracked files told apart, each file to delete through the path guard; "
         "90% of the objects live, 5% expired tombstones, 5% never committed; nothing deleted. Fresh "
         "subprocess per case; deltalake is `DeltaTable(root).vacuum(dry_run=True, full=True)`, the "
         "table opened inside the case (what vacuum ran before, plus the guard over its answer).\n\n"
-        "| objects | streaming s | sets s | deltalake s | streaming obj/s | sets obj/s | deltalake obj/s "
-        "| streaming peak RSS growth MB | sets MB | deltalake MB |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
-        + "\n".join(lines)
-        + "\n\n"
+        + table(rows, kinds)
+        + "\n"
+        + KIND_NOTES
         + growth_line(results, kinds)
         + "- peak RSS growth: VmHWM during the case (reset through clear_refs) above VmRSS before it, "
         "after imports\n"
         "- table: empty files in 97 partition folders, ~90-character paths, a log of two JSON commits; "
-        + footer(made, load)
-        + f"- CPU seconds (process_time, every thread): {cpu} (wall time is CPU time plus waiting for "
-        "the disk and for the cores)\n"
+        + made_line(made)
+        + loads(load)
     )
 
 
@@ -266,24 +379,34 @@ def main() -> int:
         "--synthetic", type=int, default=10_000_000, help="orphans: objects without a file system"
     )
     parser.add_argument("--no-synthetic", action="store_true")
+    parser.add_argument("--s3", default="", help="orphans: objects on a local SeaweedFS, comma-separated")
+    parser.add_argument("--kinds", default="", help="only these kinds (comma-separated; streaming always)")
     parser.add_argument("--keep", action="store_true", help="keep the generated files under var/bench/")
     parser.add_argument("--no-write", action="store_true", help="print the results, RESULTS.md untouched")
     args = parser.parse_args()
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
-    sizes = [int(size) for size in args.sizes.split(",")]
+    sizes = [int(size) for size in args.sizes.split(",") if size]
     for process in list(KINDS) if args.process == "both" else [args.process]:
+        wanted = {"streaming", *args.kinds.split(",")} if args.kinds else set(KINDS[process])
+        kinds = tuple(kind for kind in KINDS[process] if kind in wanted)
         load = os.getloadavg()[0]
-        results, made = measure(process, sizes, args.keep)
+        results, made = measure(process, sizes, args.keep, kinds)
         if process == "vacuum":
-            body = vacuum_report(results, made, load)
+            body = vacuum_report(results, made, kinds, load)
         else:
             synthetic = None
             if not args.no_synthetic:
                 synthetic = {
-                    kind: run_case(f"synthetic_{kind}", ROOT / "nowhere", args.synthetic)
-                    for kind in KINDS["orphans"]
+                    kind: run_case(f"synthetic_{kind}", ROOT / "nowhere", args.synthetic) for kind in kinds
                 } | {"count": args.synthetic}
-            body = orphans_report(results, made, synthetic, load)
+            if args.s3:
+                s3_body = s3_report(measure_s3([int(n) for n in args.s3.split(",")], kinds), kinds, load)
+                print(s3_body)
+                if not args.no_write:
+                    write_section(TITLES["s3"], s3_body)
+            if not sizes and synthetic is None:
+                continue
+            body = orphans_report(results, made, synthetic, kinds, load)
         print(body)
         if not args.no_write:
             write_section(TITLES[process], body)
