@@ -142,4 +142,5 @@ console_patterns += [
     path(
         "teams/<int:pk>/grants/<int:grant_pk>/remove/", team_views.team_grant_remove, name="team-grant-remove"
     ),
+    path("teams/<int:pk>/metrics-token/", team_views.team_metrics_token, name="team-metrics-token"),
 ]

@@ -1,10 +1,13 @@
 """REST API of teams and grants (``/api/v1/teams/``, ``/api/v1/grants/``), for admins: every
-change audited (console/teams/services.py). Team owners managing their own team is later work."""
+change audited (console/teams/services.py). Team owners managing their own team is later work.
+``/api/v1/teams/<id>/metrics-token/``: a team's ``/metrics`` scrape token (POST makes, DELETE revokes)."""
 
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
 from console.api.base import ApiDefaults
@@ -43,6 +46,11 @@ class TeamWriteSerializer(serializers.Serializer):
 
 class TeamUpdateSerializer(TeamWriteSerializer):
     name = None  # type: ignore[assignment]
+
+
+class MetricsTokenSerializer(serializers.Serializer):
+    team = serializers.CharField()
+    token = serializers.CharField(help_text="Send as 'Authorization: Bearer <token>'; shown only here")
 
 
 class GrantSerializer(serializers.ModelSerializer):
@@ -96,6 +104,19 @@ class TeamViewSet(_AdminsOnly):
     def destroy(self, request, pk=None):
         services.team_delete(team=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=None, responses={201: MetricsTokenSerializer, 204: None})
+    @action(detail=True, methods=["post", "delete"], url_path="metrics-token")
+    def metrics_token(self, request, pk=None):
+        """POST: a new ``/metrics`` scrape token of the team (replacing its old one), answered this
+        once; a scrape sending it gets the series of the team's tables only. DELETE: revoke it."""
+        team = self.get_object()
+        if request.method == "DELETE":
+            if not services.team_metrics_token_revoke(team=team):
+                raise NotFound(f"team {team.name} has no metrics token")
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        token = services.team_metrics_token_create(team=team)
+        return Response({"team": team.name, "token": token}, status=status.HTTP_201_CREATED)
 
 
 class GrantViewSet(_AdminsOnly):

@@ -1,4 +1,5 @@
 """Who may scrape ``/metrics``: a bearer token, an address allow-list, or both (both must hold).
+A team's scrape token (issue 32) sees the series of the team's tables only.
 
 Nothing configured is a 403 that says how to turn metrics on: the scrape shows every table's name,
 so it is never open by default.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -59,25 +61,40 @@ class Refusal:
     challenge: str = ""
 
 
-def scrape_refusal(request: HttpRequest) -> Refusal | None:
-    """None when the request may scrape; otherwise the status and the reason to answer with."""
+@dataclass(frozen=True)
+class Scope:
+    """What a scrape may see: every series, or (``team_id``) the series of that team's tables."""
+
+    team_id: int | None = None
+
+
+def scrape_access(request: HttpRequest, *, team_of: Callable[[str], int | None]) -> Refusal | Scope:
+    """What the request may scrape, or the status and reason to refuse it with. ``team_of(token)``
+    names the team whose scrape token was sent (console/teams/access.py ``metrics_token_team``;
+    tokens are made on the Teams page, in the API and by ``manage.py lakewarden_team NAME
+    --metrics-token``): it scrapes that team's tables; the address allow-list holds for it too.
+    (This module is read by the settings, before any model may be imported: hence the argument.)"""
     token = settings.LAKEWARDEN_METRICS_TOKEN
     networks = settings.LAKEWARDEN_METRICS_ALLOWED_IPS
+    if networks and not address_allowed(request.META.get("REMOTE_ADDR", ""), networks):
+        return Refusal(403, "this address may not scrape metrics (LAKEWARDEN_METRICS_ALLOWED_IPS)")
+    sent = bearer_token(request)
+    if sent is not None and not (token and hmac.compare_digest(sent.encode(), token.encode())):
+        team_id = team_of(sent)
+        if team_id is not None:
+            return Scope(team_id)
     if not token and not networks:
         return Refusal(
             403,
             "metrics are not enabled: set LAKEWARDEN_METRICS_TOKEN (a bearer token) and/or "
-            "LAKEWARDEN_METRICS_ALLOWED_IPS (addresses allowed to scrape)",
+            "LAKEWARDEN_METRICS_ALLOWED_IPS (addresses allowed to scrape), or make a team's token",
         )
-    if networks and not address_allowed(request.META.get("REMOTE_ADDR", ""), networks):
-        return Refusal(403, "this address may not scrape metrics (LAKEWARDEN_METRICS_ALLOWED_IPS)")
     if token:
-        sent = bearer_token(request)
         if sent is None:
             return Refusal(401, "metrics need 'Authorization: Bearer <LAKEWARDEN_METRICS_TOKEN>'", REALM)
         if not hmac.compare_digest(sent.encode(), token.encode()):
             return Refusal(401, "wrong metrics token", f'{REALM}, error="invalid_token"')
-    return None
+    return Scope()
 
 
 def bearer_token(request: HttpRequest) -> str | None:

@@ -16,7 +16,7 @@ import itertools
 from collections.abc import Iterator
 
 from django.db import connection
-from django.db.models import Count, Q, Sum, Value
+from django.db.models import Count, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
@@ -55,15 +55,17 @@ def _escape(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
-def table_rows(now: dt.datetime) -> tuple[list[str], list[list]]:
-    """The label string of every table and one column of values per ``TABLE_GAUGES``: two queries."""
+def table_rows(now: dt.datetime, tables: QuerySet[Table] | None = None) -> tuple[list[str], list[list]]:
+    """The label string of every table (of ``tables``: a team's) and one column of values per
+    ``TABLE_GAUGES``: two queries."""
     failures = dict(
         Process.objects.filter(created_at__gte=now - FAILURE_WINDOW, status=ProcessStatus.FAILED)
         .values_list("table_id")
         .annotate(n=Count("id"))
     )
     deletes = "delete_file_count"
-    rows = Table.objects.order_by().values_list(
+    chosen = Table.objects.all() if tables is None else Table.objects.filter(pk__in=tables.values("pk"))
+    rows = chosen.order_by().values_list(
         "pk",
         Coalesce("catalog__name", Value("")),
         "name",
@@ -106,9 +108,9 @@ def table_rows(now: dt.datetime) -> tuple[list[str], list[list]]:
     return labels, columns
 
 
-def table_lines(now: dt.datetime) -> Iterator[str]:
-    """The per-table families in the Prometheus text format."""
-    labels, columns = table_rows(now)
+def table_lines(now: dt.datetime, tables: QuerySet[Table] | None = None) -> Iterator[str]:
+    """The per-table families (of ``tables``; default every table) in the Prometheus text format."""
+    labels, columns = table_rows(now, tables)
     for (suffix, help_text), column in zip(TABLE_GAUGES, columns, strict=True):
         name = f"lakewarden_table_{suffix}"
         yield f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"

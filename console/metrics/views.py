@@ -12,11 +12,12 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from console.errorpages import text_error
-from console.metrics.access import scrape_refusal
+from console.metrics.access import Refusal, scrape_access
 from console.metrics.groups import group_families
 from console.metrics.http import samples_folder
 from console.metrics.rows import backlog_family, cache_families, process_families, table_lines
 from console.metrics.runtime import BrokerProbe
+from console.teams.access import metrics_token_team, team_tables
 
 #: Bodies above this are gzipped for a scraper that accepts it (Prometheus does).
 GZIP_ABOVE_BYTES = 64 * 1024
@@ -28,6 +29,12 @@ class _Families:
 
     def collect(self):
         return iter(self._families)
+
+
+def team_metrics_text(team_id: int) -> bytes:
+    """What a team's scrape token sees: the per-table series of the team's tables, nothing else
+    (the process, backlog, cache, group and broker families count every team's work)."""
+    return "".join(table_lines(timezone.now(), team_tables(team_id))).encode()
 
 
 def metrics_text() -> bytes:
@@ -60,13 +67,13 @@ def _get_only(view):
 
 @_get_only
 def metrics(request: HttpRequest) -> HttpResponse:
-    refusal = scrape_refusal(request)
-    if refusal is not None:
-        response = text_error(refusal.message, refusal.status)
-        if refusal.challenge:
-            response["WWW-Authenticate"] = refusal.challenge
+    scope = scrape_access(request, team_of=metrics_token_team)
+    if isinstance(scope, Refusal):
+        response = text_error(scope.message, scope.status)
+        if scope.challenge:
+            response["WWW-Authenticate"] = scope.challenge
         return response
-    body = metrics_text()
+    body = metrics_text() if scope.team_id is None else team_metrics_text(scope.team_id)
     response = HttpResponse(content_type=CONTENT_TYPE_PLAIN_0_0_4)
     if len(body) > GZIP_ABOVE_BYTES and "gzip" in request.headers.get("Accept-Encoding", ""):
         body = gzip.compress(body, compresslevel=1)

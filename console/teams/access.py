@@ -30,7 +30,7 @@ from console.roles import ADMIN, OPERATOR, VIEWER, has_role
 from console.teams.models import OPERATOR as GRANT_OPERATOR
 from console.teams.models import OWNER as GRANT_OWNER
 from console.teams.models import VIEWER as GRANT_VIEWER
-from console.teams.models import Grant, Team, TeamMember, roles_at_least
+from console.teams.models import Grant, MetricsToken, Team, TeamMember, roles_at_least
 from storage.access import cached_results_readable
 from storage.models import Catalog, Table
 from storage.selectors import catalog_tables_q
@@ -214,6 +214,12 @@ def teams_managed(user) -> QuerySet[Team]:
         return Team.objects.none()
     owning = Grant.objects.filter(role=GRANT_OWNER).values("team_id")
     return Team.objects.filter(pk__in=owning, memberships__user=user).distinct()
+
+
+def metrics_token_team(token: str) -> int | None:
+    """The team whose ``/metrics`` scrape token ``token`` is (its digest is what is kept), or None."""
+    found = MetricsToken.objects.filter(digest=MetricsToken.digest_of(token))
+    return found.values_list("team_id", flat=True).first()
 
 
 def alerts_allowed(user) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -98,3 +100,20 @@ class Grant(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team.name}: {self.role} on {self.scope_label()}"
+
+
+class MetricsToken(models.Model):
+    """A team's ``/metrics`` scrape token: the scrape answers with the series of the team's tables
+    only. Only the token's SHA-256 is kept; the token itself is shown once, when it is made."""
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="metrics_token")
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"metrics token of {self.team.name}"
+
+    @staticmethod
+    def digest_of(token: str) -> str:
+        """What is kept of a token, and looked up when one is sent: its SHA-256, in hex."""
+        return hashlib.sha256(token.encode()).hexdigest()

@@ -8,6 +8,7 @@ its own.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,7 +17,7 @@ from django.db import transaction
 
 from console.audit import recording
 from console.teams import access
-from console.teams.models import GRANT_ROLES, OWNER, Grant, MemberSource, Team, TeamMember
+from console.teams.models import GRANT_ROLES, OWNER, Grant, MemberSource, MetricsToken, Team, TeamMember
 from storage.errors import InvalidInput
 from storage.models import Catalog, Table
 
@@ -259,3 +260,23 @@ def grant_scope(*, catalog: Catalog | None, namespace: str, table: Table | None)
     if namespace.strip("."):
         return {"namespace": f"{catalog.name}.{namespace.strip('.')}"}
     return {"catalog": catalog.name}
+
+
+def team_metrics_token_create(*, team: Team) -> str:
+    """A new ``/metrics`` scrape token for ``team`` (replacing the one it had): returned once, only
+    its digest kept. A scrape sending it gets the series of the team's tables only."""
+    token = f"lwm_{secrets.token_urlsafe(32)}"
+    with transaction.atomic():
+        replaced = MetricsToken.objects.filter(team=team).delete()[0] > 0
+        MetricsToken.objects.create(team=team, digest=MetricsToken.digest_of(token))
+        _audit("team.metrics-token", team, {"team": team.name, "replaced": replaced})
+    return token
+
+
+def team_metrics_token_revoke(*, team: Team) -> bool:
+    """Remove ``team``'s scrape token; False when it had none."""
+    with transaction.atomic():
+        removed = MetricsToken.objects.filter(team=team).delete()[0] > 0
+        if removed:
+            _audit("team.metrics-token", team, {"team": team.name, "revoked": True})
+    return removed

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Prefetch
+from django.db.models import OuterRef, Prefetch, Subquery
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -16,7 +16,7 @@ from console.decorators import role_required
 from console.roles import ADMIN, OPERATOR, has_role
 from console.teams import services
 from console.teams.access import catalogs_visible, forget, scope_owned, teams_managed
-from console.teams.models import GRANT_ROLES, Grant, Team, TeamMember
+from console.teams.models import GRANT_ROLES, Grant, MetricsToken, Team, TeamMember
 from storage.errors import InvalidInput, ServiceError
 from storage.models import Catalog, Table
 
@@ -47,11 +47,16 @@ def _teams(user):
     shown = Team.objects.filter(pk__in=teams_managed(user).values("pk")) | Team.objects.filter(
         memberships__user=user
     )
-    return shown.distinct().prefetch_related(
-        Prefetch(
-            "memberships", queryset=TeamMember.objects.select_related("user").order_by("user__username")
-        ),
-        Prefetch("grants", queryset=Grant.objects.select_related("catalog", "table")),
+    made = MetricsToken.objects.filter(team=OuterRef("pk")).values("created_at")
+    return (
+        shown.distinct()
+        .annotate(metrics_token_made=Subquery(made))
+        .prefetch_related(
+            Prefetch(
+                "memberships", queryset=TeamMember.objects.select_related("user").order_by("user__username")
+            ),
+            Prefetch("grants", queryset=Grant.objects.select_related("catalog", "table")),
+        )
     )
 
 
@@ -160,3 +165,17 @@ def team_grant_remove(request, pk: int, grant_pk: int):
         services.grant_revoke(grant=grant)
 
     return _done(request, revoke, f"{team}: grant on {label} revoked.")
+
+
+@role_required(OPERATOR)
+@require_POST
+def team_metrics_token(request, pk: int):
+    """A new ``/metrics`` scrape token of the team (replacing its old one), shown once."""
+    team = _managed_team(request, pk)
+    token = services.team_metrics_token_create(team=team)
+    messages.success(
+        request,
+        f"Metrics token of {team}: {token} (shown this once; a scrape sending "
+        f"'Authorization: Bearer <token>' gets the series of {team}'s tables only).",
+    )
+    return redirect("console:team-list")

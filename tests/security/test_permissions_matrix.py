@@ -179,6 +179,8 @@ RULES: dict[str, Rule] = {
     "console:team-grant-remove": Rule(
         CONSOLE, {"POST": OPERATOR}, obj="team", variants=({"grant_pk": 2**31 - 1},), body=lambda lake: {}
     ),
+    # A team's /metrics scrape token (issue 32): admins and the team's owners make one.
+    "console:team-metrics-token": Rule(CONSOLE, {"POST": OPERATOR}, obj="team", body=lambda lake: {}),
     # --- public ----------------------------------------------------------------------------------
     "healthz": Rule(PUBLIC, {"GET": ANYONE}),
     "favicon": Rule(PUBLIC, {"GET": ANYONE}),
@@ -267,6 +269,7 @@ RULES: dict[str, Rule] = {
         {"GET": ADMIN, "POST": ADMIN},
         body=lambda lake: {"team": lake.team.name, "role": "operator", "table": lake.table.pk},
     ),
+    "team-metrics-token": Rule(API, {"POST": ADMIN, "DELETE": ADMIN}, obj="team", body=lambda lake: {}),
     "grant-detail": Rule(API, {"GET": ADMIN, "DELETE": ADMIN}, obj="grant"),
     "query-list": Rule(API, {"GET": VIEWER, "POST": OPERATOR}, body=lambda lake: {"sql": "select 1"}),
     "query-detail": _read(API, "query"),

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from console.teams.services import team_set
+from console.teams.services import team_metrics_token_create, team_set
 from storage.errors import ServiceError
 
 
@@ -27,8 +27,14 @@ class Command(BaseCommand):
             help="an OIDC group claim value or an LDAP group DN mapped to the team (repeatable)",
         )
         parser.add_argument("--description")
+        parser.add_argument(
+            "--metrics-token",
+            action="store_true",
+            help="also make a new /metrics scrape token of the team (replacing its old one) and print it: "
+            "a scrape sending it gets the series of the team's tables only",
+        )
 
-    def handle(self, *args, name: str, members, sso_groups, description, **options):
+    def handle(self, *args, name: str, members, sso_groups, description, metrics_token=False, **options):
         try:
             team, created = team_set(
                 name=name, members=_names(members), sso_groups=sso_groups, description=description
@@ -39,3 +45,6 @@ class Command(BaseCommand):
         groups = ", ".join(team.sso_groups) or "no SSO groups"
         verb = "created" if created else "updated"
         self.stdout.write(self.style.SUCCESS(f"team {team.name} {verb}: {usernames}; {groups}"))
+        if metrics_token:
+            token = team_metrics_token_create(team=team)
+            self.stdout.write(f"metrics token of {team.name} (shown once): {token}")
