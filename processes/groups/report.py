@@ -62,7 +62,7 @@ def _drop(fact: str) -> str:
 
 def _sql(scoped: str) -> str:
     # The statuses are the model's constants, not input: written into the text.
-    success = f"p.status = '{ProcessStatus.SUCCESS.value}'"
+    success = f"p.status = '{ProcessStatus.SUCCESS!s}'"
     terminal = ", ".join(f"'{status}'" for status in TERMINAL_STATUSES)
     costs = ", ".join(f"COALESCE(SUM({_number('cost,' + key)}), 0)" for key, _ in COSTS)
     benefits = ", ".join(
