@@ -3,6 +3,14 @@
 Runs against its own database (lakewarden_bench, created and migrated when missing) with the
 built-in process factories enabled; every table was evaluated a moment ago, so the tick must
 decide "nothing to do" for all of them from a handful of queries.
+
+``--due`` (issue 31): ticks that rank due work instead, at 10,000 and 100,000 due tables (half
+Iceberg, half Delta, seeded facts, never evaluated so every table is due for each of the bench
+factory's actions), with the code of this tree and with an older tree (``--old``, an export of
+an earlier commit: ``git archive <commit> | tar -x -C /tmp/old``) side by side in one run, each in
+its own process. The bench factory (``bench_factory.py``) offers rewrite, expire-snapshots and
+rewrite-position-deletes with the default estimate and starts processes without a broker; one
+resource group of 4 slots. Reports the tick's median and max, queries per tick, due pairs.
 """
 
 from __future__ import annotations
@@ -21,7 +29,20 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tables", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--due", type=str, default="", help="due-table counts to rank, e.g. 10000,100000")
+    parser.add_argument("--old", type=str, default="", help="an older tree to measure side by side")
+    parser.add_argument("--measure", type=str, default="", help="(internal) the code tree to time")
     args = parser.parse_args()
+    if args.measure:
+        from _due_tick import measure
+
+        measure(args.measure, args.runs)
+        return
+    if args.due:
+        from _due_tick import compare
+
+        compare([int(n) for n in args.due.split(",")], args.old, args.runs)
+        return
 
     from common import django_on_bench_database, write_section
 
