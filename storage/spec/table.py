@@ -281,6 +281,21 @@ class SpecTable(abc.ABC):
         caller). False keeps readers on ``read``; an adapter says True only when sure."""
         return False
 
+    def parquet_partition_columns(self) -> tuple[str, ...] | None:
+        """The columns a reader of the data files must fill from each file slice's partition
+        values (``FileSlice.partition.values``) because the files do not store them, when every
+        other column is stored as ``plain_parquet_layout`` says; ``()`` for a plain layout, None
+        when the files cannot be read as plain parquet even with partition values filled in."""
+        return () if self.plain_parquet_layout() else None
+
+    def positional_deletes(self, file_slices: Iterable[FileSlice]) -> dict[str, Any]:
+        """The sorted, unique row positions (numpy ``int64``) that the delete files of
+        ``file_slices`` remove from their base files, by base file path; a slice without deletes
+        has no entry. For readers that apply deletes themselves by row position (Spark's parquet
+        reader joined on ``_metadata.row_index``). ``NotSupported`` when a slice deletes by
+        value (equality deletes, log files) or the format does not answer positions."""
+        raise NotSupported(self.format.value, "deleted row positions")
+
     def check_mode(self, mode: ReadingMode) -> None:
         if mode not in self.supported_modes:
             raise NotSupported(self.format.value, f"the {mode.value} reading mode")

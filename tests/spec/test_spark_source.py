@@ -408,8 +408,9 @@ def test_a_copy_on_write_hudi_table_takes_the_fast_path(lakewarden, hudi_fixture
 
 @pytest.mark.spark
 def test_tables_with_something_to_merge_take_the_data_source(lakewarden, iceberg_fixture, hudi_fixture):
+    # position deletes are applied by Spark's parquet reader (test_spark_positional_deletes.py)
     for path in (
-        iceberg_fixture("spark_v2_position_deletes"),
+        iceberg_fixture("spark_v2_equality_deletes"),
         hudi_fixture("mor_parquet_v6_simplekeygen_nonhivestyle"),
     ):
         table = load_table(str(path))

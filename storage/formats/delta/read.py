@@ -219,6 +219,21 @@ def read_slice(
                 raise CorruptTable(f"data file {base.path} cannot be read: {exc}") from exc
 
 
+def positional_deletes(store: Store, file_slices: Iterable[FileSlice]) -> dict[str, np.ndarray]:
+    """``SpecTable.positional_deletes`` of a Delta table: its deletion vectors as row positions
+    by data file path."""
+    found: dict[str, np.ndarray] = {}
+    for file_slice in file_slices:
+        base = file_slice.base_file
+        descriptor = base.extra.get("deletion_vector") if base is not None else None
+        if base is None or not descriptor:
+            continue
+        positions = sorted_positions([load_deletion_vector(store, descriptor)])
+        if positions is not None and len(positions):
+            found[base.path] = positions
+    return found
+
+
 def plan_row_groups(
     metadata: pq.FileMetaData,
     plan: _ColumnPlan,

@@ -24,7 +24,7 @@ from storage.formats.delta._evolve import (
 from storage.formats.delta._log import DeltaLog, LogSnapshot, Store
 from storage.formats.delta._types import DeltaSchema, SchemaError, millis_to_datetime, parse_stats
 from storage.formats.delta.index import DeltaFileIndex
-from storage.formats.delta.read import read_cdf, read_slices
+from storage.formats.delta.read import positional_deletes, read_cdf, read_slices
 from storage.io.stores import StoreOptions
 from storage.spec.errors import CorruptTable, InstantNotFound, InvalidRange, UnsupportedFeature
 from storage.spec.expressions import Expression, bind_filter
@@ -286,19 +286,28 @@ class DeltaSpecTable(SpecTable):
         except (OSError, ValueError) as exc:
             raise CorruptTable(f"data file {data_file.path} cannot be read: {exc}") from exc
 
+    def positional_deletes(self, file_slices: Iterable[FileSlice]) -> dict[str, Any]:
+        """Deletion vectors, as row positions by data file path."""
+        return positional_deletes(self.store, file_slices)
+
     def plain_parquet_layout(self) -> bool:
         """Files store the table's columns under their names and types unless column mapping or
         type widening is on (or was: a field records a type change), or a column is a variant;
         partition columns live in the paths, not the files."""
+        return self.parquet_partition_columns() == ()
+
+    def parquet_partition_columns(self) -> tuple[str, ...] | None:
+        """The partition columns (in the log's partition values, not in the files) when the
+        files store every other column under its name and type (see ``plain_parquet_layout``)."""
         properties = self.definition.properties
         schema = self.state(self._version).schema
         if schema.mapped:
-            return False
+            return None
         if str(properties.get("delta.enableTypeWidening", "false")).lower() == "true":
-            return False
+            return None
         if schema.type_widened or any(has_variant(f["type"]) for f in schema.fields):
-            return False
-        return not self.partition_spec.is_partitioned
+            return None
+        return tuple(schema.partition_columns)
 
     def schema_at(self, instant: InstantRef = None) -> pa.Schema:
         """The schema of the metadata at ``instant`` (this table's version when None): what

@@ -46,7 +46,7 @@ from storage.formats.iceberg._lineage import fill as fill_lineage
 from storage.formats.iceberg._lineage import is_lineage, lineage_positions
 from storage.formats.iceberg._orc import OrcFile, reads_whole_file
 from storage.formats.iceberg._puffin import read_deletion_vector
-from storage.spec.errors import CorruptTable, UnsupportedFeature
+from storage.spec.errors import CorruptTable, NotSupported, UnsupportedFeature
 from storage.spec.models import DataFile, FileContent, FileSlice, Split, SplitPart
 from storage.spec.parquet import INT96_UNIT, cast_column, open_parquet
 from storage.spec.rowgroups import (
@@ -416,19 +416,7 @@ class SliceReader:
             return None  # the read itself reports it
 
     def _positions(self, base: DataFile, positional: list[DataFile]) -> np.ndarray | None:
-        """Sorted unique deleted row positions of ``base`` (int64) from its position delete
-        files and its deletion vector."""
-        if not positional:
-            return None
-        chunks: list[Any] = []
-        for delete_file in positional:
-            if delete_file.content is FileContent.DELETION_VECTOR:
-                chunks.append(read_deletion_vector(self._io, delete_file, base.path))
-            else:
-                found = self._deletes.positions(delete_file).get(base.path)
-                if found is not None:
-                    chunks.append(found)
-        return sorted_positions(chunks)
+        return _deleted_positions(self._io, self._deletes, base, positional)
 
     def _equality_set(self, delete_file: DataFile, target_fields: list[pa.Field]) -> tuple[list[str], Any]:
         """(table column names, deleted values) of one equality delete file."""
@@ -524,6 +512,39 @@ def _table_batch(
         else:
             arrays.append(_conform(batch.column(source.name), source, target, identity, where))
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(target_fields))
+
+
+def _deleted_positions(
+    file_io: Any, deletes: _DeleteCache, base: DataFile, positional: list[DataFile]
+) -> np.ndarray | None:
+    """Sorted unique deleted row positions (int64) of ``base``: its position deletes and DV."""
+    if not positional:
+        return None
+    chunks: list[Any] = []
+    for delete_file in positional:
+        if delete_file.content is FileContent.DELETION_VECTOR:
+            chunks.append(read_deletion_vector(file_io, delete_file, base.path))
+        else:
+            found = deletes.positions(delete_file).get(base.path)
+            if found is not None:
+                chunks.append(found)
+    return sorted_positions(chunks)
+
+
+def positional_deletes(file_io: Any, file_slices: Iterable[FileSlice]) -> dict[str, np.ndarray]:
+    """``SpecTable.positional_deletes``: one delete cache, so each delete file is read once."""
+    deletes = _DeleteCache(file_io)
+    found: dict[str, np.ndarray] = {}
+    for file_slice in file_slices:
+        if not file_slice.delete_files:
+            continue
+        base = file_slice.base_file
+        if base is None or any(f.content is FileContent.EQUALITY_DELETES for f in file_slice.delete_files):
+            raise NotSupported("iceberg", "deleted row positions of a slice with equality deletes")
+        positions = _deleted_positions(file_io, deletes, base, list(file_slice.delete_files))
+        if positions is not None and len(positions):
+            found[base.path] = positions
+    return found
 
 
 class TupleSet:

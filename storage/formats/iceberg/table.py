@@ -18,7 +18,7 @@ from storage.formats.iceberg._lineage import metadata_columns as lineage_columns
 from storage.formats.iceberg._metadata import MetadataExtras
 from storage.formats.iceberg._types import arrow_schema, check_variant, has_variant
 from storage.formats.iceberg.index import IcebergFileIndex
-from storage.formats.iceberg.read import SliceReader, iter_parts
+from storage.formats.iceberg.read import SliceReader, iter_parts, positional_deletes
 from storage.spec.errors import FilterError, InstantNotFound
 from storage.spec.models import (
     FileContent,
@@ -247,6 +247,10 @@ class IcebergSpecTable(SpecTable):
 
         expr = bind_filter(filters, self.schema)
         return None if expr is None or isinstance(expr, AlwaysTrue) else expr
+
+    def positional_deletes(self, file_slices: Iterable[FileSlice]) -> dict[str, Any]:
+        """Position delete files and deletion vectors, as row positions by data file path."""
+        return positional_deletes(self.pyiceberg_table.io, file_slices)
 
     def plain_parquet_layout(self) -> bool:
         """Spark reads parquet columns by name, Iceberg by field id: the same rows when every

@@ -25,18 +25,20 @@ deletes, deletion vectors and logs and filters rows exactly. Filters Spark pushe
 ``a > 1``, ``a in (...)``, ``a is null``, ``a like 'x%'``...) become our expressions and prune splits
 too; those we cannot say exactly are handed back for Spark to evaluate.
 
-``parquet_paths_if_plain`` answers the plain parquet files of a table when nothing needs merging, so
-``read_table`` can let Spark's own parquet reader do the work.
+``read_table`` lets Spark's own vectorized parquet reader do the work wherever it reads exactly the
+table's rows (``read_path`` says which way and why): plain files, position deletes and deletion
+vectors (a bitmap per file on ``_metadata.row_index``), Delta partition values; ``via="source"``
+forces the data source.
 
 Modules: ``types`` (Arrow to Spark types), ``filters`` (pushed Spark filters to expressions),
-``source`` (the data source, its options and readers), ``plain`` (the plain-parquet fast path and
-``read_table``).
+``source`` (the data source, its options and readers), ``plain`` (the choice of path and
+``read_table``), ``rowindex`` (the Spark parquet reader's frame with deletes and partition values).
 """
 
 from __future__ import annotations
 
 from storage.spec.spark.filters import spark_filter_to_expression
-from storage.spec.spark.plain import parquet_paths_if_plain, read_table
+from storage.spec.spark.plain import parquet_paths_if_plain, read_path, read_table
 from storage.spec.spark.source import (
     LakewardenDataSource,
     LakewardenPlainReader,
@@ -59,6 +61,7 @@ __all__ = [
     "compact_split",
     "conform_batch",
     "parquet_paths_if_plain",
+    "read_path",
     "read_table",
     "register",
     "spark_filter_to_expression",

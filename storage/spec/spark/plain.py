@@ -12,8 +12,11 @@ option; the plans Spark shows name the source, not its options).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
+import re
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -21,16 +24,20 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
+from storage.io.paths import local_path
 from storage.io.stores import StoreOptions, is_object_store
-from storage.spec.errors import SpecError
+from storage.spec.errors import NotSupported, SpecError
 from storage.spec.models import FileSlice
-from storage.spec.spark.source import SOURCE_NAME, projected_schema, register
-from storage.spec.spark.types import (
-    arrow_schema_to_spark,
-    arrow_type_to_spark,
-    has_arrow_type,
-    has_spark_type,
+from storage.spec.spark.rowindex import (
+    MAX_GROUPS,
+    ParquetPlan,
+    column,
+    file_name,
+    parquet_frame,
+    reserved_columns,
 )
+from storage.spec.spark.source import SOURCE_NAME, projected_schema, register
+from storage.spec.spark.types import arrow_type_to_spark, has_arrow_type, has_spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -49,6 +56,8 @@ S3A_FALLBACK = (
     "(its tasks reach the store through pyarrow). Said once per process."
 )
 _fallback_said = threading.Event()
+#: File names Spark spells as we do in ``_metadata.file_name`` (nothing to percent-encode).
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._=-]+")
 
 
 def _say_fast_path_needs_s3a(location: str) -> None:
@@ -70,31 +79,101 @@ def parquet_paths_if_plain(
     columns from files, Iceberg tables whose schema history renamed a column...).
     Rows are not filtered: the caller applies ``filters`` to the rows (``read_table`` does).
     """
-    if not _layout_is_plain(spec_table):
+    found = parquet_plan(spec_table, instant, filters)
+    if isinstance(found, str) or found.joins:
         return None
+    return found.paths
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadPath:
+    """How ``read_table`` reads a table: ``"parquet"`` (Spark's own parquet reader, ``plan``
+    says over which files, with which deletes and partition values) or ``"source"`` (the
+    ``lakewarden`` data source), and ``reason``, why not Spark's parquet reader."""
+
+    way: str
+    reason: str = ""
+    plan: ParquetPlan | None = None
+
+
+def parquet_plan(spec_table: SpecTable, instant: Any = None, filters: Any = None) -> ParquetPlan | str:
+    """What Spark's parquet reader must read for the table's rows at ``instant`` (files pruned by
+    ``filters``; rows are not filtered), or why it cannot read them exactly (a sentence).
+
+    Deletes by row position (Iceberg position delete files and deletion vectors, Delta deletion
+    vectors) and Delta's partition values are joined in (``rowindex``); equality deletes, log
+    files, files other than parquet, columns stored under other names or types and types Spark's
+    parquet reader refuses are not.
+    """
+    partition_columns = _stored_layout(spec_table)
+    if isinstance(partition_columns, str):
+        return partition_columns
     paths: list[str] = []
+    with_deletes: list[FileSlice] = []
+    values: dict[str, Any] = {}
     for file_slice in spec_table.file_index().list_files_at(instant, filters):
-        if file_slice.base_file is None or not _slice_is_plain(file_slice):
-            return None
-        paths.append(file_slice.base_file.path)
-    return paths
+        base = file_slice.base_file
+        if base is None:
+            return "a file group has only log files (merge-on-read rows Spark's reader cannot merge)"
+        if base.file_format.lower() != "parquet":
+            return f"data file {base.path} is {base.file_format}, not parquet"
+        paths.append(base.path)
+        if file_slice.delete_files:
+            with_deletes.append(file_slice)
+        if partition_columns:
+            values[base.path] = file_slice.partition.values
+    deleted: dict[str, Any] = {}
+    if with_deletes:
+        try:
+            deleted = spec_table.positional_deletes(with_deletes)
+        except NotSupported:
+            return "delete files remove rows by value (equality deletes or log files), not by position"
+    plan = ParquetPlan(paths, {}, deleted, partition_columns, values)
+    if not plan.joins:
+        return plan
+    return _with_sizes(plan)
 
 
-def _slice_is_plain(file_slice: FileSlice) -> bool:
-    base = file_slice.base_file
-    return not file_slice.delete_files and base is not None and base.file_format.lower() == "parquet"
+def _with_sizes(plan: ParquetPlan) -> ParquetPlan | str:
+    sizes: dict[str, int] = {}
+    for path in plan.paths:
+        try:
+            sizes[path] = os.stat(local_path(path, percent_decoded=False)).st_size
+        except (OSError, SpecError) as exc:
+            return f"data file {path} cannot be found on the local file system ({exc})"
+    found = dataclasses.replace(plan, sizes=sizes)
+    if len(set(sizes.values())) < len(sizes):
+        names = [file_name(path) for path in plan.paths]
+        if len(set(names)) == len(names) and all(_PLAIN_NAME.fullmatch(name) for name in names):
+            return dataclasses.replace(found, key="name")
+    if len(found.groups()) > MAX_GROUPS:
+        return (
+            f"more than {MAX_GROUPS} data files share one size and their names repeat, so Spark's"
+            " reader cannot tell their rows apart cheaply"
+        )
+    return found
 
 
-def _layout_is_plain(table: SpecTable) -> bool:
+def _stored_layout(table: SpecTable) -> tuple[str, ...] | str:
+    """The partition columns to fill in when the files store every other column as plain
+    parquet, or why they do not."""
     try:
         spark_types = [arrow_type_to_spark(f.type) for f in table.schema]
-    except SpecError:
-        return False
+    except SpecError as exc:
+        return f"a column has no Spark type ({exc})"
     if any(has_spark_type(t, _UNREADABLE_SPARK_TYPES) for t in spark_types):
-        return False
+        return "a column has a type Spark's parquet reader refuses (time, interval or null)"
     if any(has_arrow_type(f.type, pa.types.is_fixed_size_binary) for f in table.schema):
-        return False
-    return table.plain_parquet_layout()
+        return "a column is a fixed-length binary (UUID), which Spark's parquet reader refuses"
+    if reserved_columns(table.schema.names):
+        return f"a column is named {reserved_columns(table.schema.names)[0]}, a name the reader uses"
+    columns = table.parquet_partition_columns()
+    if columns is None:
+        return (
+            "the files do not store the table's columns under its names and types (column mapping,"
+            " renamed fields, type widening, defaults, variants or dropped partition columns)"
+        )
+    return columns
 
 
 def read_table(
@@ -107,19 +186,22 @@ def read_table(
     *,
     target_size: int | None = None,
     storage: StoreOptions | None = None,
+    via: str | None = None,
 ) -> DataFrame:
-    """The table as a DataFrame: Spark's parquet reader over the plain files when nothing needs
-    merging (``parquet_paths_if_plain``), else the ``lakewarden`` data source.
+    """The table as a DataFrame: Spark's own parquet reader over the table's files wherever it
+    reads exactly the table's rows (``read_path``), else the ``lakewarden`` data source.
 
-    ``storage`` holds the credentials of an object-store table (when None, the driver's
-    environment's, shipped to the tasks as well); such a table is always read through the data
-    source (see the module's docstring).
-    Bad filters, instants and columns raise here, on the driver, with the parser's message.
+    ``via="source"`` (or the Spark setting ``spark.lakewarden.read.via=source``) forces the
+    data source; ``"auto"`` (the default) takes Spark's reader where exact. ``storage`` holds
+    the credentials of an object-store table (when None, the driver's environment's, shipped to
+    the tasks as well); such a table is always read through the data source (see the module's
+    docstring). Bad filters, instants and columns raise here, on the driver, with the parser's
+    message; so does an unknown ``via``.
     """
-    from storage.spec.expressions import bind_filter, to_spark, to_sql
-    from storage.spec.models import Instant
+    from storage.spec.expressions import bind_filter, to_spark
     from storage.spec.registry import load_table
 
+    way = _via(spark, via)
     if storage is None and is_object_store(location):
         # the driver's environment, resolved here: executors on other machines do not share it
         storage = StoreOptions.from_env()
@@ -129,17 +211,73 @@ def read_table(
     schema = table.schema_at(instant) if instant is not None else table.schema
     expr = bind_filter(filters, schema)
     projected = projected_schema(table, columns, instant)
-    on_object_store = is_object_store(location) or is_object_store(table.location)
-    if on_object_store:
-        _say_fast_path_needs_s3a(location)
-    # metadata columns (not stored as plain columns) are computed by the spec reader
-    plain = not on_object_store and all(name in schema.names for name in projected.names)
-    paths = parquet_paths_if_plain(table, instant, expr) if plain else None
-    if paths is not None:
-        frame = _parquet_frame(spark, schema, paths)
+    path = read_path(table, location, instant, expr, projected.names, via=way)
+    if path.plan is not None:
+        frame = parquet_frame(spark, schema, path.plan)
         if expr is not None:
             frame = frame.filter(to_spark(expr))
-        return frame.select(*[_spark_column(name) for name in projected.names])
+        return frame.select(*[column(name) for name in projected.names])
+    logger.info("reading %s through the lakewarden data source: %s", location, path.reason)
+    return _source_frame(spark, table, location, instant, expr, projected, columns, target_size, storage)
+
+
+VIA_CONF = "spark.lakewarden.read.via"
+_WAYS = ("auto", "source")
+
+
+def _via(spark: SparkSession, via: str | None) -> str:
+    if via is None:
+        try:
+            via = spark.conf.get(VIA_CONF, "auto")
+        except Exception:  # a session that refuses unknown settings: the default
+            via = "auto"
+    way = str(via or "auto").strip().lower()
+    if way not in _WAYS:
+        raise ValueError(f"via must be one of {', '.join(_WAYS)}, not {via!r}")
+    return way
+
+
+def read_path(
+    table: SpecTable,
+    location: str,
+    instant: Any = None,
+    filters: Any = None,
+    columns: Sequence[str] | None = None,
+    *,
+    via: str = "auto",
+) -> ReadPath:
+    """How ``read_table`` reads ``table`` (opened from ``location``) at ``instant`` with
+    ``filters`` (bound) and output ``columns``: Spark's parquet reader, with its plan, or the
+    data source, with the reason."""
+    if via == "source":
+        return ReadPath("source", "forced: via='source'")
+    if is_object_store(location) or is_object_store(table.location):
+        _say_fast_path_needs_s3a(location)
+        return ReadPath("source", "the table is on an object store and Spark here has no s3a file system")
+    schema = table.schema_at(instant) if instant is not None else table.schema
+    computed = [name for name in columns or () if name not in schema.names]
+    if computed:
+        return ReadPath("source", f"metadata columns are computed by the spec reader ({', '.join(computed)})")
+    plan = parquet_plan(table, instant, filters)
+    if isinstance(plan, str):
+        return ReadPath("source", plan)
+    return ReadPath("parquet", plan=plan)
+
+
+def _source_frame(
+    spark: SparkSession,
+    table: SpecTable,
+    location: str,
+    instant: Any,
+    expr: Any,
+    projected: pa.Schema,
+    columns: Sequence[str] | None,
+    target_size: int | None,
+    storage: StoreOptions | None,
+) -> DataFrame:
+    from storage.spec.expressions import to_sql
+    from storage.spec.models import Instant
+
     register(spark)
     reader = spark.read.format(SOURCE_NAME).option("location", location).option("format", table.format.value)
     if isinstance(instant, Instant):
@@ -167,17 +305,13 @@ def _parallelism(spark: SparkSession) -> int:
         return 0
 
 
-def _parquet_frame(spark: SparkSession, arrow_schema: pa.Schema, paths: list[str]) -> DataFrame:
-    schema = arrow_schema_to_spark(arrow_schema)
-    if not paths:
-        return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).parquet(*paths)
-
-
-def _spark_column(name: str) -> Any:
-    from pyspark.sql import functions as F
-
-    return F.col("`" + name.replace("`", "``") + "`")
-
-
-__all__ = ["S3A_FALLBACK", "parquet_paths_if_plain", "read_table"]
+__all__ = [
+    "S3A_FALLBACK",
+    "VIA_CONF",
+    "ParquetPlan",
+    "ReadPath",
+    "parquet_paths_if_plain",
+    "parquet_plan",
+    "read_path",
+    "read_table",
+]
