@@ -77,3 +77,73 @@ def test_progress_reports_objects_bytes_and_candidates_while_scanning(tmp_path, 
         6,
         "comparing: 6 objects seen (60 bytes), 2 unreferenced (20 bytes), 2 old enough to remove",
     )
+
+
+def test_block_merge_and_batch_join_match_sorted_and_a_dict_at_every_boundary(tmp_path, monkeypatch):
+    """Tiny blocks and batches put run, block and batch ends everywhere: a key's pairs spread over
+    several batches (its smallest tag must win), items repeated across runs."""
+    import random
+    from operator import itemgetter
+
+    from processes.maintenance import spill
+
+    monkeypatch.setattr(spill, "FAN_IN", 3)
+    monkeypatch.setattr(spill, "BLOCK_ITEMS", 2)
+    monkeypatch.setattr(spill, "BATCH_ITEMS", 3)
+    rng = random.Random(35)
+    items = [(f"k{rng.randrange(60):02d}", rng.randrange(3), 0.0) for _ in range(300)]
+    pairs = [(f"k{rng.randrange(40):02d}", rng.randrange(4)) for _ in range(200)]
+    listed = spill.SortedRuns(str(tmp_path), "listed", run_items=7)
+    listed.extend(items)
+    tagged = spill.SortedRuns(str(tmp_path), "tagged", unique=True, run_items=5)
+    for pair in pairs:
+        tagged.add(pair)
+    smallest: dict[str, int] = {}
+    for key, tag in sorted(pairs):
+        smallest.setdefault(key, tag)
+
+    assert list(listed) == sorted(items) and listed.count == 300
+    assert list(tagged) == sorted(set(pairs))
+    expected = [(item, smallest.get(item[0])) for item in sorted(items)]
+    assert list(spill.joined(listed, tagged, key=itemgetter(0))) == expected
+    assert list(spill.joined(sorted(items), sorted(pairs), key=itemgetter(0))) == expected  # plain lists
+    keys = spill.SortedRuns(str(tmp_path), "keys", unique=True, run_items=5)
+    keys.extend(key for key, _ in pairs)
+    unreferenced = [item for item in sorted(items) if item[0] not in smallest]
+    assert unreferenced and list(spill.missing(listed, keys, key=itemgetter(0))) == unreferenced
+
+
+def test_paths_with_newlines_spaces_and_unicode_are_never_split_or_merged(tmp_path):
+    """A file name holding a newline names one file: never two (that would delete the wrong
+    ones). Local disk allows any byte but ``/`` and NUL in a name."""
+    import time
+
+    from processes.maintenance.iceberg import orphans
+    from storage.io.guard import PathGuard
+
+    root = tmp_path / "wh" / "t"
+    data = root / "data"
+    data.mkdir(parents=True)
+    names = [
+        "a",
+        "b",
+        "a\nb",
+        "b\n",
+        "\nb",
+        "with space.parquet",
+        "é\u00a0ü 日本.parquet",
+        "z\r\nz",
+        "tab\tx",
+    ]
+    for name in names:
+        (data / name).write_bytes(b"x")
+    referenced = [f"{data}/a\nb", f"{data}/with space.parquet", f"{data}/z"]  # "z" is no file
+    guard = PathGuard.build(str(root), roots=[str(tmp_path / "wh")])
+
+    with orphans.scan_location(str(root), referenced, guard=guard, cutoff=time.time() + 60) as scan:
+        found = [stored.location for stored in scan.orphans]
+
+    kept = {"a\nb", "with space.parquet"}
+    assert found == sorted(f"{data}/{name}" for name in names if name not in kept)
+    assert f"{data}/a" in found and f"{data}/b" in found  # the two halves of "a\nb" are files of their own
+    assert len(scan.orphans) == len(names) - 2
