@@ -341,6 +341,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "processes.tasks.schedule_processes_task",
         "schedule": LAKEWARDEN_SCHEDULER_SECONDS,
     },
+    # The stored health scores brought to now (issue 34: what time changes in a score; every
+    # other change stores the score at once). One statement writing only the scores that moved.
+    "store-health": {
+        "task": "processes.tasks.store_health_task",
+        "schedule": env_int("LAKEWARDEN_HEALTH_SECONDS", 600, minimum=10),
+    },
     # Twice per heartbeat: a lost worker's process is failed within two heartbeats.
     "reap-processes": {
         "task": "processes.tasks.reap_processes_task",

@@ -1,19 +1,19 @@
 """The tables list (issue 34): sorted, filtered and paged in the database, a fixed number of
-queries per page whatever the number of tables. The health score is the overview's, ranked by the
-same SQL (processes/health.py); a row shows catalog, namespace, last maintenance and status."""
+queries per page whatever the number of tables, each sort an index walk from the nearer end. The
+health score is the overview's, stored on the table row (processes/health.py ``health_store``); a
+row shows catalog, namespace, last maintenance and status."""
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
+from django.db import connection, transaction
 from django.db.models import CharField, Count, F, Func, QuerySet, Value
 from django.db.models.functions import Substr
-from django.utils import timezone
 
-from processes.health import health_ranked, health_scores
+from processes.health import BEST_FIRST, WORST_FIRST
 from processes.models import Process, ProcessStatus
 from storage.models import Table
 
@@ -22,7 +22,7 @@ PAGE_SIZE = 50
 TREE_LIMIT = 100
 
 #: Sort keys of ``?sort=`` (``-key`` reverses) and the columns they order by in the database;
-#: ``health`` is ranked by processes/health.py. Name, then id, break ties.
+#: ``health`` is the stored score (processes/health.py). Name, then id, break ties.
 SORT_FIELDS: dict[str, tuple[str, ...]] = {
     "name": (),
     "format": ("format",),
@@ -49,6 +49,7 @@ ROW_FIELDS = (
     "total_bytes",
     "last_maintenance_at",
     "refresh_error",
+    "health_score",
 )
 
 
@@ -73,66 +74,64 @@ def namespace_of(identifier: str) -> str:
     return identifier.rpartition(".")[0]
 
 
-class _HealthRanked:
-    """The ids of ``tables`` in health order, as a Paginator pages them: counted by the queryset,
-    sliced by the ranking query with the queryset's ids as its condition."""
+#: A filtered list of at most this many tables is sorted after it is found (the search's trigram
+#: index finds it; walking a sort's index would visit every table the filter skips first).
+SORT_FOUND_AT_MOST = 5000
 
-    def __init__(self, tables: QuerySet[Table], now: dt.datetime, ascending: bool):
-        self.ids = tables.select_related(None).order_by().values("id")
-        self.now, self.ascending = now, ascending
-        self.scores: dict[int, int] = {}
 
-    def count(self) -> int:
-        return self.ids.count()
+def _order(key: str, descending: bool) -> tuple[Any, ...]:
+    """The ``order_by`` of sort ``key``, each matching an index of storage/models.py (read
+    backwards for the other direction; counts are never null, so their nulls' place is free)."""
+    if key == "health":
+        return BEST_FIRST if not descending else WORST_FIRST
+    columns = SORT_FIELDS.get(key, ())
+    if key in ("files", "small_files", "size"):
+        order = [F(c).desc(nulls_last=True) if descending else F(c).asc(nulls_first=True) for c in columns]
+    else:
+        order = [F(c).desc(nulls_last=True) if descending else F(c).asc(nulls_last=True) for c in columns]
+    tie = ("-name", "-id") if descending and key in ("", "name") else ("name", "id")
+    return (*order, *tie)
 
-    def __len__(self) -> int:
-        return self.count()
 
-    def __getitem__(self, window: slice) -> list[int]:
-        where = None
-        if self.ids.query.where:  # unfiltered: no semi-join of every id with itself
-            sql, params = self.ids.query.sql_with_params()
-            where = (f"t.id IN ({sql})", params)
-        ranked = health_ranked(
-            self.now,
-            limit=(window.stop or 0) - (window.start or 0),
-            offset=window.start or 0,
-            where=where,
-            ascending=self.ascending,
-        )
-        self.scores.update(ranked)
-        return [pk for pk, _ in ranked]
+def _page_ids(ids: QuerySet[Table], page: Page) -> list[int]:
+    """The ids of ``page`` of the ordered ``ids``, read from the nearer end: a page past the
+    middle is the reversed order's page (an index walk is as long as its offset). A filtered list
+    short enough (``SORT_FOUND_AT_MOST``) is found first and sorted, not walked in index order."""
+    count = page.paginator.count
+    if not count:
+        return []
+    start, stop = page.start_index() - 1, page.end_index()
+    forward = start <= count - stop
+    window = ids[start:stop] if forward else ids.reverse()[count - stop : count - start]
+    if ids.query.where and count <= SORT_FOUND_AT_MOST:
+        # one transaction: the planner's settings are back at its end
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_indexscan = off; SET LOCAL enable_indexonlyscan = off")
+            found = list(window)
+    else:
+        found = list(window)
+    return found if forward else found[::-1]
 
 
 def table_page(tables: QuerySet[Table], *, sort: str, number: Any) -> Page:
     """Page ``number`` of ``tables`` in ``sort`` order, its ``object_list`` the rows as dicts
-    with ``health``, ``namespace`` and ``status`` (``process_status``). The page's ids are read
-    first (an index walk for the name order), then those rows alone: five queries in all."""
-    now = timezone.now()
+    with ``health`` (the stored score), ``namespace`` and ``status`` (``process_status``). The
+    page's ids are read first (an index walk: every sort has its index), then those rows alone:
+    five queries in all."""
     key = sort.removeprefix("-")
-    descending = sort.startswith("-")
-    ranked: _HealthRanked | None = None
-    if key == "health":
-        ranked = _HealthRanked(tables, now, ascending=not descending)
-        page = Paginator(ranked, PAGE_SIZE).get_page(number)  # type: ignore[arg-type]
-    else:
-        order = [
-            F(column).desc(nulls_last=True) if descending else F(column).asc(nulls_last=True)
-            for column in SORT_FIELDS.get(key, ())
-        ]
-        tie = ("-name", "-id") if descending and key in ("", "name") else ("name", "id")
-        ids = tables.select_related(None).order_by(*order, *tie).values_list("id", flat=True)
-        page = Paginator(ids, PAGE_SIZE).get_page(number)
-    page_ids = list(page.object_list)
+    ids = (
+        tables.select_related(None).order_by(*_order(key, sort.startswith("-"))).values_list("id", flat=True)
+    )
+    page = Paginator(ids, PAGE_SIZE).get_page(number)
+    page_ids = _page_ids(ids, page)
     found = {row["id"]: row for row in Table.objects.filter(pk__in=page_ids).values(*ROW_FIELDS)}
-    scores = ranked.scores if ranked is not None else health_scores(now, page_ids)
     statuses = process_status(page_ids)
     rows = []
     for pk in page_ids:
         if pk not in found:
             continue
         row = found[pk]
-        row["health"] = scores.get(pk)
+        row["health"] = row.pop("health_score")
         row["namespace"] = namespace_of(row["identifier"])
         row["status"] = statuses.get(pk, ("ok", ""))
         rows.append(row)

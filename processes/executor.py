@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from processes.health import health_scores
+from processes.health import health_store
 from processes.models import STARTED_STATUSES, Process, ProcessStatus, statuses_leading_to
 from processes.plugin import ProcessCancelled, ProcessContext, ProcessInputError, ProcessRecord
 from processes.registry import configured_factories
@@ -287,7 +287,8 @@ def _facts(table_id: int) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - a process's outcome never depends on the figures
         logger.warning("could not refresh the facts of table %s", table_id, exc_info=True)
         return {}
-    facts["health"] = health_scores(timezone.now(), [table_id]).get(table_id)
+    health_store(table_ids=[table_id])  # the score stored is the one recorded
+    facts["health"] = Table.objects.filter(pk=table_id).values_list("health_score", flat=True).first()
     return facts
 
 

@@ -11,10 +11,12 @@ from typing import Any
 from celery import current_app
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, QuerySet
+from django.db.models import Count, F, Max, Min, QuerySet
+from django.db.models.functions import Collate
+from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
-from processes.models import Process, ProcessStatus, ServiceHeartbeat
+from processes.models import PluginConfig, PluginKind, Process, ProcessStatus, ServiceHeartbeat
 from processes.plugin import CHECKPOINT, EXPIRE_SNAPSHOTS, REWRITE
 from processes.registry import configured_factories
 from storage.health import (
@@ -107,14 +109,25 @@ _SCORE_SQL = """
 """
 _COMPACTABLE = "LEAST(t.compactable_file_count, t.small_file_count)"
 
-_RANK_SQL = """
+_SCORED_SQL = """
 WITH f AS (
   SELECT table_id, count(*) AS n FROM {process}
   WHERE created_at >= %s AND status = %s GROUP BY table_id
 )
 SELECT t.id, round({score}) AS health FROM {table} t LEFT JOIN f ON f.table_id = t.id
 {where}
-ORDER BY health {direction}, t.name COLLATE "C", t.id
+"""
+#: The stored score's order, worst first, as ``health_ranked`` breaks ties (an index walks it:
+#: storage/models.py).
+WORST_FIRST = (F("health_score").desc(nulls_last=True), Collate(F("name"), "C"), "id")
+#: Best first, ties broken the same way.
+BEST_FIRST = (F("health_score").asc(nulls_last=True), Collate(F("name"), "C"), "id")
+_RANK_ORDER = '\nORDER BY health {direction}, t.name COLLATE "C", t.id'
+#: Stores the scores that changed (a row whose score is unchanged is not written).
+_STORE_SQL = """
+WITH s AS ({scored})
+UPDATE {table} u SET health_score = s.health FROM s
+WHERE u.id = s.id AND u.health_score IS DISTINCT FROM s.health
 """
 
 
@@ -124,6 +137,32 @@ def _score_params(now: dt.datetime, remedies: dict[str, Remedies]) -> list[Any]:
     trimming = sorted(f for f, r in remedies.items() if r.trim_snapshots)
     maintained = sorted(f for f, r in remedies.items() if r.actions)
     return [compacting, compacting, trimming, now, maintained]
+
+
+def _scored_sql(
+    now: dt.datetime, where: tuple[str, Sequence[Any]] | None, remedies: dict[str, Remedies] | None
+) -> tuple[str, list[Any]]:
+    """The query answering (id, health) of the tables matching ``where`` (every table: None), and
+    its parameters."""
+    score = _SCORE_SQL.format(
+        w=WEIGHTS,
+        c=_COMPACTABLE,
+        many_files=MANY_FILES,
+        many_snapshots=MANY_SNAPSHOTS,
+        stale_days=STALE_DAYS,
+        many_failures=MANY_FAILURES,
+    )
+    condition, condition_params = where or ("", ())
+    sql = _SCORED_SQL.format(
+        process=Process._meta.db_table,
+        table=Table._meta.db_table,
+        score=score,
+        where=f"WHERE {condition}" if condition else "",
+    )
+    params: list[Any] = [now - dt.timedelta(days=7), str(ProcessStatus.FAILED)]
+    params += _score_params(now, format_remedies() if remedies is None else remedies)
+    params += condition_params
+    return sql, params
 
 
 def health_ranked(
@@ -140,25 +179,8 @@ def health_ranked(
     ``where`` is an SQL condition on the table ``t`` and its parameters (``%s``), e.g. the ids
     of a filtered queryset; ``limit`` and ``offset`` page the ranking. ``remedies``: what
     ``format_remedies()`` answers (read when not given)."""
-    score = _SCORE_SQL.format(
-        w=WEIGHTS,
-        c=_COMPACTABLE,
-        many_files=MANY_FILES,
-        many_snapshots=MANY_SNAPSHOTS,
-        stale_days=STALE_DAYS,
-        many_failures=MANY_FAILURES,
-    )
-    condition, condition_params = where or ("", ())
-    sql = _RANK_SQL.format(
-        process=Process._meta.db_table,
-        table=Table._meta.db_table,
-        score=score,
-        where=f"WHERE {condition}" if condition else "",
-        direction="ASC" if ascending else "DESC",
-    )
-    params: list[Any] = [now - dt.timedelta(days=7), str(ProcessStatus.FAILED)]
-    params += _score_params(now, format_remedies() if remedies is None else remedies)
-    params += condition_params
+    sql, params = _scored_sql(now, where, remedies)
+    sql += _RANK_ORDER.format(direction="ASC" if ascending else "DESC")
     if limit:
         sql += " LIMIT %s"
         params.append(limit)
@@ -170,43 +192,96 @@ def health_ranked(
         return [(pk, int(health)) for pk, health in cursor.fetchall()]
 
 
-def ids_condition(tables: QuerySet[Table] | None) -> tuple[str, Sequence[Any]] | None:
-    """``health_ranked``'s ``where`` for the ids of ``tables`` (None: every table)."""
-    if tables is None:
-        return None
-    sql, params = tables.select_related(None).order_by().values("id").query.sql_with_params()
-    return f"t.id IN ({sql})", params
-
-
 def health_scores(now: dt.datetime, ids: Sequence[int]) -> dict[int, int]:
-    """The health score of each table of ``ids`` (one query), as ``health_ranked`` ranks it."""
+    """The health score of each table of ``ids`` computed now (one query), as ``health_store``
+    stores it."""
     return dict(health_ranked(now, where=("t.id = ANY(%s)", [list(ids)]))) if ids else {}
 
 
+#: Rows a statement of ``health_store`` of every table scores at most (each statement commits on
+#: its own: the first scoring of 100,000 tables writes every row).
+STORE_BATCH = 5000
+
+
+def health_store(*, table_ids: Sequence[int] | None = None, now: dt.datetime | None = None) -> int:
+    """Store the health score of the tables of ``table_ids`` (every table: None, ``STORE_BATCH``
+    ids per statement) on their rows, as ``health_ranked`` computes it now (rows whose score is
+    unchanged are not written); answers how many rows changed. Called wherever the score's inputs
+    change: a table's row saved (a refresh, its overrides), a process failing or ending, a
+    factory enabled, disabled or re-configured; and by the health beat for what time changes
+    (staleness grows, failures leave the 7-day window), so a stored score is at most
+    ``LAKEWARDEN_HEALTH_SECONDS`` old."""
+    now = timezone.now() if now is None else now
+    remedies = format_remedies()
+    if table_ids is not None:
+        return _store(now, remedies, ("t.id = ANY(%s)", [list(table_ids)])) if table_ids else 0
+    bounds = Table.objects.aggregate(low=Min("id"), high=Max("id"))
+    if bounds["low"] is None:
+        return 0
+    return sum(
+        _store(now, remedies, ("t.id >= %s AND t.id < %s", [low, low + STORE_BATCH]))
+        for low in range(bounds["low"], bounds["high"] + 1, STORE_BATCH)
+    )
+
+
+def _store(now: dt.datetime, remedies: dict[str, Remedies], where: tuple[str, Sequence[Any]]) -> int:
+    scored, params = _scored_sql(now, where, remedies)
+    with connection.cursor() as cursor:
+        cursor.execute(_STORE_SQL.format(scored=scored, table=Table._meta.db_table), params)
+        return cursor.rowcount
+
+
 def tables_by_health(*, limit: int | None = 10, tables: QuerySet[Table] | None = None) -> list[TableHealth]:
-    """Unhealthiest first; bounded queries whatever the number of tables or processes (the last
-    successful maintenance is kept on the table row by the executor): the enabled factories are
-    read once, the database ranks every table, only the tables shown are loaded and explained
-    (``table_health``, with the remedies of their format). ``tables``: rank only these (what a
-    user's teams may see); default every table."""
+    """Unhealthiest first by the stored score (``health_store``; unscored tables last), name then
+    id among equal scores: an index walk whatever the number of tables. Bounded queries: the
+    enabled factories are read once, only the tables shown are loaded and explained
+    (``table_health``, with the remedies of their format: the score and reasons as of now).
+    ``tables``: only these (what a user's teams may see); default every table."""
     now = timezone.now()
     remedies = format_remedies()
-    ids = [pk for pk, _ in health_ranked(now, limit=limit, remedies=remedies, where=ids_condition(tables))]
+    ranked = (
+        (Table.objects.all() if tables is None else tables)
+        .select_related(None)
+        .defer("metrics", "properties")
+    )
+    ranked = ranked.order_by(*WORST_FIRST)
+    rows = list(ranked if limit is None else ranked[:limit])
     failures = dict(
         Process.objects.filter(
-            table_id__in=ids, created_at__gte=now - dt.timedelta(days=7), status=ProcessStatus.FAILED
+            table_id__in=[table.pk for table in rows],
+            created_at__gte=now - dt.timedelta(days=7),
+            status=ProcessStatus.FAILED,
         )
         .order_by()
         .values_list("table_id")
         .annotate(n=Count("id"))
     )
-    rows = Table.objects.defer("metrics", "properties").in_bulk(ids)
     result = []
-    for pk in ids:
-        table = rows[pk]
+    for table in rows:
         fixes = remedies_of(remedies, table.format)
-        result.append(table_health(table, table.last_maintenance_at, failures.get(pk, 0), now, fixes))
+        health = table_health(table, table.last_maintenance_at, failures.get(table.pk, 0), now, fixes)
+        if table.health_score is not None:  # the order's score (what the tables list shows too)
+            health.score = table.health_score
+        result.append(health)
     return result
+
+
+def _table_saved(sender: Any, instance: Table, raw: bool = False, **kwargs: Any) -> None:
+    if not raw:  # a refresh, a registration, an override: the facts the score reads changed
+        health_store(table_ids=[instance.pk])
+
+
+def _factories_changed(sender: Any, instance: PluginConfig, raw: bool = False, **kwargs: Any) -> None:
+    if not raw and instance.kind == PluginKind.PROCESS_FACTORY:  # which actions count changed
+        health_store()
+
+
+def connect_health_signals() -> None:
+    """Keep stored scores current where the score's inputs change through a model's save
+    (processes/apps.py connects it once)."""
+    post_save.connect(_table_saved, sender=Table, dispatch_uid="health-store-table")
+    post_save.connect(_factories_changed, sender=PluginConfig, dispatch_uid="health-store-factory")
+    post_delete.connect(_factories_changed, sender=PluginConfig, dispatch_uid="health-store-factory-gone")
 
 
 def check_workers(timeout: float = 1.0) -> dict[str, Any]:

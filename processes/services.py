@@ -20,6 +20,7 @@ from django.utils import timezone
 from processes.groups.budget import admit
 from processes.groups.membership import group_of
 from processes.groups.models import ResourceGroup
+from processes.health import health_store
 from processes.models import (
     ACTIVE_STATUSES,
     STARTED_STATUSES,
@@ -222,6 +223,8 @@ def transition(
             f"process {process.pk} is {status}; only {' or '.join(allowed) or 'nothing'} can become {to}"
         )
     process.refresh_from_db()
+    if to == ProcessStatus.FAILED:  # a failure counts in the table's health score for 7 days
+        health_store(table_ids=[process.table_id])
     return process
 
 

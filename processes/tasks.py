@@ -8,6 +8,7 @@ from celery import shared_task
 from django.conf import settings
 
 from processes.executor import TableLockBusy, run_process
+from processes.health import health_store
 from processes.models import Process
 from processes.queries import query_run
 from processes.query_reaper import queries_reap
@@ -43,6 +44,13 @@ def schedule_processes_task() -> dict:
     ServiceHeartbeat.objects.update_or_create(name="beat", defaults={"last_seen": timezone.now()})
     report = schedule_tick()
     return {**asdict(report), "triggered": len(report.triggered)}
+
+
+@shared_task(soft_time_limit=570, time_limit=600)
+def store_health_task() -> int:
+    """Every table's stored health score brought to now (what time changes: staleness grows,
+    failures leave the 7-day window); answers how many changed."""
+    return health_store()
 
 
 @shared_task(soft_time_limit=50, time_limit=60)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
-from django.db.models.functions import Upper
+from django.db.models import F
+from django.db.models.functions import Collate, Upper
 from django.urls import reverse
 
 from storage.spec.models import TableFormat
@@ -62,6 +63,30 @@ class Catalog(models.Model):
         return reverse("console:catalog-detail", args=[self.pk])
 
 
+def _sort_indexes() -> list[models.Index]:
+    """Indexes of the tables list's sorts (console/table_list.py): the health score worst first
+    (and best first; by format too), ties by name in code-point order as the ranking breaks them;
+    files, small files and size largest first; last maintenance oldest first; then name and id."""
+    by_name = (Collate(F("name"), "C"), F("id"))
+    worst = F("health_score").desc(nulls_last=True)
+    return [
+        models.Index(worst, *by_name, name="table_health_desc_idx"),
+        models.Index(F("health_score").asc(nulls_last=True), *by_name, name="table_health_asc_idx"),
+        models.Index(F("format"), worst, *by_name, name="table_format_health_idx"),
+        *(
+            models.Index(F(column).desc(nulls_last=True), F("name"), F("id"), name=f"table_{short}_desc_idx")
+            for column, short in (
+                ("file_count", "files"),
+                ("small_file_count", "small"),
+                ("total_bytes", "size"),
+            )
+        ),
+        models.Index(
+            F("last_maintenance_at").asc(nulls_last=True), F("name"), F("id"), name="table_maintained_idx"
+        ),
+    ]
+
+
 class Table(models.Model):
     """A managed table. Metadata facts (snapshot, files, bytes) are cached here by a refresh so
     list pages never open table metadata per row."""
@@ -92,6 +117,12 @@ class Table(models.Model):
     )
     delete_file_count = models.BigIntegerField(default=0, help_text="Live delete files and deletion vectors")
     last_maintenance_at = models.DateTimeField(null=True, blank=True, help_text="Last successful process")
+    health_score = models.SmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="The health score (storage/health.py) stored where the facts change, so lists sort"
+        " and filter by it with an index (processes/health.py ``health_store``); blank: not scored yet",
+    )
     metrics = models.JSONField(
         default=dict, blank=True, help_text="Histograms and timeline (storage/metrics.py)"
     )
@@ -125,10 +156,14 @@ class Table(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["format"], name="console_tab_format_bcaae8_idx"),
+            # The format filter in name order (issue 34), the format sort's order.
+            models.Index(fields=["format", "name", "id"], name="table_format_name_idx"),
             # The table list pages by name (issue 17: 100,000 tables).
             models.Index(fields=["name", "id"], name="table_name_id_idx"),
             models.Index(fields=["scheduler_wake_at"], name="table_scheduler_wake_idx"),
+            # The table list's sorts (issue 34: 100,000 tables), each in its first click's order
+            # with the list's tie-breaks, so a page is an index walk (the reverse: backwards).
+            *_sort_indexes(),
             # The table list's search (``icontains``: UPPER(column) LIKE '%TEXT%') by trigrams.
             *(
                 GinIndex(OpClass(Upper(column), name="gin_trgm_ops"), name=f"table_{column}_trgm_idx")

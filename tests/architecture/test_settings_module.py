@@ -155,4 +155,5 @@ def test_the_beat_schedule_is_defined_once_and_is_the_one_celery_runs():
         "reap-queries",
         "purge-trash",
         "evaluate-alerts",
+        "store-health",
     }

@@ -20,10 +20,17 @@ DELTA_ACTIONS = "checkpoint, purge-deletion-vectors, rewrite, vacuum"
 
 
 def _explained(table: Table):
-    """The overview's health of ``table``, checked against the tables list's score (SQL)."""
+    """The overview's health of ``table`` (the stored score), checked against the score computed now."""
     health = {h.table.pk: h for h in tables_by_health(limit=None)}[table.pk]
     assert health_scores(timezone.now(), [table.pk]) == {table.pk: health.score}
     return health
+
+
+def _switch(name: str, *, enabled: bool) -> None:
+    """Enable or disable a factory as the admin and the seeding do (a saved row)."""
+    config = PluginConfig.objects.get(kind=PluginKind.PROCESS_FACTORY, name=name)
+    config.enabled = enabled
+    config.save()
 
 
 def _delta(folder, **options) -> Table:
@@ -69,7 +76,7 @@ def test_compactable_small_files_count_and_name_the_rewrite(warehouse):
 def test_a_disabled_rewrite_takes_small_files_out_of_the_score_and_says_so(warehouse):
     table = _delta(warehouse / "disabled", commits=6, partition_by=["region"])
     before = _explained(table).score
-    PluginConfig.objects.filter(kind=PluginKind.PROCESS_FACTORY, name="delta-rewrite").update(enabled=False)
+    _switch("delta-rewrite", enabled=False)
 
     health = _explained(table)
 
@@ -78,6 +85,8 @@ def test_a_disabled_rewrite_takes_small_files_out_of_the_score_and_says_so(wareh
         "never maintained (enabled: checkpoint, purge-deletion-vectors, vacuum)",
     ]
     assert (before, health.score) == (29, round(10 * 6 / 500 + 20 * 12 / 50))
+    _switch("delta-rewrite", enabled=True)
+    assert _explained(table).score == 29  # the stored score follows the switch back
 
 
 def test_a_paimon_tables_small_files_count_for_nothing_since_its_compaction_is_declined():

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from processes.health import format_remedies, remedies_of, tables_by_health
+from processes.health import format_remedies, health_store, remedies_of, tables_by_health
 from processes.models import Process, ProcessStatus
 from storage.health import table_health
 from storage.models import Table
@@ -67,6 +67,7 @@ def test_the_database_ranks_tables_exactly_as_the_health_score(monkeypatch):
     _tables(600)
     now = timezone.now()
     monkeypatch.setattr(timezone, "now", lambda: now)
+    health_store()  # the health beat's pass: rows inserted in bulk skip what stores the score
 
     ranked = tables_by_health(limit=None)
 
