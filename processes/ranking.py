@@ -1,27 +1,31 @@
-"""Benefit-ranked scheduling: which due tables of a (format, action) pair the scheduler asks first.
+"""Benefit-ranked scheduling: in which order a tick asks about its due (table, action) work.
 
-For each due table the scheduler gets an ``Estimate`` (``processes.plugin``): the factory's own
-(``ProcessFactory.estimate``) or the default built here from the facts the table row keeps (small
-files removed, delete files removed, bytes reclaimed, health gain; bytes to read and write). Its
-**benefit** is one number, in points::
+Every due (table, action) of a tick, of every (format, action) pair, is ranked in one order
+(``rank_tick``): within a resource group they compete for its free slots and budget whatever the
+action. Each gets an ``Estimate`` (``processes.plugin``): the factory's own
+(``ProcessFactory.estimate``, called for that factory's due tables only) or the default from the
+facts the table row keeps (small files removed, delete files removed, bytes reclaimed, health
+gain; bytes to read and write), computed over numpy columns for all due tables at once
+(``processes.estimates``; ``default_estimate`` is the same for one table). Its **benefit** is one
+number, in points::
 
     small files removed + delete files removed + manifests merged
       + bytes reclaimed / 16 MiB + health gain (score points)
 
 and its **cost** is worker-seconds: a fixed part plus the bytes to read and write at a
-throughput, both fitted to the worker-seconds and bytes the action's last successful runs measured
-(``Process.measured``); ``OVERHEAD_SECONDS`` and ``DEFAULT_THROUGHPUT`` before the first. Due
-tables are asked in order of **priority** = (benefit + 1) / cost x (1 + waited / ``AGING``), where ``waited`` is the time
-since the table became due: a table that keeps waiting climbs past fresh, richer work, so nothing
-starves. A table whose benefit is below the action's minimum (the factory property
-``min-benefit``, or the table's override of the same name; ``DEFAULT_MIN_BENEFIT``) is not asked:
-the scheduler counts it as evaluated, so it is looked at again after the interval or a new
-snapshot, and records the decision with both numbers (``processes.decisions``). A table never
-refreshed (its facts unknown) is not skipped.
+throughput, both fitted to the worker-seconds and bytes the action's last successful runs
+measured (``Process.measured``); ``OVERHEAD_SECONDS`` and ``DEFAULT_THROUGHPUT`` before the first.
+Work is asked in order of **priority** = (benefit + 1) / cost x (1 + waited / ``AGING``), where
+``waited`` is the time since the table became due: work that keeps waiting climbs past fresh,
+richer work, so nothing starves. A table whose benefit is below the action's minimum (the
+factory property ``min-benefit``, or the table's override of the same name;
+``DEFAULT_MIN_BENEFIT``) is not asked: the scheduler counts it as evaluated, so it is looked at
+again after the interval or a new snapshot, and records the decision with both numbers
+(``processes.decisions``). A table never refreshed (its facts unknown) is not skipped.
 
-Bounded: one query reads the facts and the last evaluation of every due table of the pair, one
-the action's recent runs; nothing lists the store. ``LAKEWARDEN_SCHEDULER_RANKING=false`` keeps
-the older order (longest since its last evaluation first) and skips nothing.
+Bounded: one query reads the facts of every due table, one the recent runs of every action;
+nothing lists the store. ``LAKEWARDEN_SCHEDULER_RANKING=false`` keeps the older order (pairs by
+factory priority, within a pair longest since its last evaluation first) and skips nothing.
 """
 
 from __future__ import annotations

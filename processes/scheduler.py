@@ -2,21 +2,24 @@
 
 Bounded queries whatever the number of tables: one for active processes, one counting tables per
 format, then per (format, action) pair one query that picks the due tables in the database (from
-the evaluation times and seen snapshots kept as ``TableState`` rows); factories are only asked
-about tables that are due.
+the evaluation times and seen snapshots kept as ``TableState`` rows), one resolving the due
+tables' groups, two ranking them; factories are only asked about tables that are due.
 
-Resource groups (processes/groups): each due table's group is resolved in a bounded batch; a
-group without a free slot or compute left holds its tables back (they stay due, counted on the
-group's row and logged) and its factories are not asked; a process is created only after
-``budget.admit`` under the group's row lock agreed, and is sent to the group's queue.
+Every due (table, action) of every pair is ranked in one order of benefit per cost
+(``processes.ranking.rank_tick``) and the tick walks it: a run is asked when its pair has a free
+slot (``parallelism``) and its resource group (processes/groups) has room; otherwise it is held
+back (it stays due, counted on the group's row and logged) and its factory is not asked. So a
+group's free slots and budget go to its best work whatever the action. A process is created only
+after ``budget.admit`` under the group's row lock agreed, and is sent to the group's queue.
 
 A table whose ``manual-actions`` property names an action (or is ``"*"``) is left to operators for
 it: the scheduler counts it as evaluated and never triggers it ("run now" and the preview still
 work), so a table can be kept as it is on purpose.
 
 Each due (table, action) gets a decision (``processes.decisions``): ran, nothing to do, waiting for
-a slot or for budget, manual only, declined, failed; all written in one flush at the end of the
-tick (at most ``WAITING_RECORDED`` waiting decisions per pair, the first in line).
+a slot (the pair's, or the group's free slots taken by work ranked first this tick) or for budget,
+manual only, declined, failed; all written in one flush at the end of the tick (at most
+``WAITING_RECORDED`` waiting decisions per pair, the first in line).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 
 from django.core.cache import cache
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Count, F, Q
+from django.db.models import Count
 from django.utils import timezone
 
 from processes.decisions import DecisionKind, DecisionLog, record, recording
@@ -163,31 +166,45 @@ class _Walk:
     def run(self) -> None:
         for index, below in self.ranking.below_minimum.items():
             self.pairs[index].asked.update(below)
-        order, priorities = self.ranking.order, self.ranking.priorities
+        order, priorities, group_of = self.ranking.order, self.ranking.priorities, self.groups.group_of_due
+        # Each group's answer for an action stands until the walk admits something (or a race
+        # refuses it): asked once per (group, action) in between, the holds counted in bulk.
+        refusals: dict[tuple[int, str], BudgetExhausted | None] = {}
+        held: dict[tuple[int, str], tuple[ResourceGroup, BudgetExhausted, int]] = {}
         for position, (index, table_id) in enumerate(order):
             pair = self.pairs[index]
+            action = pair.due.action
             if pair.free <= 0:
                 if pair.waits_recorded < WAITING_RECORDED:
                     _record_slot_waits(self.log, pair, [table_id])
                 continue
-            group = self.groups.group_of_due[table_id]
-            if group.pk not in self.slots_at_start:
-                self.slots_at_start[group.pk] = self.groups.usage[group.pk].slots_left(group)
-            problem = self.groups.refusal(group, pair.due.action)
+            group = group_of[table_id]
+            key = (id(group), action)
+            if key not in refusals:
+                if group.pk not in self.slots_at_start:
+                    self.slots_at_start[group.pk] = self.groups.usage[group.pk].slots_left(group)
+                refusals[key] = self.groups.refusal(group, action)
+            problem = refusals[key]
             if problem is not None:
-                self.groups.hold(group, pair.due.action, problem.message)
+                held[key] = (group, problem, held[key][2] + 1 if key in held else 1)
                 if pair.waits_recorded < WAITING_RECORDED:
                     pair.waits_recorded += 1
-                    self._record_wait(table_id, pair.due.action, group, problem)
+                    self._record_wait(
+                        table_id, action, group, problem, priorities[position] if priorities else None
+                    )
                 continue
             table = self._table(position)
             if table is None:  # deleted meanwhile
                 continue
             pair.asked[table_id] = table.current_instant
-            if _trigger_one(pair.due.configured, table, pair.due.action, self.report, self.groups, group):
+            started = _trigger_one(pair.due.configured, table, action, self.report, self.groups, group)
+            refusals.clear()
+            if started:
                 pair.free -= 1
-                priority = priorities[position] if priorities else None
-                self.last_admitted[group.pk] = (table_id, pair.due.action, priority)
+                priority = round(priorities[position], 6) if priorities else None
+                self.last_admitted[group.pk] = (table_id, action, priority)
+        for (_, action), (group, problem, count) in held.items():
+            self.groups.hold(group, action, problem.message, count)
 
     def _table(self, position: int) -> Table | None:
         """The table row of the entry at ``position``, read with the next ones in line (a batch)."""
@@ -198,7 +215,7 @@ class _Walk:
         return self.rows.get(table_id)
 
     def _record_wait(
-        self, table_id: int, action: str, group: ResourceGroup, problem: BudgetExhausted
+        self, table_id: int, action: str, group: ResourceGroup, problem: BudgetExhausted, mine: float | None
     ) -> None:
         winner = self.last_admitted.get(group.pk)
         if problem.kind != "slot" or winner is None:
@@ -210,9 +227,8 @@ class _Walk:
         ahead = "worth more per cost" if winner[2] is not None else "ahead in line"
         numbers: dict[str, object] = {"group_slots": slots, "max_concurrency": group.max_concurrency}
         numbers["lost_to"] = {"table": winner[0], "action": winner[1], "priority": winner[2]}
-        mine = self._priority_of(table_id, action)
         if mine is not None:
-            numbers["priority"] = mine
+            numbers["priority"] = round(mine, 6)
         record(
             table_id,
             action,
@@ -223,15 +239,6 @@ class _Walk:
             group=group.name,
             numbers=numbers,
         )
-
-    def _priority_of(self, table_id: int, action: str) -> float | None:
-        if not self.ranking.priorities:
-            return None
-        lookup = self.__dict__.setdefault("_priority_lookup", {})
-        if not lookup:
-            for (index, other), priority in zip(self.ranking.order, self.ranking.priorities, strict=True):
-                lookup[(self.pairs[index].due.action, other)] = round(priority, 6)
-        return lookup.get((action, table_id))
 
 
 def _flush(log: DecisionLog) -> int:
@@ -295,6 +302,16 @@ def _wake_all_if_configuration_changed(pairs: dict[tuple[str, str], ConfiguredFa
             logger.warning("the scheduler cannot keep its configuration fingerprint", exc_info=True)
 
 
+#: The tables a tick looks at: never given a wake time, woken by now, or at a new snapshot.
+_AWAKE_SQL = """
+SELECT t.id, t.format, t.current_instant,
+  t.scheduler_wake_at IS NOT NULL AND t.scheduler_wake_at <= %(now)s AND t.scheduler_instant = t.current_instant
+FROM {table} t
+WHERE t.scheduler_wake_at IS NULL OR t.scheduler_wake_at <= %(now)s
+  OR t.current_instant IS DISTINCT FROM t.scheduler_instant
+"""
+
+
 class _Snapshot:
     """What one tick reads once: active processes, the number of tables per format and the
     tables awake (their wake time passed or blank); only those are looked at. Each awake table
@@ -312,20 +329,16 @@ class _Snapshot:
         self._counts: dict[str, int] | None = None
         self.awake: dict[str, list[int]] = {}
         self.instants: dict[int, str] = {}
-        awake = Table.objects.filter(
-            Q(scheduler_wake_at=None)
-            | Q(scheduler_wake_at__lte=now)
-            | ~Q(current_instant=F("scheduler_instant"))
-        ).order_by()
         #: Awake tables whose stored wake time has passed at their current snapshot: a wake time
         #: of now again changes nothing for them, so it is not written again.
         self.settled: set[int] = set()
-        for table_id, table_format, instant, wake, seen in awake.values_list(
-            "pk", "format", "current_instant", "scheduler_wake_at", "scheduler_instant"
-        ):
+        with connection.cursor() as cursor:
+            cursor.execute(_AWAKE_SQL.format(table=Table._meta.db_table), {"now": now})
+            rows = cursor.fetchall()
+        for table_id, table_format, instant, settled in rows:
             self.awake.setdefault(table_format, []).append(table_id)
             self.instants[table_id] = instant
-            if wake is not None and wake <= now and seen == instant:
+            if settled:
                 self.settled.add(table_id)
         self.wakes: dict[int, dt.datetime] = dict.fromkeys(self.instants, NEVER)
         #: (format, action) -> when each table the last due query found due was last evaluated.
