@@ -8,6 +8,7 @@ estimate or the minimum reads (``OWN_KEYS``) is estimated one by one (``processe
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 from dataclasses import dataclass
@@ -68,7 +69,7 @@ SELECT t.id, t.file_count::float8, t.small_file_count::float8,
   COALESCE(t.compactable_file_count::float8, 'NaN'::float8), t.delete_file_count::float8,
   t.total_bytes::float8, t.instant_count::float8, EXTRACT(EPOCH FROM t.registered_at)::float8,
   t.refreshed_at IS NOT NULL, t.properties ?| %(own)s, NULLIF(t.properties, '{{}}'::jsonb), t.format,
-  t.current_instant, t.last_maintenance_at, {evaluated}
+  t.current_instant, EXTRACT(EPOCH FROM t.last_maintenance_at)::float8, {evaluated}
 FROM {table} t {join}
 WHERE t.id = ANY(%(ids)s::bigint[])
 ORDER BY t.id
@@ -81,12 +82,12 @@ class DueFacts:
 
     def __init__(self, ids: list[int], evaluated_key: str | None) -> None:
         join = ""
-        evaluated = "NULL::float8"
+        evaluated = "'NaN'::float8"
         if evaluated_key is not None:
             join = (
                 f"LEFT JOIN {TableState._meta.db_table} ev ON ev.table_id = t.id AND ev.key = %(evaluated)s"
             )
-            evaluated = "CASE WHEN jsonb_typeof(ev.value) = 'number' THEN (ev.value)::float8 END"
+            evaluated = "CASE WHEN jsonb_typeof(ev.value) = 'number' THEN (ev.value)::float8 ELSE 'NaN' END"
         sql = _FACTS_SQL.format(table=Table._meta.db_table, join=join, evaluated=evaluated)
         with connection.cursor() as cursor:
             cursor.execute(sql, {"ids": int_array(ids), "own": list(OWN_KEYS), "evaluated": evaluated_key})
@@ -97,14 +98,15 @@ class DueFacts:
         self.registered = np.array(columns[7], dtype=np.float64)
         self.refreshed = np.array(columns[8], dtype=bool)
         self.own = np.array(columns[9], dtype=bool)
-        self.evaluated = np.array([np.nan if v is None else v for v in columns[14]], dtype=np.float64)
+        self.evaluated = np.array(columns[14], dtype=np.float64)
 
     def summary(self, at: int) -> TableSummary:
         row = self.rows[at]
         compactable = None if math.isnan(row[3]) else int(row[3])
+        maintained = None if row[13] is None else dt.datetime.fromtimestamp(row[13], tz=dt.UTC)
         return TableSummary(
             row[0], row[11], int(row[1]), int(row[2]), compactable, int(row[4]), int(row[5]), int(row[6]),
-            row[13], json_object(row[10]),
+            maintained, json_object(row[10]),
         )  # fmt: skip
 
     def locate(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
