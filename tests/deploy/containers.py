@@ -7,11 +7,14 @@ so podman-compose's podman calls get them too."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import requests
 
 from tests.e2e.conftest import wait_for as e2e_wait_for
 
@@ -100,3 +103,19 @@ def wait_for(condition, *, timeout: float, what: str, interval: float = 1.0, on_
         return e2e_wait_for(condition, timeout=timeout, interval=interval, message=what)
     except AssertionError as error:
         raise AssertionError(f"{error}\n{on_timeout()}") from None
+
+
+def console_login(base_url: str, *, password: str, user: str = "admin") -> requests.Session:
+    """A session signed in to the console at base_url through its login form."""
+    session = requests.Session()
+    page = session.get(f"{base_url}/accounts/login/", timeout=30)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    answer = session.post(
+        f"{base_url}/accounts/login/",
+        data={"username": user, "password": password, "csrfmiddlewaretoken": token},
+        allow_redirects=False,
+        timeout=30,
+    )
+    assert answer.status_code == 302, answer.text[:500]
+    assert "/accounts/login/" not in answer.headers["Location"]
+    return session

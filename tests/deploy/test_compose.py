@@ -12,7 +12,6 @@ layer; the stack then takes about 4 minutes to start, build a small demo and com
 from __future__ import annotations
 
 import json
-import re
 import socket
 import time
 
@@ -25,6 +24,7 @@ from tests.deploy.containers import (
     REDIS_IMAGE,
     REPO,
     build_images,
+    console_login,
     podman_compose,
     podman_env,
     run,
@@ -131,18 +131,7 @@ def stack(tmp_path_factory):
 
 
 def _login(stack: Stack) -> requests.Session:
-    session = requests.Session()
-    page = session.get(f"{stack.base_url}/accounts/login/", timeout=30)
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-    answer = session.post(
-        f"{stack.base_url}/accounts/login/",
-        data={"username": "admin", "password": PASSWORD, "csrfmiddlewaretoken": token},
-        allow_redirects=False,
-        timeout=30,
-    )
-    assert answer.status_code == 302, answer.text[:500]
-    assert "/accounts/login/" not in answer.headers["Location"]
-    return session
+    return console_login(stack.base_url, password=PASSWORD)
 
 
 def _logged_in(session: requests.Session, stack: Stack) -> bool:
