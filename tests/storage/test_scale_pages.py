@@ -11,6 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from console.table_list import _order
 from processes.health import format_remedies, health_store, remedies_of, tables_by_health
 from processes.models import Process, ProcessStatus
 from storage.health import table_health
@@ -114,3 +115,49 @@ def test_the_tables_page_shows_a_page_in_name_order(client_as, viewer):
 
     assert [row["id"] for row in page.object_list] == ordered[100:150]
     assert page.paginator.count == 2000 and page.paginator.num_pages == 40
+
+
+@pytest.mark.parametrize(
+    "sort", ["", "-name", "-health", "health", "-size", "small_files", "last_maintenance"]
+)
+def test_pages_past_the_middle_read_from_the_end_are_the_offset_pages(client_as, viewer, sort):
+    _tables(230)
+    health_store()
+    key = sort.removeprefix("-")
+    in_order = list(Table.objects.order_by(*_order(key, sort.startswith("-"))).values_list("id", flat=True))
+    client = client_as(viewer)
+
+    pages = [client.get(f"/tables/?sort={sort}&page={n}").context["page"] for n in (2, 3, 4, 5)]
+
+    assert [[row["id"] for row in page.object_list] for page in pages] == [
+        in_order[50:100], in_order[100:150], in_order[150:200], in_order[200:230]
+    ]  # fmt: skip
+
+
+def test_the_worst_first_order_is_the_stored_scores_then_names_by_code_point(client_as, viewer):
+    _tables(230)
+    health_store()
+    rows = list(Table.objects.values_list("health_score", "name", "id"))
+    expected = [pk for _, _, pk in sorted(rows, key=lambda row: (-row[0], row[1], row[2]))]
+    client = client_as(viewer)
+
+    shown = [
+        row["id"]
+        for n in (1, 2, 3, 4, 5)
+        for row in client.get(f"/tables/?sort=-health&page={n}").context["page"].object_list
+    ]
+
+    assert shown == expected and len(shown) == 230
+
+
+def test_a_search_finding_few_tables_pages_them_in_order(client_as, viewer):
+    _tables(400)
+    rows = Table.objects.values_list("name", "id", "location")
+    found = sorted((name, pk) for name, pk, location in rows if "B" in name.upper() + " " + location.upper())
+    client = client_as(viewer)
+
+    shown = [
+        row["id"] for n in (1, 2) for row in client.get(f"/tables/?q=b&page={n}").context["page"].object_list
+    ]
+
+    assert len(found) > 50 and shown == [pk for _, pk in found][:100], (len(shown), len(found))
