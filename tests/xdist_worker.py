@@ -15,6 +15,9 @@ Spark Connect job; two heavy workers' compactions).
 - the end-to-end tests (tests/e2e: Celery workers, Spark clusters, browsers, served stacks) all
   run on one worker, one after the other (``pytest_xdist_make_scheduler``, with ``--dist
   loadgroup``): two at once on two cores would each wait on the other's JVMs.
+- the container tests (tests/deploy/test_compose.py, test_kube_play.py) run on one worker too, one
+  after the other: the second reuses the image the first built instead of building it beside it,
+  and two stacks of nine containers at once would each slow the other.
 
 Without xdist (``-p no:xdist``, ``-n 0``) nothing changes.
 """
@@ -48,12 +51,14 @@ if _worker.startswith("gw") and _worker[2:].isdigit():
     )
 
 E2E = "tests/e2e/"
+CONTAINERS = ("tests/deploy/test_compose.py", "tests/deploy/test_kube_play.py")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """With ``--dist loadgroup``: the tests of tests/e2e are one unit of work (one worker runs
-    them, one after the other), every other test a unit of its own (any worker, as ``load``).
+    them, one after the other), the container tests another, every other test a unit of its own
+    (any worker, as ``load``).
     xdist's own loadgroup, by ``xdist_group`` marks, does not group on pytest 9 (the node id
     suffix it relies on is not kept), so the grouping is done here, by path."""
     if config.getoption("dist") != "loadgroup":
@@ -62,6 +67,8 @@ def pytest_xdist_make_scheduler(config, log):
 
     class EndToEndOnOneWorker(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(CONTAINERS):
+                return "containers"
             return "e2e" if nodeid.startswith(E2E) else nodeid
 
     return EndToEndOnOneWorker(config, log)
