@@ -31,7 +31,7 @@ class TickGroups:
         self._costs: dict[tuple[int, str], float] = {}
         self.held: dict[int, dict[str, int]] = {}
         self.reasons: dict[int, str] = {}
-        #: The group of each table due for the pair being evaluated (``scheduler._with_room``).
+        #: The group of each table due this tick (resolved once for every pair with a free slot).
         self.group_of_due: dict[int, ResourceGroup] = {}
 
     @property
