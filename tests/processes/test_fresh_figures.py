@@ -40,6 +40,7 @@ def test_a_compaction_keeps_the_tables_real_facts_before_and_after_and_refreshes
     assert process.measured["before"] == {**before, "health": _health(before, None, now)}
     assert process.measured["after"] == {**after, "health": health_scores(now, [table.pk])[table.pk]}
     assert process.measured["after"]["health"] == _health(after, row.last_maintenance_at, now)
+    assert row.health_score == process.measured["after"]["health"]  # the score the lists sort by
     cost = process.measured["cost"]
     assert (cost["bytes_read"], cost["bytes_written"]) == (
         process.summary["bytes_in"],
@@ -57,6 +58,12 @@ def test_a_failed_process_keeps_the_facts_it_started_from_and_its_cost(test_plug
     facts = spec_facts(table)  # its health then: before the failure counted
     assert process.measured["before"] == {**facts, "health": _health(facts, None, timezone.now())}
     assert process.measured["after"] == {}
+    stored = Table.objects.get(pk=table.pk).health_score  # the failure counts at once: 15 x 1/3
+    assert (
+        stored
+        == health_scores(timezone.now(), [table.pk])[table.pk]
+        == process.measured["before"]["health"] + 5
+    )
     assert (process.measured["cost"]["bytes_read"], process.measured["cost"]["bytes_written"]) == (0, 0)
 
 
