@@ -200,12 +200,15 @@ def test_the_alerts_page_shows_only_the_users_teams_alerts(lake, alerting, clien
     channels, _ = alerting
     client = client_as(lake.users[username])
     page = client.get("/alerts/")
+    link = 'href="/alerts/"'
     if SEES[username] is None:
         assert page.status_code == 403
         assert client.post(f"/alerts/channels/{channels['admins'].pk}/test/").status_code == 403
+        assert link not in client.get("/teams/").content.decode()  # the menu leaves the page out
         return
     sees_channels, sees_rules = SEES[username]
     assert page.status_code == 200
+    assert link in client.get("/teams/").content.decode()
     assert {c.name for c in page.context["channels"]} == sees_channels
     assert {r.name for r in page.context["rules"]} == sees_rules
     for name, channel in channels.items():
