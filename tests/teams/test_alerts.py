@@ -8,6 +8,7 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
+from console.alerts_admin import AlertRuleForm
 from processes.alerts.evaluation import channels_for, evaluate_rule
 from processes.alerts.models import AlertChannel, AlertDelivery, AlertEpisode, AlertRule, RuleKind
 from processes.models import Process
@@ -216,3 +217,16 @@ def test_the_alerts_page_shows_only_the_users_teams_alerts(lake, alerting, clien
             answer = client.post(f"/alerts/channels/{channel.pk}/test/")
             assert (name, answer.status_code) == (name, 404)
     assert mail.outbox == []
+
+
+def test_the_admins_rule_form_holds_a_teams_rule_to_its_tables_and_channels(lake, alerting):
+    channels, _ = alerting
+    base = {"name": "from-admin", "enabled": True, "threshold": 60, "minutes": 0, "team": lake.teams["A"].pk}
+
+    service = AlertRuleForm(data={**base, "kind": "service_silent"})
+    foreign = AlertRuleForm(data={**base, "kind": "process_failed", "channels": [channels["b-hook"].pk]})
+    own = AlertRuleForm(data={**base, "kind": "process_failed", "channels": [channels["a-hook"].pk]})
+
+    assert not service.is_valid() and list(service.errors) == ["kind"]
+    assert not foreign.is_valid() and list(foreign.errors) == ["channels"]
+    assert own.is_valid(), own.errors
