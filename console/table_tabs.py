@@ -18,6 +18,7 @@ from typing import Any
 from console.chart_axes import binary_size, size_bars, size_range_label, small_bars
 from console.charts import histogram_svg
 from console.charts_context import cached, remember
+from console.templatetags.lakewarden import fact_label
 from storage import selectors
 from storage.errors import InvalidInput
 from storage.models import Table
@@ -88,7 +89,7 @@ class SnapshotRow:
     changes: str  # "+3 files, +120 rows", "" when the summary says nothing of them
     size: str  # "+4.5 KiB", "" when unknown
     size_exact: str  # "+4,608 bytes" for the hover
-    details: str  # every summary key=value, for the hover
+    details: str  # every summary value with its key in words ("added data files: 3"), for the hover
 
 
 def snapshot_row(instant: Instant) -> SnapshotRow:
@@ -107,7 +108,7 @@ def snapshot_row(instant: Instant) -> SnapshotRow:
         changes=", ".join(part for part in changes if part),
         size=_sized(added_bytes, removed_bytes),
         size_exact=exact,
-        details="\n".join(f"{key} = {value}" for key, value in summary.items()),
+        details="\n".join(f"{fact_label(key)}: {value}" for key, value in summary.items()),
     )
 
 

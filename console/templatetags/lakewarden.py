@@ -48,13 +48,23 @@ def fact(value, key="") -> str:
     return mark_safe(_fact(value, str(key)))
 
 
+@register.filter
+def fact_label(key) -> str:
+    """A summary's key as a person reads it (issue 34): ``files_added``, ``added-data-files`` and
+    ``numAddedFiles`` read "files added", "added data files" and "num added files"."""
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", str(key)).replace("_", " ").replace("-", " ")
+    return " ".join(word if word.isupper() else word.lower() for word in words.split())
+
+
 def _fact(value, key: str, depth: int = 0) -> str:
     if value is None:
         return "—"
     if _is_count(value) and _BYTES_KEY.search(key):
         return f'<span title="{int(value):,} bytes">{filesize(value)}</span>'
     if isinstance(value, dict):
-        pairs = ", ".join(f"{_escape(str(k))}: {_fact(v, str(k), depth + 1)}" for k, v in value.items())
+        pairs = ", ".join(
+            f"{_escape(fact_label(k))}: {_fact(v, str(k), depth + 1)}" for k, v in value.items()
+        )
         return f"({pairs})" if depth else pairs
     if isinstance(value, list | tuple):
         return ", ".join(_fact(item, key, depth + 1) for item in value)

@@ -122,10 +122,15 @@ def test_the_process_page_shows_byte_counts_in_binary_units_with_the_exact_count
     assert f"<tr><th>bytes out</th><td>{gib}</td><td>{gib}</td></tr>" in predicted
     assert "<tr><th>files in</th><td>6</td><td>6</td></tr>" in predicted  # counts stay counts
     summary = html[html.index("<h2>Summary</h2>") :]
-    assert '<dt>bytes_in</dt><dd><span title="7,340,032 bytes">7.0 MiB</span></dd>' in summary
-    assert '<dt>orphan_bytes</dt><dd><span title="1,536 bytes">1.5 KiB</span></dd>' in summary
     assert (
-        '<dt>trash</dt><dd>bytes: <span title="2,048 bytes">2.0 KiB</span>, files: 2, kinds: (data: 2)</dd>'
+        '<dt title="bytes_in">bytes in</dt><dd><span title="7,340,032 bytes">7.0 MiB</span></dd>' in summary
+    )
+    assert (
+        '<dt title="orphan_bytes">orphan bytes</dt><dd><span title="1,536 bytes">1.5 KiB</span></dd>'
+        in summary
+    )
+    assert (
+        '<dt title="trash">trash</dt><dd>bytes: <span title="2,048 bytes">2.0 KiB</span>, files: 2, kinds: (data: 2)</dd>'
         in summary
     )
     assert str(MIB_7) not in html and str(GIB_3) not in html and ">1536<" not in html  # no raw count shown

@@ -67,7 +67,7 @@ def test_the_summary_cell_reads_files_and_rows_for_a_delta_rs_append(client_as, 
 
     cells = re.findall(r'<td data-label="Changes" class="summary" title="([^"]*)">([^<]*)</td>', html)
     assert [text for _title, text in cells] == ["+2 files, +10 rows"] * 7
-    assert "num_added_rows = 10" in cells[0][0]  # every value the commit wrote, on hover
+    assert "num added rows: 10" in cells[0][0]  # every value the commit wrote, its key in words, on hover
 
 
 @pytest.mark.parametrize(
@@ -108,6 +108,14 @@ def test_a_snapshot_summary_reads_as_added_and_removed_files_rows_and_bytes(summ
     row = snapshot_row(Instant(id=1, timestamp=AT, operation="append", summary=summary))
 
     assert (row.changes, row.size, row.size_exact) == (changes, size, exact)
+
+
+def test_a_snapshot_summarys_keys_read_as_words_on_hover():
+    summary = {"added-data-files": "3", "numAddedBytes": "2705", "total_records": "10", "engineInfo": "x"}
+
+    row = snapshot_row(Instant(id=1, timestamp=AT, operation="append", summary=summary))
+
+    assert row.details == "added data files: 3\nnum added bytes: 2705\ntotal records: 10\nengine info: x"
 
 
 def test_splits_of_small_files_explain_why_they_weigh_more_than_they_read(client_as, viewer, seven_commits):
