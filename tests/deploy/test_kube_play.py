@@ -6,10 +6,10 @@ rendered). Postgres, Redis, SeaweedFS, the migrate Job, web, both workers, beat 
 tables on SeaweedFS; everything is torn down (``podman kube down``), also on failure. Skipped, saying
 why, only where podman cannot run (tests/deploy/containers.py) or has no network with DNS.
 
-Cost (2 cores at a load average of 30, 2026-12-02): the image is the compose test's
-(deploy/build-image.sh: reused as built, or its project layer rebuilt, 200 s, after the tree changed);
-the nine plays 50 s, /healthz 250 s and the demo built 320 s after the first play, teardown 35 s:
-about 6 minutes beside the image.
+Cost (2 cores at a load average of 30-35, 2026-12-02, two runs): the image is the compose test's
+(deploy/build-image.sh: reused as built, or its project layer rebuilt, 150-200 s, after the tree
+changed); the nine plays 45-50 s, /healthz 250-290 s and the demo built 320-410 s after the first
+play, teardown 25-35 s: 6 to 7.5 minutes beside the image.
 """
 
 from __future__ import annotations
