@@ -231,39 +231,50 @@ def _store(now: dt.datetime, remedies: dict[str, Remedies], where: tuple[str, Se
         return cursor.rowcount
 
 
-def tables_by_health(*, limit: int | None = 10, tables: QuerySet[Table] | None = None) -> list[TableHealth]:
-    """Unhealthiest first by the stored score (``health_store``; unscored tables last), name then
-    id among equal scores: an index walk whatever the number of tables. Bounded queries: the
-    enabled factories are read once, only the tables shown are loaded and explained
-    (``table_health``, with the remedies of their format: the score and reasons as of now).
-    ``tables``: only these (what a user's teams may see); default every table."""
+def tables_by_health(
+    *, limit: int | None = 10, tables: QuerySet[Table] | None = None, stored: bool = False
+) -> list[TableHealth]:
+    """Unhealthiest first (name, then id, among equal scores); bounded queries whatever the
+    number of tables or processes: the enabled factories are read once, only the tables shown
+    are loaded and explained (``table_health``, with the remedies of their format). By default
+    the database ranks every table by its score computed now (what the alert rules read);
+    ``stored``: by the score stored on the rows (``health_store``; unscored tables last), an
+    index walk, with that score (what the overview and the tables list show). ``tables``: only
+    these (what a user's teams may see); default every table."""
     now = timezone.now()
     remedies = format_remedies()
-    ranked = (
-        (Table.objects.all() if tables is None else tables)
-        .select_related(None)
-        .defer("metrics", "properties")
-    )
-    ranked = ranked.order_by(*WORST_FIRST)
-    rows = list(ranked if limit is None else ranked[:limit])
+    if stored:
+        scope = Table.objects.all() if tables is None else tables.select_related(None)
+        ordered = scope.order_by(*WORST_FIRST).values_list("id", flat=True)
+        ids = list(ordered if limit is None else ordered[:limit])
+    else:
+        where = None if tables is None else ids_condition(tables)
+        ids = [pk for pk, _ in health_ranked(now, limit=limit, remedies=remedies, where=where)]
     failures = dict(
         Process.objects.filter(
-            table_id__in=[table.pk for table in rows],
-            created_at__gte=now - dt.timedelta(days=7),
-            status=ProcessStatus.FAILED,
+            table_id__in=ids, created_at__gte=now - dt.timedelta(days=7), status=ProcessStatus.FAILED
         )
         .order_by()
         .values_list("table_id")
         .annotate(n=Count("id"))
     )
+    rows = Table.objects.defer("metrics", "properties").in_bulk(ids)
     result = []
-    for table in rows:
-        fixes = remedies_of(remedies, table.format)
-        health = table_health(table, table.last_maintenance_at, failures.get(table.pk, 0), now, fixes)
-        if table.health_score is not None:  # the order's score (what the tables list shows too)
+    for pk in ids:
+        table = rows[pk]
+        health = table_health(
+            table, table.last_maintenance_at, failures.get(pk, 0), now, remedies_of(remedies, table.format)
+        )
+        if stored and table.health_score is not None:  # the order's score, as the tables list shows
             health.score = table.health_score
         result.append(health)
     return result
+
+
+def ids_condition(tables: QuerySet[Table]) -> tuple[str, Sequence[Any]]:
+    """``health_ranked``'s ``where`` for the ids of ``tables``."""
+    sql, params = tables.select_related(None).order_by().values("id").query.sql_with_params()
+    return f"t.id IN ({sql})", params
 
 
 def _table_saved(sender: Any, instance: Table, raw: bool = False, **kwargs: Any) -> None:

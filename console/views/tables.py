@@ -56,7 +56,7 @@ def overview(request):
     scope = tables_scope(request.user)  # what the user's teams may see (console/teams)
     context = {
         "totals": selectors.lakehouse_totals(tables=scope),
-        "attention": tables_by_health(limit=10, tables=scope),
+        "attention": tables_by_health(limit=10, tables=scope, stored=True),
         "running": overview_selectors.running_processes(tables=scope),
         "failures": overview_selectors.recent_failures(tables=scope),
     }

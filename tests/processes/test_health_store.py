@@ -10,7 +10,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from processes.health import health_scores, health_store
+from processes.health import health_scores, health_store, tables_by_health
 from processes.models import Process, ProcessStatus
 from processes.services import transition
 from processes.tasks import store_health_task
@@ -84,3 +84,16 @@ def test_bulk_rows_are_scored_by_a_pass_over_every_table_in_batches(monkeypatch)
     assert health_store() == 8  # unscored rows are written, a score of 0 too
     assert [_stored(table) for table in tables] == [_computed(table) for table in tables]
     assert [_stored(table) for table in tables] == [0, 4, 8, 12, 16, 20, 20, 20]
+
+
+def test_the_overviews_stored_ranking_is_the_live_ranking_once_stored():
+    for i, files in enumerate((10, 400, 60, 0)):
+        Table.objects.create(
+            name=f"t{i}", format="delta", location=f"/lake/t{i}", file_count=files, small_file_count=files
+        )
+
+    live = [(h.table.name, h.score, h.reasons) for h in tables_by_health(limit=None)]
+    stored = [(h.table.name, h.score, h.reasons) for h in tables_by_health(limit=None, stored=True)]
+
+    assert stored == live
+    assert [(name, score) for name, score, _ in stored] == [("t1", 20), ("t2", 20), ("t0", 4), ("t3", 0)]
