@@ -116,6 +116,8 @@ from console.views import alerts as alert_views  # noqa: E402
 console_patterns += [
     path("alerts/", alert_views.alerts_page, name="alerts"),
     path("alerts/channels/<int:pk>/test/", alert_views.alert_channel_test, name="alert-channel-test"),
+    path("alerts/channels/<int:pk>/toggle/", alert_views.alert_channel_toggle, name="alert-channel-toggle"),
+    path("alerts/rules/<int:pk>/toggle/", alert_views.alert_rule_toggle, name="alert-rule-toggle"),
 ]
 
 # Resource groups (issue 31): the capacity page (groups, workers, queue depth, backlog, budgets).

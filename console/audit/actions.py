@@ -36,6 +36,8 @@ ACTIONS: dict[str, dict[str, str]] = {
     "console:storage-edit": {ANY: "storage.update"},
     "console:storage-test": {ANY: "storage.test"},
     "console:storage-delete": {ANY: "storage.delete"},
+    "console:alert-channel-toggle": {ANY: "alert-channel.update"},
+    "console:alert-rule-toggle": {ANY: "alert-rule.update"},
     "console:resource-group-create": {ANY: "resource-group.create"},
     "console:resource-group-update": {ANY: "resource-group.update"},
     # REST API

@@ -1,7 +1,8 @@
 """The alerts page (``/alerts/``): channels with a "send test" button, rules, open episodes and the
 latest deliveries. Admins see all of it; under teams (issue 32) a team member with the operator role
 sees their teams' channels, rules and episodes and the deliveries to their channels (another team's
-channel is 404); everyone else gets 403. Channels and rules are edited in the API (and the admin)."""
+channel is 404), and switches their teams' channels and rules on and off; everyone else gets 403.
+Channels and rules are otherwise edited in the API (and the admin)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from console.decorators import role_required
 from console.roles import ADMIN, OPERATOR, has_role
 from console.teams.access import alerts_allowed, owned_visible
 from processes.alerts.models import AlertChannel, AlertDelivery, AlertEpisode, AlertRule, DeliveryStatus
-from processes.alerts.services import channel_send_test
+from processes.alerts.services import channel_send_test, channel_update, rule_update
 
 
 def _allowed(request) -> None:
@@ -50,3 +51,24 @@ def alert_channel_test(request, pk: int):
     else:
         messages.error(request, f"Test alert to {delivery.channel.name} failed: {delivery.last_error}")
     return redirect("console:alerts")
+
+
+def _toggle_view(model, change, what: str):
+    """A POST view switching one of the user's teams' ``model`` rows (any, for an admin) on or off."""
+
+    @role_required(OPERATOR)
+    @require_POST
+    def toggle(request, pk: int):
+        _allowed(request)
+        found = get_object_or_404(owned_visible(request.user, model.objects.all()), pk=pk)
+        changed = change(found, not found.enabled)
+        messages.success(request, f"{what} {changed.name} {'enabled' if changed.enabled else 'disabled'}.")
+        return redirect("console:alerts")
+
+    return toggle
+
+
+alert_channel_toggle = _toggle_view(
+    AlertChannel, lambda channel, on: channel_update(channel=channel, enabled=on), "Channel"
+)
+alert_rule_toggle = _toggle_view(AlertRule, lambda rule, on: rule_update(rule=rule, enabled=on), "Rule")

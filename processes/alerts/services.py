@@ -41,6 +41,13 @@ def channel_create(
         raise Conflict(f"an alert channel named {name!r} exists") from None
 
 
+def channel_update(*, channel: AlertChannel, enabled: bool) -> AlertChannel:
+    """Switch a channel on or off (a channel that is off receives nothing, tests aside)."""
+    channel.enabled = enabled
+    channel.save(update_fields=["enabled"])
+    return channel
+
+
 def channel_send_test(*, channel: AlertChannel) -> AlertDelivery:
     """One attempt now (no retry: the person who pressed the button sees the answer), recorded."""
     delivery = AlertDelivery.objects.create(

@@ -156,6 +156,8 @@ RULES: dict[str, Rule] = {
     # Alerts (issue 16): admins; under teams, operators of a team too (tests/teams/test_alerts.py).
     "console:alerts": Rule(CONSOLE, {"GET": ADMIN}),
     "console:alert-channel-test": Rule(CONSOLE, {"POST": ADMIN}, obj="alert_channel", body=lambda lake: {}),
+    "console:alert-channel-toggle": Rule(CONSOLE, {"POST": ADMIN}, obj="alert_channel", body=lambda lake: {}),
+    "console:alert-rule-toggle": Rule(CONSOLE, {"POST": ADMIN}, obj="alert_rule", body=lambda lake: {}),
     # Resource groups (issue 31): the capacity page, operators and admins.
     "console:capacity": Rule(CONSOLE, {"GET": OPERATOR}),
     "console:resource-group-create": Rule(

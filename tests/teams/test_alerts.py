@@ -230,3 +230,34 @@ def test_the_admins_rule_form_holds_a_teams_rule_to_its_tables_and_channels(lake
     assert not service.is_valid() and list(service.errors) == ["kind"]
     assert not foreign.is_valid() and list(foreign.errors) == ["channels"]
     assert own.is_valid(), own.errors
+
+
+@pytest.mark.parametrize(
+    ("username", "switchable"),
+    [
+        ("alice", {"a-hook", "a-failures"}),
+        ("bob", {"b-hook"}),
+        ("root", set(CHANNELS) | set(RULES)),
+        ("olga", None),
+        ("vic", None),
+    ],
+)
+def test_the_alerts_page_switches_only_the_users_teams_channels_and_rules(
+    lake, alerting, client_as, username, switchable
+):
+    channels, rules = alerting
+    client = client_as(lake.users[username])
+    answers = {}
+    for name, channel in channels.items():
+        answers[name] = client.post(f"/alerts/channels/{channel.pk}/toggle/").status_code
+    for name, rule in rules.items():
+        answers[name] = client.post(f"/alerts/rules/{rule.pk}/toggle/").status_code
+
+    if switchable is None:
+        assert set(answers.values()) == {403}
+    else:
+        assert answers == {name: 302 if name in switchable else 404 for name in answers}
+    switched = {c.name for c in AlertChannel.objects.filter(enabled=False)} | {
+        r.name for r in AlertRule.objects.filter(enabled=False)
+    }
+    assert switched == (switchable or set())
