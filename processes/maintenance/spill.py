@@ -85,7 +85,7 @@ def merged_batches(streams: Iterable[Iterator[list[Any]]]) -> Iterator[list[Any]
     """The items of sorted streams of blocks, merged into sorted batches: each round emits what
     every run's current block holds up to the smallest last item among them (nothing later can
     sort before it), so at least one block is used up per round."""
-    heads = []  # [block, position, stream] of each run not used up
+    heads: list[list[Any]] = []  # [block, position, stream] of each run not used up
     for stream in streams:
         block = next(stream, None)
         if block:
