@@ -6,6 +6,7 @@ value, with the data source's read of the same table (``via="source"``) and with
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from storage.spec.registry import load_table
 from storage.spec.spark.plain import VIA_CONF, parquet_plan, read_path
-from storage.spec.spark.rowindex import ParquetPlan, deleted_bitmap
+from storage.spec.spark.rowindex import ParquetPlan, deleted_bitmap, parquet_frame
 from storage.spec.spark_source import read_table, register
 from tests.spec import _delta_log_writer as w
 
@@ -156,12 +157,17 @@ def test_files_of_the_same_size_keep_their_own_deletes(lakewarden, tmp_path):
     fields = [w.field("id", "long")]
     w.commit(table_path, 0, _protocol(), w.metadata(fields), first, second)
 
-    plan = parquet_plan(load_table(str(table_path)))
-    assert isinstance(plan, ParquetPlan) and len(plan.groups()) == 2
+    table = load_table(str(table_path))
+    plan = parquet_plan(table)
+    assert isinstance(plan, ParquetPlan) and plan.key == "name"  # sizes repeat, names do not
     fast, source = _fast_and_source(lakewarden, table_path)
+    # keyed by size instead: one scan per group of distinct sizes, unioned
+    by_size = dataclasses.replace(plan, key="size")
+    assert len(by_size.groups()) == 2
+    grouped = _frame_rows(parquet_frame(lakewarden, table.schema, by_size))
 
     assert sorted(r["id"] for r in fast) == sorted([*range(3, 300), *range(0, 297)])
-    assert fast == source
+    assert fast == source == grouped
 
 
 @pytest.fixture
