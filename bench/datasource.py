@@ -1,6 +1,6 @@
 """The ``lakewarden`` Spark data source against Spark's own parquet reader, on the same bytes.
 
-    .venv/bin/python bench/datasource.py [--size-mb 392] [--files 40] [--runs 3]
+    .venv/bin/python bench/datasource.py [--size-mb 392] [--files 40] [--runs 3] [--query scan-bound]
 
 Builds once (cached under var/bench/datasource/) an Iceberg table of ``--files`` parquet files
 adding up to about ``--size-mb`` (six columns: ids, a double, strings, a timestamp; several row
@@ -10,9 +10,10 @@ the data files.
 
 Each query runs side by side in one Spark session (local[2], warmed up): plain
 ``spark.read.parquet`` over the data files; the workbench's path (``processes.queries``'s views
-over ``read_table``, which takes Spark's parquet reader when nothing needs merging);
-and the same views over the data source itself (``spark.read.format("lakewarden")``), on the table
-without and with deletes. Queries: a group-by with count distinct (the issue's), and a selective range
+over ``read_table``, whose default path is Spark's own parquet reader, with position deletes taken
+out by a bitmap per file on ``_metadata.row_index``: ``storage.spec.spark.rowindex``);
+and the same views over the Python data source itself (``spark.read.format("lakewarden")``, what
+``read_table(via="source")`` reads), on the table without and with deletes. Queries: a group-by with count distinct (the issue's), and a selective range
 filter (row-group skipping). Every answer is checked against pyarrow's over the same rows.
 Results replace the "data source" section of bench/RESULTS.md.
 """
@@ -290,7 +291,11 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=392)
     parser.add_argument("--files", type=int, default=40)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--query", action="append", help="only the queries whose name contains this (repeatable)"
+    )
     args = parser.parse_args()
+    queries = [q for q in QUERIES if not args.query or any(part in q for part in args.query)]
     plain, deleted, paths = build(WORK, args.size_mb, args.files)
     size = sum(os.path.getsize(p.removeprefix("file://")) for p in paths)
     spark = _session()
@@ -302,7 +307,8 @@ def main() -> None:
         "workbench, deletes": ("workbench", deleted, True),
     }
     rows = []
-    for query in QUERIES:
+    load = [os.getloadavg()[0]]
+    for query in queries:
         m = measure(spark, ways, paths, query, args.runs)
         base = m["parquet"]
         rows.append(
@@ -312,16 +318,18 @@ def main() -> None:
             f" | {m['workbench, deletes']:.2f} ({m['workbench, deletes'] / base:.2f}x slower) |"
         )
         print(rows[-1], flush=True)
-    write_section("data source (bench/datasource.py)", _report(size, len(paths), args.runs, rows))
+    load.append(os.getloadavg()[0])
+    write_section("data source (bench/datasource.py)", _report(size, len(paths), args.runs, rows, load))
 
 
-def _report(size: int, files: int, runs: int, rows: list[str]) -> str:
+def _report(size: int, files: int, runs: int, rows: list[str], load: list[float]) -> str:
     return "\n".join(
         [
             f"Input: {size / MIB:.0f} MiB of parquet in {files} files (zstd, row groups of {ROW_GROUP_ROWS:,}"
             " rows), an Iceberg table over them, and a second one over the same files with position"
             f" deletes removing one row in {DELETED_EVERY} of every file. Spark local[2], session warmed up;"
-            f" median of {runs} interleaved runs, planning included; every answer checked against pyarrow's.",
+            f" median of {runs} interleaved runs, planning included; every answer checked against pyarrow's."
+            f" 1-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end (2 cores shared).",
             "",
             "| query | `spark.read.parquet` s | data source s (speed vs parquet) | `read_table` s (speed)"
             " | data source with deletes s (vs parquet) | `read_table` with deletes s (vs parquet) |",
@@ -332,9 +340,11 @@ def _report(size: int, files: int, runs: int, rows: list[str]) -> str:
             " deletes.",
             "",
             "- `read_table` is what the workbench and every Spark job run: Spark's own parquet reader"
-            " over the files the spec API lists when their layout is plain and nothing needs merging;"
-            ' the data source (forced here with `spark.read.format("lakewarden")`) reads the rest'
-            " (deletes, merge-on-read logs, renamed columns, object stores without s3a)",
+            " over the files the spec API lists (`storage.spec.spark.rowindex`), with position deletes"
+            " and deletion vectors taken out by each file's bitmap of deleted rows read at"
+            " `_metadata.row_index` (a broadcast join on `_metadata.file_size` brings the bitmap);"
+            ' the Python data source (forced here with `spark.read.format("lakewarden")`) reads the'
+            " rest (equality deletes, merge-on-read logs, renamed columns, object stores without s3a)",
             "- the data source's path is the workbench's: `sql_over_views` plans the query over full-width"
             " views, reads from Spark's optimized plan the columns each data-source relation needs (and"
             " the columns of filters pushed into it) and reads only those; the file reader skips row"
