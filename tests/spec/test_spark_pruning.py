@@ -42,9 +42,11 @@ def _scan_columns(frame) -> list[list[str]]:
     return found
 
 
-def _views(spark, **locations):
+def _views(spark, via="source", **locations):
+    """Views through the data source by default (``via="source"``: read_table's own default for
+    these tables is Spark's parquet reader, which Spark prunes itself)."""
     return {
-        view: (lambda columns, p=path: read_table(spark, str(p), columns=columns))
+        view: (lambda columns, p=path: read_table(spark, str(p), columns=columns, via=via))
         for view, path in locations.items()
     }
 
@@ -52,7 +54,7 @@ def _views(spark, **locations):
 def _full(spark, sql: str, **locations):
     """The query over views that read every column (no pruning)."""
     for view, path in locations.items():
-        read_table(spark, str(path)).createOrReplaceTempView(view)
+        read_table(spark, str(path), via="source").createOrReplaceTempView(view)
     return spark.sql(sql)
 
 
@@ -148,7 +150,7 @@ def test_plain_parquet_views_are_left_to_spark(lakewarden, tmp_path):
         str(path), pa.table({"id": pa.array(range(10), pa.int64()), "name": [f"n{i}" for i in range(10)]})
     )
 
-    frame = sql_over_views(lakewarden, "SELECT sum(id) AS s FROM t", _views(lakewarden, t=path))
+    frame = sql_over_views(lakewarden, "SELECT sum(id) AS s FROM t", _views(lakewarden, via="auto", t=path))
 
     assert _scan_columns(frame) == []  # Spark's own parquet scan, which prunes by itself
     assert frame.collect()[0].s == 45
@@ -175,7 +177,8 @@ def test_a_narrowed_read_the_query_cannot_run_on_falls_back_to_every_column(lake
     # a reader that narrows wrongly (drops a column the query names): the second analysis refuses
     # the query, and it runs over the full view instead of answering with a missing column
     def wrong(columns):
-        return read_table(lakewarden, str(delta_orders), columns=None if columns is None else ["id"])
+        narrowed = None if columns is None else ["id"]
+        return read_table(lakewarden, str(delta_orders), columns=narrowed, via="source")
 
     frame = sql_over_views(lakewarden, "SELECT sum(amount) AS s FROM t WHERE id < 60", {"t": wrong})
 
