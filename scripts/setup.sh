@@ -67,7 +67,7 @@ if [ "$WITH_TEST" = 1 ] && ! command -v prometheus >/dev/null; then apt_install 
 # (runc; netavark, iptables and aardvark-dns give the compose network its names); debootstrap makes the
 # Debian base where no registry answers.
 if [ "$WITH_TEST" = 1 ] && { ! command -v podman >/dev/null || ! command -v debootstrap >/dev/null; } && is_root; then
-  apt_install podman buildah runc debootstrap netavark aardvark-dns iptables fuse-overlayfs slirp4netns uidmap
+  apt_install podman buildah runc debootstrap netavark aardvark-dns iptables fuse-overlayfs slirp4netns uidmap catatonit
 fi
 
 # axe-core, pinned, into the git-ignored tests/e2e/node_modules (installed again only when the pin

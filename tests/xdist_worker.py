@@ -1,7 +1,8 @@
 """What each pytest-xdist worker keeps to itself (loaded with ``-p tests.xdist_worker``, before
 pytest-django imports the settings): ``make test`` (scripts/run_tests.sh) runs every test outside
 tests/e2e on two workers, and these are the machine-wide things two test processes would
-otherwise share. tests/e2e then runs in one process after them: on 2026-11-24, with other jobs
+otherwise share. tests/e2e runs in processes of its own (the browser and served-stack tests beside
+them, the rest after them, as scripts/run_tests.sh says): on 2026-11-24, with other jobs
 loading the machine, two Spark end-to-end tests timed out now and then when they shared the
 machine with a second test process (test_cluster.py: a fresh query after a cancelled and killed
 Spark Connect job; two heavy workers' compactions).

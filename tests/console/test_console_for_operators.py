@@ -352,6 +352,7 @@ EXPECTED_TAGS = {
         "GET /api/v1/resource-groups/",
         "POST /api/v1/resource-groups/",
         "GET /api/v1/resource-groups/{id}/",
+        "GET /api/v1/resource-groups/{id}/report/",
         "PATCH /api/v1/resource-groups/{id}/",
         "DELETE /api/v1/resource-groups/{id}/",
     },
