@@ -32,7 +32,9 @@ def test_every_rendered_document_validates_against_the_kubernetes_schemas(overla
     docs = render(KUBERNETES / "overlays" / overlay)
     for doc in docs:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
-    assert len(docs) == {"quickstart": 17, "production": 10}[overlay]
+    assert (
+        len(docs) == {"quickstart": 17, "production": 12}[overlay]
+    )  # production: + a group's workers and budget
 
 
 def test_a_field_kubernetes_does_not_know_fails_validation():
@@ -81,7 +83,7 @@ def test_lakewarden_pods_run_as_non_root_on_a_read_only_root_with_resources(over
             {"quickstart": "lakewarden:", "production": "registry.example.com/lakewarden:"}[overlay]
         )
     ]
-    assert len(lakewarden) == {"quickstart": 7, "production": 5}[overlay]
+    assert len(lakewarden) == {"quickstart": 7, "production": 6}[overlay]
     for doc in lakewarden:
         pod = _pod(doc)
         assert pod["securityContext"]["runAsNonRoot"] is True, doc["metadata"]["name"]
@@ -162,3 +164,24 @@ def test_renderer_refuses_a_kustomize_field_it_does_not_know(tmp_path):
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({"resources": [], "configMapGenerator": []}))
     with pytest.raises(ValueError, match="configMapGenerator"):
         render(tmp_path)
+
+
+def test_a_resource_groups_workers_take_only_that_groups_queue(settings):
+    """Issue 31/33: the production overlay's worker Deployment for a group named ``etl`` consumes
+    the queue the scheduler sends that group's processes to, and its pods are its own (neither
+    the heavy workers' Deployment nor their disruption budget selects them)."""
+    from processes.groups.models import ResourceGroup
+
+    docs = _by_name(render(KUBERNETES / "overlays" / "production"))
+    config = docs[("ConfigMap", "lakewarden")]["data"]
+    settings.LAKEWARDEN_HEAVY_QUEUE = config.get("LAKEWARDEN_HEAVY_QUEUE", "lakewarden.heavy")
+    group = docs[("Deployment", "lakewarden-worker-group-etl")]
+    args = _pod(group)["containers"][0]["args"]
+    assert args[: args.index("--queue") + 2][-1] == ResourceGroup(name="etl").effective_queue
+    assert ResourceGroup(name="etl").effective_queue == "lakewarden.heavy.etl"
+    labels = group["spec"]["template"]["metadata"]["labels"]
+    heavy = docs[("Deployment", "lakewarden-worker-heavy")]["spec"]["selector"]["matchLabels"]
+    assert not set(heavy.items()) <= set(labels.items())
+    budget = docs[("PodDisruptionBudget", "lakewarden-worker-group-etl")]["spec"]
+    assert budget["selector"]["matchLabels"] == labels
+    assert _pod(group)["terminationGracePeriodSeconds"] == 600
