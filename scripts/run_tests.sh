@@ -37,7 +37,7 @@ fi
 
 workers=${PYTEST_WORKERS:-2}
 beside=(tests/e2e/test_browser.py tests/e2e/test_browser_accessibility.py
-    tests/e2e/test_browser_table_tabs.py tests/e2e/test_served_stack.py
+    tests/e2e/test_browser_table_tabs.py tests/e2e/test_browser_teams.py tests/e2e/test_served_stack.py
     tests/e2e/test_celery_worker.py tests/e2e/test_fresh_figures_e2e.py)
 if [[ -n "${E2E_AFTER:-}" ]]; then
     beside=()

@@ -50,6 +50,14 @@ def _browser_context(request) -> dict:
     }
 
 
+def _error(request, context: dict, *, status: int):
+    """A refusal as the workbench's error fragment. It is marked so htmx swaps it in whatever its
+    status (static/console/lakewarden.js): a 403 or 409 says why, not "the request failed"."""
+    response = render(request, "storage/partials/query_error.html", context, status=status)
+    response["X-Lakewarden-Fragment"] = "error"
+    return response
+
+
 @require_GET
 def workbench(request):
     context = {
@@ -68,7 +76,7 @@ def workbench_tables(request):
     try:
         context = _browser_context(request)
     except ServiceError as error:
-        return render(request, "storage/partials/query_error.html", {"message": error.message}, status=400)
+        return _error(request, {"message": error.message}, status=400)
     return render(request, "storage/partials/schema_tables.html", context)
 
 
@@ -94,19 +102,16 @@ def query_run(request):
             f"the query is {len(request.POST['sql']):,} characters long; the limit is {MAX_SQL_CHARACTERS:,}"
         )
         # 400, not the API's 413: htmx swaps a 400's fragment in (static/console/lakewarden.js).
-        return render(request, "storage/partials/query_error.html", {"message": message}, status=400)
+        return _error(request, {"message": message}, status=400)
     form = QueryForm(request.POST)
     if not form.is_valid():
-        return render(
-            request, "storage/partials/query_error.html", {"message": "write a query first"}, status=400
-        )
+        return _error(request, {"message": "write a query first"}, status=400)
     backend = None
     if form.cleaned_data["storage"]:
         backend = StorageBackend.objects.filter(name=form.cleaned_data["storage"]).first()
         if backend is None:
-            return render(
+            return _error(
                 request,
-                "storage/partials/query_error.html",
                 {"message": f"no storage named {form.cleaned_data['storage']!r}"},
                 status=400,
             )
@@ -119,9 +124,7 @@ def query_run(request):
             engine=form.cleaned_data["engine"] or QueryEngine.AUTO,
         )
     except ServiceError as error:
-        return render(
-            request, "storage/partials/query_error.html", {"message": error.message}, status=error.status_code
-        )
+        return _error(request, {"message": error.message}, status=error.status_code)
     return _changed(render(request, "storage/partials/query.html", _query_context(request, query)))
 
 
@@ -145,13 +148,11 @@ def query_export(request, pk: int, fmt: str):
     )
     if fmt not in query_export_formats.FORMATS:
         message = f"export format must be csv or parquet, not {shown(fmt)}"
-        return render(request, "storage/partials/query_error.html", {"message": message}, status=400)
+        return _error(request, {"message": message}, status=400)
     try:
         export = query_export_formats.query_export_open(query=query)
     except ServiceError as error:
-        return render(
-            request, "storage/partials/query_error.html", {"message": error.message}, status=error.status_code
-        )
+        return _error(request, {"message": error.message}, status=error.status_code)
     chunks = query_export_formats.csv_chunks if fmt == "csv" else query_export_formats.parquet_chunks
     response = StreamingHttpResponse(
         chunks(export),
@@ -175,9 +176,7 @@ def query_cancel(request, pk: int):
     try:
         query = queries.query_cancel(query=query)
     except ServiceError as error:
-        return render(
-            request, "storage/partials/query_error.html", {"message": error.message}, status=error.status_code
-        )
+        return _error(request, {"message": error.message}, status=error.status_code)
     return _changed(render(request, "storage/partials/query.html", _query_context(request, query)))
 
 

@@ -2,7 +2,7 @@
 document.addEventListener("htmx:responseError", (event) => {
   // Show a failed fragment request instead of failing silently; 400 bodies are already fragments.
   const status = event.detail.xhr.status;
-  if (status !== 400) {
+  if (status !== 400 && event.detail.xhr.getResponseHeader("X-Lakewarden-Fragment") !== "error") {
     const target = event.detail.target;
     const note = document.createElement("p");
     note.className = "error";
@@ -11,8 +11,10 @@ document.addEventListener("htmx:responseError", (event) => {
   }
 });
 document.addEventListener("htmx:beforeSwap", (event) => {
-  // Validation errors come back as 400 with the re-rendered form: swap them in.
-  if (event.detail.xhr.status === 400) {
+  // Validation errors come back as 400 with the re-rendered form, and refusals marked as error
+  // fragments (a 403 naming the tables a query may not read) with their reason: swap them in.
+  const xhr = event.detail.xhr;
+  if (xhr.status === 400 || (xhr.status >= 400 && xhr.getResponseHeader("X-Lakewarden-Fragment") === "error")) {
     event.detail.shouldSwap = true;
     event.detail.isError = false;
   }
