@@ -437,15 +437,26 @@ def test_an_iceberg_snapshot_before_any_delete_is_plain(lakewarden, iceberg_fixt
 
 
 @pytest.mark.spark
-def test_partition_columns_kept_out_of_delta_files_send_the_read_to_the_data_source(lakewarden, delta_orders):
+def test_partition_columns_kept_out_of_delta_files_are_joined_to_sparks_parquet_read(
+    lakewarden, delta_orders
+):
+    """Delta keeps partition values in its log, not in the files: the read is Spark's Parquet
+    reader over the pruned files (only region=sa's), with the values joined from the log; the
+    rows equal the spec API's and the data source's."""
     table = load_table(str(delta_orders))
     assert not any(s.delete_files for s in table.file_index().list_files_at())
+    assert parquet_paths_if_plain(table) is None  # not plain: the partition column is not in the files
 
     frame = read_table(lakewarden, str(delta_orders), filters="region = 'sa'")
+    source = read_table(lakewarden, str(delta_orders), filters="region = 'sa'", via="source")
 
-    assert parquet_paths_if_plain(table) is None
-    assert not frame.inputFiles()
-    assert _spark_rows(frame) == _spec_rows(delta_orders, filters="region = 'sa'")
+    files = frame.inputFiles()
+    assert files and all("/region=sa/" in path for path in files), files
+    assert not source.inputFiles()
+    expected = _spec_rows(delta_orders, filters="region = 'sa'")
+    assert expected and {row["region"] for row in expected} == {"sa"}
+    assert _spark_rows(frame) == expected
+    assert _spark_rows(source) == expected
 
 
 @pytest.mark.spark
