@@ -36,6 +36,18 @@ def render_page(
     return response
 
 
+#: Marks a 4xx fragment that says why a request was refused: static/console/lakewarden.js swaps it
+#: in whatever its status (htmx swaps only 2xx, and 400 by that script), instead of "the request
+#: failed".
+ERROR_FRAGMENT_HEADER = "X-Lakewarden-Fragment"
+
+
+def error_fragment(response: HttpResponse) -> HttpResponse:
+    """``response`` (a refusal rendered as a fragment) marked to be swapped in as it is."""
+    response[ERROR_FRAGMENT_HEADER] = "error"
+    return response
+
+
 def hx_redirect(request, to) -> HttpResponse:
     """After a POST: an htmx request gets 204 with ``HX-Redirect`` (htmx navigates), a plain form
     post a 302. ``to`` is a URL, a URL name or a model, as for ``redirect``."""

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from console.api.limits import MAX_SQL_CHARACTERS
 from console.decorators import role_required
 from console.forms import QueryForm
-from console.htmx import is_fragment, render_page
+from console.htmx import error_fragment, is_fragment, render_page
 from console.roles import OPERATOR
 from console.table_shape import table_shape
 from console.teams.access import cached_results_visible, queries_visible, visible
@@ -51,11 +51,9 @@ def _browser_context(request) -> dict:
 
 
 def _error(request, context: dict, *, status: int):
-    """A refusal as the workbench's error fragment. It is marked so htmx swaps it in whatever its
-    status (static/console/lakewarden.js): a 403 or 409 says why, not "the request failed"."""
-    response = render(request, "storage/partials/query_error.html", context, status=status)
-    response["X-Lakewarden-Fragment"] = "error"
-    return response
+    """A refusal as the workbench's error fragment, swapped in whatever its status: a 403 or 409
+    says why, not "the request failed"."""
+    return error_fragment(render(request, "storage/partials/query_error.html", context, status=status))
 
 
 @require_GET
