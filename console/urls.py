@@ -118,6 +118,13 @@ console_patterns += [
     path("alerts/channels/<int:pk>/test/", alert_views.alert_channel_test, name="alert-channel-test"),
     path("alerts/channels/<int:pk>/toggle/", alert_views.alert_channel_toggle, name="alert-channel-toggle"),
     path("alerts/rules/<int:pk>/toggle/", alert_views.alert_rule_toggle, name="alert-rule-toggle"),
+    # Issue 32: the forms that create, edit and delete channels and rules (a team's, for its operators).
+    path("alerts/channels/new/", alert_views.alert_channel_create, name="alert-channel-create"),
+    path("alerts/channels/<int:pk>/edit/", alert_views.alert_channel_edit, name="alert-channel-edit"),
+    path("alerts/channels/<int:pk>/delete/", alert_views.alert_channel_delete, name="alert-channel-delete"),
+    path("alerts/rules/new/", alert_views.alert_rule_create, name="alert-rule-create"),
+    path("alerts/rules/<int:pk>/edit/", alert_views.alert_rule_edit, name="alert-rule-edit"),
+    path("alerts/rules/<int:pk>/delete/", alert_views.alert_rule_delete, name="alert-rule-delete"),
 ]
 
 # Resource groups (issue 31): the capacity page (groups, workers, queue depth, backlog, budgets).

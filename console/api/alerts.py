@@ -1,10 +1,13 @@
 """``/api/v1/alert-channels/``: list, create, read, delete notification channels and
 ``POST .../<id>/test/`` to send a test alert; ``/api/v1/alert-rules/``: list, create, read, change,
-delete the rules; ``/api/v1/alert-deliveries/``: the delivery record.
+delete the rules; ``/api/v1/alert-deliveries/``: the delivery record; ``/api/v1/alert-episodes/``:
+the episodes (newest first), read only.
 
 Admins see and change all of it. Under teams (issue 32) a member of a team with the operator role
 sees and changes their teams' channels and rules and the deliveries to their channels, nothing
-else (another team's is 404); everyone else gets 403 (a webhook URL is a secret of sorts)."""
+else (another team's is 404), and reads the episodes of their rules and those about their tables,
+whoever's rule fired (an episode names its rule, never the rule's channels); everyone else gets 403
+(a webhook URL is a secret of sorts)."""
 
 from __future__ import annotations
 
@@ -17,10 +20,22 @@ from rest_framework.response import Response
 from console.api.base import ApiDefaults
 from console.api.storage import NameField
 from console.roles import ADMIN, has_role
-from console.teams.access import alerts_allowed, owned_visible, teams_of
-from console.teams.models import Team
+from console.teams.access import (
+    alert_teams_assignable,
+    alerts_allowed,
+    episodes_visible,
+    owned_visible,
+    teams_of,
+)
 from processes.alerts import services
-from processes.alerts.models import AlertChannel, AlertDelivery, AlertRule, ChannelKind, RuleKind
+from processes.alerts.models import (
+    AlertChannel,
+    AlertDelivery,
+    AlertEpisode,
+    AlertRule,
+    ChannelKind,
+    RuleKind,
+)
 
 TEAM_HELP = "The owning team's name: it hears of (watches) the team's tables only. Blank: an admin's"
 
@@ -31,7 +46,7 @@ class TeamField(NameField):
     def get_queryset(self):
         request = self.context.get("request")
         user = getattr(request, "user", None)
-        return Team.objects.all() if has_role(user, ADMIN) else teams_of(user)
+        return alert_teams_assignable(user)
 
 
 def _owner(serializer: serializers.Serializer) -> int | None:
@@ -105,6 +120,17 @@ class AlertDeliverySerializer(serializers.ModelSerializer):
         ]
 
 
+class AlertEpisodeSerializer(serializers.ModelSerializer):
+    rule = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    rule_team = serializers.SlugRelatedField(
+        source="rule.team", slug_field="name", read_only=True, help_text="null: an admin's rule"
+    )
+
+    class Meta:
+        model = AlertEpisode
+        fields = ["id", "rule", "rule_team", "subject", "message", "first_seen_at", "fired_at", "resolved_at"]
+
+
 class AlertsPermission(BasePermission):
     """Admins, and operators who belong to a team (console/teams/access.py ``alerts_allowed``)."""
 
@@ -128,6 +154,9 @@ class AlertChannelViewSet(_Owned, mixins.ListModelMixin, mixins.RetrieveModelMix
     serializer_class = AlertChannelSerializer
     queryset = AlertChannel.objects.none()
     model = AlertChannel
+
+    def perform_destroy(self, instance) -> None:
+        services.channel_delete(channel=instance)
 
     def create(self, request):
         data = AlertChannelSerializer(data=request.data, context=self.get_serializer_context())
@@ -158,6 +187,9 @@ class AlertRuleViewSet(_Owned, mixins.ListModelMixin, mixins.RetrieveModelMixin,
     def get_queryset(self):
         return super().get_queryset().prefetch_related("channels")
 
+    def perform_destroy(self, instance) -> None:
+        services.rule_delete(rule=instance)
+
     @extend_schema(request=AlertRuleSerializer, responses={201: AlertRuleSerializer})
     def create(self, request):
         """A rule; a team's watches only the team's tables (``process_failed``, ``table_health``)
@@ -185,3 +217,16 @@ class AlertDeliveryViewSet(_Owned, mixins.ListModelMixin):
     queryset = AlertDelivery.objects.none()
     model = AlertDelivery
     via = "channel__team"
+
+
+class AlertEpisodeViewSet(ApiDefaults, mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Episodes, newest first: an admin's all; a team member's those of their teams' rules and those
+    about a table they may see, whoever's rule fired."""
+
+    permission_classes = [AlertsPermission]
+    serializer_class = AlertEpisodeSerializer
+    queryset = AlertEpisode.objects.none()
+
+    def get_queryset(self):
+        episodes = AlertEpisode.objects.select_related("rule__team").order_by("-first_seen_at", "-id")
+        return episodes_visible(self.request.user, episodes)

@@ -34,13 +34,19 @@ from console.api.audit import AuditEventListView  # noqa: E402
 urlpatterns += [path("audit/", AuditEventListView.as_view(), name="audit-list")]
 
 # Alerts (issue 16): notification channels (with "send test") and the delivery record, admin role.
-from console.api.alerts import AlertChannelViewSet, AlertDeliveryViewSet, AlertRuleViewSet  # noqa: E402
+from console.api.alerts import (  # noqa: E402
+    AlertChannelViewSet,
+    AlertDeliveryViewSet,
+    AlertEpisodeViewSet,
+    AlertRuleViewSet,
+)
 
 alert_router = ApiRouter(trailing_slash=True)
 alert_router.include_root_view = False
 alert_router.register("alert-channels", AlertChannelViewSet, basename="alert-channel")
 alert_router.register("alert-rules", AlertRuleViewSet, basename="alert-rule")
 alert_router.register("alert-deliveries", AlertDeliveryViewSet, basename="alert-delivery")
+alert_router.register("alert-episodes", AlertEpisodeViewSet, basename="alert-episode")
 urlpatterns += alert_router.urls
 
 # Resource groups (issue 31): queues and budgets; operators read, admins write.

@@ -38,6 +38,13 @@ ACTIONS: dict[str, dict[str, str]] = {
     "console:storage-delete": {ANY: "storage.delete"},
     "console:alert-channel-toggle": {ANY: "alert-channel.update"},
     "console:alert-rule-toggle": {ANY: "alert-rule.update"},
+    "console:alert-channel-test": {ANY: "alert-channel.test"},
+    "console:alert-channel-create": {"POST": "alert-channel.create"},
+    "console:alert-channel-edit": {"POST": "alert-channel.update"},
+    "console:alert-channel-delete": {ANY: "alert-channel.delete"},
+    "console:alert-rule-create": {"POST": "alert-rule.create"},
+    "console:alert-rule-edit": {"POST": "alert-rule.update"},
+    "console:alert-rule-delete": {ANY: "alert-rule.delete"},
     "console:resource-group-create": {ANY: "resource-group.create"},
     "console:resource-group-update": {ANY: "resource-group.update"},
     # REST API
@@ -61,12 +68,20 @@ ACTIONS: dict[str, dict[str, str]] = {
     "query-cancel": {ANY: "query.cancel"},
     "cached-result-detail": {"DELETE": "cached-result.drop"},
     "cached-result-invalidate": {ANY: "cached-result.invalidate"},
+    "alert-channel-list": {"POST": "alert-channel.create"},
+    "alert-channel-detail": {"DELETE": "alert-channel.delete"},
+    "alert-channel-test": {ANY: "alert-channel.test"},
+    "alert-rule-list": {"POST": "alert-rule.create"},
+    "alert-rule-detail": {"PATCH": "alert-rule.update", "DELETE": "alert-rule.delete"},
     "resource-group-list": {"POST": "resource-group.create"},
     "resource-group-detail": {"PATCH": "resource-group.update", "DELETE": "resource-group.delete"},
 }
 
-# Where a URL's ``pk`` points, by the first word of its name (``process-kill`` -> Process).
+# Where a URL's ``pk`` points, by the first two words of its name or else the first
+# (``alert-rule-edit`` -> AlertRule, ``process-kill`` -> Process).
 TARGETS: dict[str, str] = {
+    "alert-channel": "processes.AlertChannel",
+    "alert-rule": "processes.AlertRule",
     "catalog": "storage.Catalog",
     "table": "storage.Table",
     "process": "processes.Process",
@@ -136,8 +151,8 @@ def target_of(view_name: str, kwargs: dict[str, Any]) -> tuple[str, str, str]:
         model, _ = _admin_parts(view_name)
         pk = kwargs.get("object_id")
     else:
-        name = view_name.split(":")[-1]
-        label = TARGETS.get(name.split("-")[0])
+        words = view_name.split(":")[-1].split("-")
+        label = TARGETS.get("-".join(words[:2])) or TARGETS.get(words[0])
         model = apps.get_model(label) if label else None
         pk = kwargs.get("pk")
     if model is None:

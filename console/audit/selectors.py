@@ -15,6 +15,7 @@ from django_filters.fields import IsoDateTimeField
 from console.audit.models import AuditEvent
 from console.teams import access
 from console.teams.models import Grant, Team
+from processes.alerts.models import AlertChannel, AlertRule
 from processes.models import Process, Query
 from storage.models import CachedResult, Table
 
@@ -96,9 +97,10 @@ def _targets(label: str, queryset: QuerySet) -> Q:
 
 def audit_visible(user, events: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
     """The events ``user`` may read (issue 32). Admins, and everyone while no team exists: all of
-    them. A team owner: their own, and those whose target is a table or process they see, a query
-    of theirs, a cached result they may read, or one of the teams they own (and its grants).
-    Anyone else: their own only."""
+        them. A team owner: their own, and those whose target is a table or process they see, a query
+        of theirs, a cached result they may read, or one of the teams they own (and its grants, alert
+    channels and alert rules).
+        Anyone else: their own only."""
     if access.unrestricted(user):
         return events
     if not getattr(user, "is_authenticated", False):
@@ -115,6 +117,8 @@ def audit_visible(user, events: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
             )
             | _targets(Team._meta.label, owned)
             | _targets(Grant._meta.label, Grant.objects.filter(team__in=owned.values("pk")))
+            | _targets(AlertChannel._meta.label, AlertChannel.objects.filter(team__in=owned.values("pk")))
+            | _targets(AlertRule._meta.label, AlertRule.objects.filter(team__in=owned.values("pk")))
         )
     return events.filter(condition)
 

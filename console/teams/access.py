@@ -31,6 +31,7 @@ from console.teams.models import OPERATOR as GRANT_OPERATOR
 from console.teams.models import OWNER as GRANT_OWNER
 from console.teams.models import VIEWER as GRANT_VIEWER
 from console.teams.models import Grant, MetricsToken, Team, TeamMember, roles_at_least
+from processes.alerts.selectors import episodes_about_tables_q, with_subject_table
 from storage.access import cached_results_readable
 from storage.models import Catalog, Table
 from storage.selectors import catalog_tables_q
@@ -242,6 +243,24 @@ def owned_visible(user, queryset: QuerySet, *, via: str = "team") -> QuerySet:
     if has_role(user, ADMIN):
         return queryset
     return queryset.filter(**{f"{via}__in": teams_of(user).values("pk")})
+
+
+def alert_teams_assignable(user) -> QuerySet[Team]:
+    """The teams ``user`` may give a new alert channel or rule: any (or none: an admin's) for an
+    admin, else one of their own teams."""
+    return Team.objects.all() if has_role(user, ADMIN) else teams_of(user)
+
+
+def episodes_visible(user, queryset: QuerySet) -> QuerySet:
+    """Alert episodes: every one for an admin; else those of the user's teams' rules and those
+    about a table the user may see, whoever's rule fired (the rule's channels are not shown
+    with them: ``owned_visible`` keeps those to their teams)."""
+    if has_role(user, ADMIN):
+        return queryset
+    if not getattr(user, "is_authenticated", False):
+        return queryset.none()
+    mine = Q(rule__team__in=teams_of(user).values("pk"))
+    return with_subject_table(queryset).filter(mine | episodes_about_tables_q(tables_visible_to(user)))
 
 
 def scope_owned(team: Team, grant: Grant) -> bool:

@@ -41,11 +41,32 @@ def channel_create(
         raise Conflict(f"an alert channel named {name!r} exists") from None
 
 
-def channel_update(*, channel: AlertChannel, enabled: bool) -> AlertChannel:
-    """Switch a channel on or off (a channel that is off receives nothing, tests aside)."""
-    channel.enabled = enabled
-    channel.save(update_fields=["enabled"])
+CHANNEL_CHANGES = ("name", "kind", "url", "recipients", "enabled")
+
+
+def channel_update(*, channel: AlertChannel, **changes: Any) -> AlertChannel:
+    """Change a channel's ``name``, ``kind``, ``url``, ``recipients`` or ``enabled`` (a channel
+    that is off receives nothing, tests aside); its team stays (its rules send to it as the
+    team's). Checked as a new channel is; nothing is saved when refused."""
+    unknown = sorted(set(changes) - set(CHANNEL_CHANGES))
+    if unknown:
+        raise InvalidInput(f"a channel's {', '.join(unknown)} cannot be changed", field=unknown[0])
+    merged = {key: changes.get(key, getattr(channel, key)) for key in ("kind", "url", "recipients")}
+    check_channel(merged["kind"], merged["url"], merged["recipients"])
+    try:
+        with transaction.atomic():
+            AlertChannel.objects.filter(pk=channel.pk).update(**changes)
+    except IntegrityError:
+        raise Conflict(f"an alert channel named {changes.get('name')!r} exists") from None
+    for key, value in changes.items():
+        setattr(channel, key, value)
     return channel
+
+
+def channel_delete(*, channel: AlertChannel) -> None:
+    """Delete a channel with its delivery record; a rule that named only it sends to every
+    enabled channel (of the rule's team) from then on."""
+    channel.delete()
 
 
 def channel_send_test(*, channel: AlertChannel) -> AlertDelivery:
@@ -125,3 +146,8 @@ def rule_update(
         if channels is not None:
             rule.channels.set(chosen)
     return rule
+
+
+def rule_delete(*, rule: AlertRule) -> None:
+    """Delete a rule with its episodes (and their deliveries)."""
+    rule.delete()

@@ -158,6 +158,31 @@ RULES: dict[str, Rule] = {
     "console:alert-channel-test": Rule(CONSOLE, {"POST": ADMIN}, obj="alert_channel", body=lambda lake: {}),
     "console:alert-channel-toggle": Rule(CONSOLE, {"POST": ADMIN}, obj="alert_channel", body=lambda lake: {}),
     "console:alert-rule-toggle": Rule(CONSOLE, {"POST": ADMIN}, obj="alert_rule", body=lambda lake: {}),
+    # Issue 32: the channel and rule forms (a team's operators too: tests/teams/test_alert_console.py).
+    "console:alert-channel-create": Rule(
+        CONSOLE,
+        {"GET": ADMIN, "POST": ADMIN},
+        body=lambda lake: {"name": "matrix-new", "kind": "webhook", "url": "http://example.org/hook"},
+    ),
+    "console:alert-channel-edit": Rule(
+        CONSOLE,
+        {"GET": ADMIN, "POST": ADMIN},
+        obj="alert_channel",
+        body=lambda lake: {"name": "matrix-edit", "kind": "email", "recipients": "ops@example.org"},
+    ),
+    "console:alert-channel-delete": Rule(CONSOLE, {"POST": ADMIN}, obj="alert_channel", body=lambda lake: {}),
+    "console:alert-rule-create": Rule(
+        CONSOLE,
+        {"GET": ADMIN, "POST": ADMIN},
+        body=lambda lake: {"name": "matrix-new", "kind": "process_failed", "threshold": 60, "minutes": 0},
+    ),
+    "console:alert-rule-edit": Rule(
+        CONSOLE,
+        {"GET": ADMIN, "POST": ADMIN},
+        obj="alert_rule",
+        body=lambda lake: {"threshold": 70, "minutes": 0},
+    ),
+    "console:alert-rule-delete": Rule(CONSOLE, {"POST": ADMIN}, obj="alert_rule", body=lambda lake: {}),
     # Resource groups (issue 31): the capacity page, operators and admins.
     "console:capacity": Rule(CONSOLE, {"GET": OPERATOR}),
     "console:resource-group-create": Rule(
@@ -302,6 +327,8 @@ RULES: dict[str, Rule] = {
         body=lambda lake: {"threshold": 70},
     ),
     "alert-delivery-list": Rule(API, {"GET": ADMIN}),
+    # Issue 32: episodes, read only (a team's operators: theirs and their tables').
+    "alert-episode-list": Rule(API, {"GET": ADMIN}),
     # Resource groups (issue 31): operators read, admins write.
     "resource-group-list": Rule(
         API, {"GET": OPERATOR, "POST": ADMIN}, body=lambda lake: {"name": "matrix-new", "max_concurrency": 2}

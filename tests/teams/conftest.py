@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Group
+from django.utils import timezone
 
 from console.teams.models import Grant, Team, TeamMember
+from processes.alerts.models import AlertChannel, AlertRule, RuleKind
 from processes.models import Process, ProcessStatus
 from storage.models import Catalog, CatalogKind, Table
 from tests.console.tables import write_delta_table
@@ -111,3 +113,35 @@ def lake(db, settings, delta_folders, django_user_model, fast_passwords) -> Lake
         users[username] = user
     users["anonymous"] = None
     return Lake(delta_folders, tables, pending, failed, users, teams)
+
+
+#: channel name: owning team (None: an admin's)
+CHANNELS = {"admins": None, "a-hook": "A", "b-hook": "B"}
+#: rule name: (kind, owning team)
+RULES = {
+    "every-failure": (RuleKind.PROCESS_FAILED, None),
+    "a-failures": (RuleKind.PROCESS_FAILED, "A"),
+    "silence": (RuleKind.SERVICE_SILENT, None),
+}
+
+
+@pytest.fixture
+def alerting(lake):
+    channels = {
+        name: AlertChannel.objects.create(
+            name=name,
+            kind="email",
+            recipients=f"{name}@example.org",
+            team=lake.teams[team] if team else None,
+        )
+        for name, team in CHANNELS.items()
+    }
+    rules = {
+        name: AlertRule.objects.create(name=name, kind=kind, team=lake.teams[team] if team else None)
+        for name, (kind, team) in RULES.items()
+    }
+    # Every table's FAILED process is final (no retry budget left).
+    Process.objects.filter(pk__in=[p.pk for p in lake.failed.values()]).update(
+        finished_at=timezone.now(), max_retries=0
+    )
+    return channels, rules

@@ -10,19 +10,11 @@ from django.utils import timezone
 
 from console.alerts_admin import AlertRuleForm
 from processes.alerts.evaluation import channels_for, evaluate_rule
-from processes.alerts.models import AlertChannel, AlertDelivery, AlertEpisode, AlertRule, RuleKind
-from processes.models import Process
+from processes.alerts.models import AlertChannel, AlertDelivery, AlertEpisode, AlertRule
+from tests.teams.conftest import CHANNELS, RULES
 
 pytestmark = pytest.mark.django_db
 
-#: channel name: owning team (None: an admin's)
-CHANNELS = {"admins": None, "a-hook": "A", "b-hook": "B"}
-#: rule name: (kind, owning team)
-RULES = {
-    "every-failure": (RuleKind.PROCESS_FAILED, None),
-    "a-failures": (RuleKind.PROCESS_FAILED, "A"),
-    "silence": (RuleKind.SERVICE_SILENT, None),
-}
 #: what each user sees: (channels, rules); None: refused (403)
 SEES = {
     "alice": ({"a-hook"}, {"a-failures"}),
@@ -32,28 +24,6 @@ SEES = {
     "olga": None,  # an operator in no team
     "root": (set(CHANNELS), set(RULES)),
 }
-
-
-@pytest.fixture
-def alerting(lake):
-    channels = {
-        name: AlertChannel.objects.create(
-            name=name,
-            kind="email",
-            recipients=f"{name}@example.org",
-            team=lake.teams[team] if team else None,
-        )
-        for name, team in CHANNELS.items()
-    }
-    rules = {
-        name: AlertRule.objects.create(name=name, kind=kind, team=lake.teams[team] if team else None)
-        for name, (kind, team) in RULES.items()
-    }
-    # Every table's FAILED process is final (no retry budget left).
-    Process.objects.filter(pk__in=[p.pk for p in lake.failed.values()]).update(
-        finished_at=timezone.now(), max_retries=0
-    )
-    return channels, rules
 
 
 def _heard(rule: AlertRule, lake) -> dict[str, set[str]]:
