@@ -39,3 +39,20 @@ def refuse_conflicting_plugins(**_kwargs) -> None:
         coordinators(configured_factories())
     except PluginConflict as conflict:
         raise SystemExit(f"lakewarden: {conflict}") from None
+
+
+@signals.heartbeat_sent.connect
+def record_worker_alive(sender: Any = None, **_kwargs) -> None:
+    """The worker's own liveness record, on each of Celery's worker heartbeats (every 2 s, from
+    the worker's main process): what the reapers go by (processes/workers.py)."""
+    from processes.workers import record_worker_alive as record
+
+    record(sender.eventer)
+
+
+@signals.worker_shutdown.connect
+def forget_worker(sender: Any = None, **_kwargs) -> None:
+    """A worker that stops cleanly is known gone at once, not after the reapers' tolerance."""
+    from processes.workers import forget_worker as forget
+
+    forget(sender.hostname)

@@ -303,6 +303,12 @@ CELERY_WORKER_DISABLE_PREFETCH = CELERY_BROKER_URL.startswith(("redis:", "rediss
     "LAKEWARDEN_DISABLE_PREFETCH", True
 )
 LAKEWARDEN_HEARTBEAT_SECONDS = env_int("LAKEWARDEN_HEARTBEAT_SECONDS", 5, minimum=1)
+# A running process or query silent for three heartbeats and this many seconds at least has lost
+# its worker, unless the worker says it still runs it (processes/workers.py); the reapers ask the
+# workers and wait LAKEWARDEN_INSPECT_TIMEOUT_SECONDS at most for an answer (only a worker that
+# does not answer costs the whole wait).
+LAKEWARDEN_WORKER_LOST_SECONDS = env_int("LAKEWARDEN_WORKER_LOST_SECONDS", 10, minimum=1)
+LAKEWARDEN_INSPECT_TIMEOUT_SECONDS = env_int("LAKEWARDEN_INSPECT_TIMEOUT_SECONDS", 5, minimum=1)
 LAKEWARDEN_SCHEDULER_SECONDS = env_int("LAKEWARDEN_SCHEDULER_SECONDS", 30, minimum=1)
 # Due tables asked in order of benefit per cost, below the minimum benefit skipped (processes/ranking.py);
 # false: the older order (longest since its last evaluation first), nothing skipped.
@@ -347,7 +353,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "processes.tasks.store_health_task",
         "schedule": env_int("LAKEWARDEN_HEALTH_SECONDS", 600, minimum=10),
     },
-    # Twice per heartbeat: a lost worker's process is failed within two heartbeats.
+    # Twice per heartbeat: a lost worker's process is failed half a heartbeat after it is known lost.
     "reap-processes": {
         "task": "processes.tasks.reap_processes_task",
         "schedule": LAKEWARDEN_HEARTBEAT_SECONDS / 2,

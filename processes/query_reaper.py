@@ -1,9 +1,10 @@
 """Workbench queries that lost their worker or their message, as processes have it
 (processes/services.py ``processes_reap``): a running query writes a heartbeat on its row
-(processes/queries.py); the beat task ``reap_queries_task`` fails a RUNNING query whose heartbeat
-stopped (CANCELED when a cancel was asked for) and sends again the task of a PENDING query that no
-broker queue or live worker holds (a Redis restart or a killed worker takes them away). A cancel
-of a query whose worker is gone ends it at once (``query_worker_lost``)."""
+(processes/queries.py); the beat task ``reap_queries_task`` fails a RUNNING query whose worker is
+lost by the rule processes follow too (processes/workers.py: silent long enough, and its worker
+does not say it still runs it; CANCELED when a cancel was asked for) and sends again the task of a
+PENDING query that no broker queue or live worker holds (a Redis restart or a killed worker takes
+them away). A cancel of a query whose heartbeat stopped ends it at once (``query_worker_lost``)."""
 
 from __future__ import annotations
 
@@ -18,21 +19,12 @@ from django.utils import timezone
 
 from processes.models import Query, QueryStatus
 from processes.services import RESEND_GRACE_SECONDS, tasks_held
+from processes.workers import lost_before, still_running
 
 logger = logging.getLogger(__name__)
 
 RUN_QUERY_TASK = "processes.tasks.run_query_task"
 RESEND_PASS_KEY = "lakewarden:queries:resend-pass"
-#: A query's heartbeat is lost after this many heartbeat intervals (and never before this many
-#: seconds): a Spark or DuckDB run keeps the interpreter busy, so its beat may come late.
-LOST_AFTER_BEATS = 3
-LOST_AFTER_MIN_SECONDS = 10.0
-
-
-def query_lost_before(now: dt.datetime | None = None) -> dt.datetime:
-    """A RUNNING query whose last heartbeat is older than this has lost its worker."""
-    seconds = max(settings.LAKEWARDEN_HEARTBEAT_SECONDS * LOST_AFTER_BEATS, LOST_AFTER_MIN_SECONDS)
-    return (now or timezone.now()) - dt.timedelta(seconds=seconds)
 
 
 def _lost(before: dt.datetime) -> Q:
@@ -41,7 +33,7 @@ def _lost(before: dt.datetime) -> Q:
 
 def query_worker_lost(query: Query) -> bool:
     """Whether ``query`` is RUNNING on a worker that stopped heart-beating."""
-    return Query.objects.filter(_lost(query_lost_before()), pk=query.pk, status=QueryStatus.RUNNING).exists()
+    return Query.objects.filter(_lost(lost_before()), pk=query.pk, status=QueryStatus.RUNNING).exists()
 
 
 def query_end_lost(*, query_id: int, now: dt.datetime | None = None) -> str | None:
@@ -49,7 +41,7 @@ def query_end_lost(*, query_id: int, now: dt.datetime | None = None) -> str | No
     FAILED saying since when it was silent. None when it is not (or no longer) such a query."""
     now = now or timezone.now()
     row = (
-        Query.objects.filter(_lost(query_lost_before(now)), pk=query_id, status=QueryStatus.RUNNING)
+        Query.objects.filter(_lost(lost_before(now)), pk=query_id, status=QueryStatus.RUNNING)
         .values("cancel_requested", "heartbeat_at", "started_at", "worker")
         .first()
     )
@@ -71,11 +63,16 @@ def query_end_lost(*, query_id: int, now: dt.datetime | None = None) -> str | No
 
 
 def queries_reap(*, now: dt.datetime | None = None) -> dict[str, int]:
-    """End RUNNING queries whose worker stopped heart-beating; send again lost PENDING ones."""
+    """End RUNNING queries whose worker is lost; send again lost PENDING ones."""
     now = now or timezone.now()
-    lost = Query.objects.filter(_lost(query_lost_before(now)), status=QueryStatus.RUNNING)
+    silent = Query.objects.filter(_lost(lost_before(now)), status=QueryStatus.RUNNING)
+    rows = {
+        pk: (worker, task_id)
+        for pk, worker, task_id in silent.values_list("pk", "worker", "celery_task_id")[:500]
+    }
+    running = still_running(rows)
     counts = {"failed": 0, "canceled": 0}
-    for query_id in lost.values_list("pk", flat=True)[:500]:
+    for query_id in sorted(set(rows) - running):
         status = query_end_lost(query_id=query_id, now=now)
         if status is not None:
             counts["canceled" if status == QueryStatus.CANCELED else "failed"] += 1
@@ -100,6 +97,7 @@ def queries_resend_lost(*, now: dt.datetime | None = None) -> int:
         return 0
     held = tasks_held(settings.LAKEWARDEN_HEAVY_QUEUE)
     if held is None:
+        cache.delete(RESEND_PASS_KEY)  # not known now: asked again at the next pass, not a tick later
         return 0
     # Asking the workers takes a moment: a task that ran meanwhile has left the PENDING rows.
     still_pending = Query.objects.filter(pk__in=overdue, status=QueryStatus.PENDING).values_list(

@@ -34,6 +34,7 @@ from processes.plugin import ProcessInputError
 from processes.previews import preview_record
 from processes.registry import ConfiguredFactory, coordinators, factory_classes, validate_params
 from processes.runtime import TableRuntime
+from processes.workers import ask_workers, lost_before, still_running, task_ids, workers_alive
 from storage.errors import Conflict, InvalidInput, ServiceError
 from storage.io import is_local
 from storage.models import Table
@@ -354,18 +355,35 @@ def _schedule_retry(process: Process) -> None:
 
 
 def processes_reap(*, now: dt.datetime | None = None) -> dict[str, int]:
-    """Fail processes whose worker stopped heart-beating; enforce kill deadlines that passed."""
+    """Fail processes whose worker is lost (processes/workers.py: silent for three heartbeats and
+    ``LAKEWARDEN_WORKER_LOST_SECONDS``, and their worker does not say it still runs them);
+    enforce kill deadlines that passed."""
     now = now or timezone.now()
-    stale_before = now - dt.timedelta(seconds=settings.LAKEWARDEN_HEARTBEAT_SECONDS * 1.5)
-    lost = list(
+    stale_before = lost_before(now)
+    silent = list(
         Process.objects.select_related("table")
         .filter(status__in=STARTED_STATUSES)
         .filter(Q(heartbeat_at__lt=stale_before) | Q(heartbeat_at__isnull=True, started_at__lt=stale_before))
     )
+    running = still_running(
+        {
+            p.pk: (p.worker, p.celery_task_id)
+            for p in silent
+            if p.kill_deadline is None or p.kill_deadline > now
+        }
+    )
     failed = 0
-    for process in lost:
+    for process in silent:
         if process.kill_deadline is not None and process.kill_deadline <= now:
             process_enforce_kill(process_id=process.pk)
+            continue
+        if process.pk in running:
+            logger.info(
+                "process %s: no heartbeat since %s, but %s still runs it",
+                process.pk,
+                (process.heartbeat_at or process.started_at).isoformat(),
+                process.worker,
+            )
             continue
         try:
             process_fail(
@@ -411,6 +429,7 @@ def processes_resend_lost(*, now: dt.datetime | None = None) -> int:
     }
     held = tasks_held(*sorted(queues))
     if held is None:
+        cache.delete(RESEND_PASS_KEY)  # not known now: asked again at the next pass, not a tick later
         return 0
     # Asking the workers takes a moment: a task that ran meanwhile has left the PENDING rows.
     still_pending = Process.objects.select_related("resource_group").filter(
@@ -438,8 +457,10 @@ def redis_queue_keys(queue: str) -> list[str]:
 
 def tasks_held(*queues: str) -> set[str] | None:
     """Ids of the tasks waiting in ``queues`` on a Redis broker or run, reserved or held for later
-    (eta) by a live worker; None when that cannot be known (another broker, no answer): then
-    nothing is re-sent rather than guessed."""
+    (eta) by a live worker; None when that cannot be known (another broker, no answer, a live
+    worker that did not answer in time): then nothing is re-sent rather than guessed. A worker
+    that does not answer is not taken for one that holds nothing: the workers whose own record
+    is fresh (processes/workers.py) must all answer; one whose record went stale is dead."""
     try:
         held: set[str] = set()
         # The queue first, the workers after: a task moves from the queue to a worker, never back,
@@ -452,11 +473,14 @@ def tasks_held(*queues: str) -> set[str] | None:
                 for key in redis_queue_keys(queue):
                     for raw in client.lrange(key, 0, 10_000):
                         held.add(_message_id(raw))
-        inspect = current_app.control.inspect(timeout=2.0)
-        for reply in (inspect.active(), inspect.reserved(), inspect.scheduled()):
-            for tasks in (reply or {}).values():
-                for task in tasks:
-                    held.add(task.get("request", task).get("id", ""))
+        alive = workers_alive()  # None: no records to go by, every worker is asked
+        for method in ("active", "reserved", "scheduled"):
+            answers = ask_workers(method, alive)
+            silent = sorted((alive or set()) - set(answers))
+            if silent:
+                logger.warning("%s did not answer %s: what they hold is unknown", ", ".join(silent), method)
+                return None
+            held |= task_ids(answers)
         return held
     except Exception:
         logger.warning("could not tell which tasks the broker and the workers hold", exc_info=True)

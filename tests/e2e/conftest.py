@@ -151,6 +151,11 @@ class CeleryProcesses:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
 
+    def pool_processes(self, child: subprocess.Popen) -> list[int]:
+        """The pids of a worker's pool processes (the main process's children)."""
+        children = Path(f"/proc/{child.pid}/task/{child.pid}/children").read_text().split()
+        return [int(pid) for pid in children]
+
     def wait_for_workers(self, count: int = 1, timeout: float = 60) -> list[str]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -182,6 +187,11 @@ class CeleryProcesses:
         for _, child, _ in self.children:
             child.wait()
         self.app.conf.task_default_queue = self._previous_queue
+        # Their liveness records would make them look alive to the next test for a while.
+        from processes.workers import forget_worker
+
+        for node in self.nodes:
+            forget_worker(node)
 
 
 def wait_for(condition, *, timeout: float = 60, interval: float = 0.2, message: str = "condition"):
@@ -213,6 +223,16 @@ def only_factory(factory: str, **properties) -> None:
     config.enabled = True
     config.properties = {**config.properties, "interval": 1, **properties}
     config.save()
+
+
+def assert_lost_in_time(failed) -> None:
+    """``failed`` was failed as "worker lost" by the product's rule (processes/workers.py): not
+    before its tolerance of silence, and within the time the reaper promises after it."""
+    from processes.workers import lost_after_seconds, lost_noticed_within
+
+    assert failed.failure.startswith("worker lost: no heartbeat since"), failed.failure
+    silent = (failed.finished_at - failed.heartbeat_at).total_seconds()
+    assert lost_after_seconds() <= silent <= lost_noticed_within(), silent
 
 
 def process_status(pk: int):

@@ -12,6 +12,7 @@ from django.utils import timezone
 from processes import services
 from processes.executor import TableLock, TableLockBusy, run_process
 from processes.models import Process, ProcessStatus
+from processes.workers import lost_after_seconds
 from storage import services as console_services
 from tests.console.tables import write_delta_table
 
@@ -116,7 +117,7 @@ def test_two_maintenance_processes_never_hold_one_table_at_once(test_plugin, del
 def test_the_reaper_fails_a_process_whose_worker_stopped_heart_beating(test_plugin, delta_table, settings):
     settings.LAKEWARDEN_HEARTBEAT_SECONDS = 2
     process = services.process_create(table=delta_table, action="touch")
-    stale = timezone.now() - dt.timedelta(seconds=4)
+    stale = timezone.now() - dt.timedelta(seconds=lost_after_seconds() + 1)
     Process.objects.filter(pk=process.pk).update(
         status=ProcessStatus.RUNNING, started_at=stale, heartbeat_at=stale
     )

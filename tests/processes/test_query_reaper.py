@@ -21,9 +21,9 @@ from processes.query_reaper import (
     RESEND_PASS_KEY,
     queries_reap,
     queries_resend_lost,
-    query_lost_before,
     query_send,
 )
+from processes.workers import lost_before
 
 pytestmark = pytest.mark.django_db
 
@@ -37,7 +37,7 @@ def _query(status: str, *, silent_for: float = 0, **fields) -> Query:
 
 def _silent() -> float:
     """Seconds of silence that make a query lost (a little more than the reaper waits)."""
-    return (timezone.now() - query_lost_before()).total_seconds() + 5
+    return (timezone.now() - lost_before()).total_seconds() + 5
 
 
 def test_a_running_query_whose_heartbeat_stopped_is_failed_naming_its_worker():
