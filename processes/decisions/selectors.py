@@ -11,13 +11,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from processes.decisions.log import KEEP
-from processes.decisions.models import Decision
+from processes.decisions.models import Decision, DecisionKind
 from processes.models import ACTIVE_STATUSES, Process, TableState
 from processes.plugin import known_actions
 from processes.registry import configured_factories
 from processes.runtime import TableRuntime
 from processes.scheduler import evaluated_key, is_manual, seen_snapshot_key
 from storage.models import Table
+
+#: Decisions that leave the pair due: it is looked at again at the next tick.
+WAITS = (DecisionKind.WAITING_SLOT, DecisionKind.WAITING_BUDGET)
 
 ENABLED = "enabled"
 MANUAL = "manual-only"
@@ -106,6 +109,11 @@ def table_maintenance(
                 )
     for action, row in rows.items():
         row.decisions = decisions.pop(action, [])
+        last = row.last_decision
+        if row.last_evaluated_at is None and last is not None and last.kind in WAITS:
+            # A wait leaves the pair due (its evaluation is not stamped), so "never evaluated"
+            # beside "Waiting for a slot" would read as a contradiction.
+            row.next_evaluation = f"at the next tick (due, {last.get_kind_display().lower()})"
     for action, kept in sorted(decisions.items()):  # decided once, no factory serves it now
         rows[action] = ActionMaintenance(
             action, known_actions().get(action, ""), "", DISABLED, note="no enabled factory serves it now"

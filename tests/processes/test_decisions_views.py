@@ -63,7 +63,7 @@ def test_the_api_gives_each_actions_decisions_next_evaluation_and_effective_sett
     assert "runs at most 1 at once (the pair's parallelism)" in decision["reason"]
     assert (
         touch["last_evaluated_at"] is None
-        and touch["next_evaluation"] == "at the next tick (never evaluated)"
+        and touch["next_evaluation"] == "at the next tick (due, waiting for a slot)"
     )
 
     ran_touch = next(
@@ -161,3 +161,19 @@ def test_the_api_reads_a_table_in_the_same_queries_whatever_its_history(test_plu
     assert counts[0] == counts[1]
     touch = next(a for a in bodies["long"]["actions"] if a["action"] == "touch")
     assert [d["reason"] for d in touch["decisions"]] == [f"outcome {i}" for i in reversed(range(5, KEEP + 5))]
+
+
+def test_a_wake_time_in_the_past_is_not_promised_as_a_future_one(test_plugin, client_as, viewer):
+    _configure()
+    table = _table("overslept")
+    past = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    future = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
+
+    Table.objects.filter(pk=table.pk).update(scheduler_wake_at=past)
+    html = client_as(viewer).get(f"/tables/{table.pk}/maintenance/").content.decode()
+    assert "at its next tick (its wake time, 2026-01-02 03:04:05 UTC, has passed)" in html
+    assert "2026-01-02 03:04:05 UTC at the latest" not in html
+
+    Table.objects.filter(pk=table.pk).update(scheduler_wake_at=future)
+    html = client_as(viewer).get(f"/tables/{table.pk}/maintenance/").content.decode()
+    assert f"at {future:%Y-%m-%d %H:%M:%S} UTC at the latest" in html
