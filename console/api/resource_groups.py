@@ -3,8 +3,9 @@ Operators read, admins write; the rules (budgets of at least 1, one group per ta
 kept) are the services' (processes/groups/services.py), so the admin and the API refuse alike.
 
 A team user (console/teams/access.py) lists and reads only the groups holding a table their teams
-may see; a group's ``tables`` and its ``report/`` (cost spent and benefit gained per day and per
-action, processes/groups/report.py) count only those tables."""
+may see; a group's ``tables``, its ``usage`` (their teams' share: ``scope`` "teams") and its
+``report/`` (cost spent and benefit gained per day and per action, processes/groups/report.py)
+count only those tables."""
 
 from __future__ import annotations
 
@@ -28,7 +29,10 @@ class ResourceGroupSerializer(serializers.ModelSerializer):
     effective_queue = serializers.CharField(read_only=True)
     catalogs = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
     tables = serializers.SerializerMethodField(help_text="ids of the tables assigned to it by name")
-    usage = serializers.SerializerMethodField(help_text="budget used and left now, and what was held back")
+    usage = serializers.SerializerMethodField(
+        help_text="budget used and left now, and what was held back; for a team user (scope "
+        "\"teams\") only their teams' share: what their tables' processes use, nothing left or held"
+    )
     warnings = serializers.SerializerMethodField(help_text="e.g. a namespace pattern that matches no table")
 
     class Meta:
@@ -58,7 +62,7 @@ class ResourceGroupSerializer(serializers.ModelSerializer):
         return sorted(assigned.values_list("table_id", flat=True))
 
     def get_usage(self, group) -> dict:
-        return capacity.group_budget(group)
+        return capacity.group_budget(group, tables=self.context.get("tables"))
 
     def get_warnings(self, group) -> list[str]:
         return capacity.group_warnings(group)

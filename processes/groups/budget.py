@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.db import connection
-from django.db.models import Avg, Count, F
+from django.db.models import Avg, Count, F, QuerySet
 from django.utils import timezone
 
 from processes.groups.models import ResourceGroup
@@ -64,20 +64,27 @@ SELECT resource_group_id,
 FROM {process}
 WHERE resource_group_id = ANY(%(groups)s) AND started_at IS NOT NULL AND started_at < %(now)s
   AND ((finished_at IS NULL AND status = ANY(%(started)s)) OR finished_at > %(since)s)
+  {tables}
 GROUP BY resource_group_id
 """
 
 
-def usage(group_ids: list[int], *, now: dt.datetime | None = None) -> dict[int, Usage]:
+def usage(
+    group_ids: list[int], *, now: dt.datetime | None = None, tables: QuerySet | None = None
+) -> dict[int, Usage]:
     """Each group's active processes (by action) and worker-seconds in the rolling hour: two
-    queries for any number of groups."""
+    queries for any number of groups. ``tables`` given (a queryset of tables): counted over those
+    tables' processes only, a share of the group's use (what a team may see of a shared group;
+    admitting a process always counts the whole group)."""
     now = now or timezone.now()
     answer = {pk: Usage(0, 0.0, {}) for pk in group_ids}
+    active = Process.objects.filter(resource_group_id__in=group_ids, status__in=ACTIVE_STATUSES)
+    table_ids = None
+    if tables is not None:
+        table_ids = list(tables.order_by().values_list("pk", flat=True))
+        active = active.filter(table_id__in=table_ids)
     for group_id, action, status, n in (
-        Process.objects.filter(resource_group_id__in=group_ids, status__in=ACTIVE_STATUSES)
-        .order_by()
-        .values_list("resource_group_id", "action", "status")
-        .annotate(n=Count("id"))
+        active.order_by().values_list("resource_group_id", "action", "status").annotate(n=Count("id"))
     ):
         used = answer[group_id]
         used.active += n
@@ -86,12 +93,16 @@ def usage(group_ids: list[int], *, now: dt.datetime | None = None) -> dict[int, 
             used.pending_by_action[action] = used.pending_by_action.get(action, 0) + n
     with connection.cursor() as cursor:
         cursor.execute(
-            _SECONDS_SQL.format(process=Process._meta.db_table),
+            _SECONDS_SQL.format(
+                process=Process._meta.db_table,
+                tables="" if table_ids is None else "AND table_id = ANY(%(tables)s)",
+            ),
             {
                 "now": now,
                 "since": now - WINDOW,
                 "groups": list(group_ids),
                 "started": [str(s) for s in STARTED_STATUSES],
+                "tables": table_ids,
             },
         )
         for group_id, seconds in cursor.fetchall():

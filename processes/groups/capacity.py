@@ -7,8 +7,10 @@ queue, a namespace pattern matches no table), what it spent and gained over the 
 (``processes.groups.executors``).
 
 Scoped by ``tables`` (a team user's visible tables; None: every table): only the groups holding one
-of them are shown, and the waiting counts and the report count only those tables; what the
-scheduler held back is counted over the whole group, so it is shown only unscoped.
+of them are shown, and the budget use, the waiting counts and the report count only those tables
+(the teams' share of a group other teams may share); what tells of the whole group's activity
+(slots and seconds left, the broker queue's depth, busy worker slots, what the scheduler held
+back) is shown only unscoped.
 
 Asking the workers waits the inspect timeout; the answer is shared through the cache for
 ``WORKERS_MAX_AGE`` seconds, so the page and the alert tick ask at most that often.
@@ -97,11 +99,28 @@ def queue_depths(queues: list[str]) -> dict[str, int | None]:
     return depths
 
 
-def group_budget(group: ResourceGroup, *, now: dt.datetime | None = None, used=None) -> dict[str, Any]:
-    """Budget used and left now, and what the scheduler held back at its last tick."""
-    used = used or usage([group.pk], now=now)[group.pk]
+def group_budget(
+    group: ResourceGroup, *, now: dt.datetime | None = None, used=None, tables: QuerySet[Table] | None = None
+) -> dict[str, Any]:
+    """Budget used and left now (``queued``: its processes waiting to start), and what the
+    scheduler held back at its last tick. ``tables`` given (a team user's visible tables): only
+    their share (``scope`` "teams"): what those tables' processes use, without what is left or
+    held back, which tell of the other teams' work in a shared group (``used`` counted so)."""
+    used = used or usage([group.pk], now=now, tables=tables)[group.pk]
+    if tables is not None:
+        return {
+            "scope": "teams",
+            "active": used.active,
+            "queued": sum(used.pending_by_action.values()),
+            "slots_left": None,
+            "seconds_used": round(used.seconds, 1),
+            "seconds_left": None,
+            "held": {},
+        }
     return {
+        "scope": "group",
         "active": used.active,
+        "queued": sum(used.pending_by_action.values()),
         "slots_left": used.slots_left(group),
         "seconds_used": round(used.seconds, 1),
         "seconds_left": round(used.seconds_left(group), 1),
@@ -156,17 +175,18 @@ def _waiting(groups: list[ResourceGroup], tables: QuerySet[Table] | None) -> dic
     return waiting
 
 
-def _row(group, *, used, workers, depths, waiting, report, scoped: bool) -> dict[str, Any]:
+def _row(group, *, used, workers, depths, waiting, report, tables) -> dict[str, Any]:
     queue = group.effective_queue
+    scoped = tables is not None
     mine = [
         {"name": node, **info, "free": max(0, info["slots"] - info["busy"])}
         for node, info in sorted(workers["workers"].items())
         if queue in info["queues"]
     ]
+    if scoped:  # busy slots, like the queue's depth, count the other teams' work too
+        mine = [{**worker, "busy": None, "free": None} for worker in mine]
     held = {} if scoped else (group.held or {}).get("by_action", {})
-    budget = group_budget(group, used=used)
-    if scoped:
-        budget["held"] = {}
+    budget = group_budget(group, used=used, tables=tables)
     backlog = [
         {"action": action, "waiting": waiting.get(action, 0), "held": None if scoped else held.get(action, 0)}
         for action in sorted(set(waiting) | set(held))
@@ -177,8 +197,8 @@ def _row(group, *, used, workers, depths, waiting, report, scoped: bool) -> dict
         "budget": budget,
         "workers": mine,
         "slots": sum(w["slots"] for w in mine),
-        "busy": sum(w["busy"] for w in mine),
-        "depth": depths.get(queue),
+        "busy": None if scoped else sum(w["busy"] for w in mine),
+        "depth": budget["queued"] if scoped else depths.get(queue),
         "backlog": backlog,
         "warnings": group_warnings(group, workers),
         "report": report,
@@ -192,9 +212,9 @@ def capacity(
     scoped to ``tables`` when given (see the module's docstring)."""
     now = now or timezone.now()
     groups = visible_groups(tables)
-    used = usage([g.pk for g in groups], now=now)
+    used = usage([g.pk for g in groups], now=now, tables=tables)
     workers = recent_workers()
-    depths = queue_depths([g.effective_queue for g in groups])
+    depths = {} if tables is not None else queue_depths([g.effective_queue for g in groups])
     waiting = _waiting(groups, tables)
     reports = group_reports(groups, days=days, tables=tables, now=now)
     rows = [
@@ -205,7 +225,7 @@ def capacity(
             depths=depths,
             waiting=waiting.get(group.pk, {}),
             report=reports[group.pk],
-            scoped=tables is not None,
+            tables=tables,
         )
         for group in groups
     ]

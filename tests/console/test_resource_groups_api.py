@@ -62,7 +62,9 @@ def test_an_admin_creates_a_group_and_reads_it_back_with_its_usage(admin_user, o
     }
     assert body["effective_queue"] == group.effective_queue
     assert body["usage"] == {
+        "scope": "group",
         "active": 0,
+        "queued": 0,
         "slots_left": 2,
         "seconds_used": 0.0,
         "seconds_left": 1800.0,

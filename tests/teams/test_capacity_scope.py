@@ -135,3 +135,104 @@ def test_the_capacity_page_shows_a_team_user_their_groups_counted_over_their_tab
     assert "<th>All</th><td>2</td><td>1</td><td>30.0 s</td>" in bob_default
     assert "<th>All</th><td>4</td><td>2</td><td>17 min 10 s</td>" in root_default
     assert 'id="team-scope"' in pages["bob"] and 'id="team-scope"' not in pages["root"]
+
+
+#: user: (processes active, of them waiting, worker-seconds in the hour) in group ``shared``
+SHARE = {"alice": (3, 2, 600.0), "bob": (3, 1, 1200.0), "root": (6, 3, 1800.0)}
+
+
+@pytest.fixture
+def shared(lake):
+    """One group holding team A's ``a1``, ``a2`` and team B's ``b1``: A has its two PENDING, one
+    RUNNING and a 600 s run in the hour; B its PENDING, two RUNNING and a 1200 s run."""
+    group = ResourceGroup.objects.create(
+        name="shared", namespace_patterns=["a", "a.*", "b"], max_concurrency=10, compute_budget_seconds=7200
+    )
+    now = timezone.now()
+    Process.objects.filter(table__in=[lake.tables[n] for n in ("a1", "a2", "b1")]).update(
+        resource_group=group
+    )
+    for name, running, seconds in (("a1", 1, 600), ("b1", 2, 1200)):
+        for action in ("touch", "expire")[:running]:  # no start reported yet: active, no seconds spent
+            Process.objects.create(
+                table=lake.tables[name],
+                action=action,
+                factory="test",
+                status=ProcessStatus.RUNNING,
+                resource_group=group,
+            )
+        Process.objects.create(
+            table=lake.tables[name],
+            action="rewrite",
+            factory="test",
+            status=ProcessStatus.SUCCESS,
+            resource_group=group,
+            started_at=now - timezone.timedelta(seconds=seconds + 300),
+            finished_at=now - timezone.timedelta(seconds=300),
+        )
+    return group
+
+
+@pytest.mark.parametrize("username", sorted(SHARE))
+def test_a_shared_groups_budget_use_counts_only_the_users_teams_processes(lake, shared, api_as, username):
+    listed = api_as(lake.users[username]).get("/api/v1/resource-groups/")
+
+    assert listed.status_code == 200
+    body = listed.json()
+    usage = next(row["usage"] for row in body.get("results", body) if row["name"] == "shared")
+    active, queued, seconds = SHARE[username]
+    if username == "root":  # the whole group: the two teams' sum, and what is left
+        assert usage == {
+            "scope": "group",
+            "active": active,
+            "queued": queued,
+            "slots_left": 10 - active,
+            "seconds_used": seconds,
+            "seconds_left": 7200 - seconds,
+            "held": {},
+        }
+    else:
+        assert usage == {
+            "scope": "teams",
+            "active": active,
+            "queued": queued,
+            "slots_left": None,
+            "seconds_used": seconds,
+            "seconds_left": None,
+            "held": {},
+        }
+
+
+def test_the_capacity_page_shows_a_team_user_their_teams_share_of_a_shared_group(lake, shared, client_as):
+    sections = {}
+    for username in SHARE:
+        page = client_as(lake.users[username]).get("/capacity/")
+        assert page.status_code == 200
+        html = page.content.decode()
+        start = html.index('id="group-shared"')
+        sections[username] = html[start : html.index("</section>", start)]
+        row = next(row for row in page.context["groups"] if row["group"].name == "shared")
+        assert (row["budget"]["active"], row["budget"]["queued"], row["budget"]["seconds_used"]) == SHARE[
+            username
+        ]
+
+    for username in ("alice", "bob"):
+        active, queued, seconds = SHARE[username]
+        section = sections[username]
+        assert "Your teams' share" in section
+        assert (
+            f'<span class="value">{active}</span><span class="label">your teams\' processes active' in section
+        )
+        assert (
+            f'<span class="value">{seconds:,.0f}</span><span class="label">your teams\' worker-seconds'
+            in section
+        )
+        assert (
+            f'<span class="value">{queued}</span><span class="label">your teams\' processes waiting'
+            in section
+        )
+        assert "slots left" not in section and "tasks waiting in the queue" not in section
+    root = sections["root"]
+    assert "Your teams' share" not in root
+    assert '<span class="value">6 / 10</span><span class="label">processes active · 4 slots left' in root
+    assert '<span class="value">1,800 / 7,200</span>' in root
