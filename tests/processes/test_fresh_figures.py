@@ -113,7 +113,9 @@ def test_the_process_page_shows_predicted_beside_measured(client_as, viewer, db)
         ["size", "8.8 KiB", "—", "8.6 KiB"],
         ["health score", "71", "8", "9"],
         ["", "Predicted", "Measured"],
-        ["worker-seconds", "—", "12.5"],
+        ["worker-seconds", "—", "12.5 s"],
         ["bytes read", "8.8 KiB", "8.8 KiB"],
         ["bytes written", "8.7 KiB", "8.6 KiB"],
     ]
+    prediction = html[html.index('id="prediction"') : html.index("</section>", html.index('id="prediction"'))]
+    assert re.search(r"<th>health score</th><td>[^<]*</td><td>71 → 9</td>", prediction)
