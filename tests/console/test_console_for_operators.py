@@ -326,6 +326,7 @@ EXPECTED_TAGS = {
         "GET /api/v1/alert-channels/{id}/",
         "DELETE /api/v1/alert-channels/{id}/",
         "POST /api/v1/alert-channels/{id}/test/",
+        "GET /api/v1/alert-episodes/",
         "GET /api/v1/alert-rules/",
         "POST /api/v1/alert-rules/",
         "GET /api/v1/alert-rules/{id}/",

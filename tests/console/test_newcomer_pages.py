@@ -140,9 +140,9 @@ def test_the_alerts_page_of_a_new_install_says_nothing_is_sent_and_how_to_add_on
 
     assert "No alert is sent yet" in html
     assert "no alert channel and no rule" in html
-    assert 'href="/admin/processes/alertchannel/add/"' in html
-    assert 'href="/admin/processes/alertrule/add/"' in html
-    assert "switches channels and rules on and off" in html
+    assert 'href="/alerts/channels/new/"' in html
+    assert 'href="/alerts/rules/new/"' in html
+    assert "add, edit, switch on and off and delete channels and rules" in html
 
     AlertChannel.objects.create(name="ops", kind="webhook", url="https://hooks.example.com/x")
     AlertRule.objects.create(name="failures", kind="process_failed")
