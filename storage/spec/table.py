@@ -288,6 +288,16 @@ class SpecTable(abc.ABC):
         when the files cannot be read as plain parquet even with partition values filled in."""
         return () if self.plain_parquet_layout() else None
 
+    def parquet_partition_values(self, file_slice: FileSlice, columns: Sequence[str]) -> dict[str, Any]:
+        """The values a reader of the slice's base file fills in for ``columns`` (some of
+        ``parquet_partition_columns()``), by column: every column the file does not store, as
+        the table reads it; a column the file stores is left out (read from the file). By
+        default (Delta) the files store none: each is the slice's partition value.
+        ``UnsupportedFeature`` when the file stores one in a way a reader by name cannot read
+        exactly (says which file and column)."""
+        values = file_slice.partition.values
+        return {name: values.get(name) for name in columns}
+
     def positional_deletes(self, file_slices: Iterable[FileSlice]) -> dict[str, Any]:
         """The sorted, unique row positions (numpy ``int64``) that the delete files of
         ``file_slices`` remove from their base files, by base file path; a slice without deletes

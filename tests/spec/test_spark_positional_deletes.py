@@ -68,9 +68,16 @@ def test_the_bitmap_sets_one_bit_per_deleted_position():
 
 
 def test_files_of_one_size_go_to_separate_groups():
-    plan = ParquetPlan(["a", "b", "c", "d"], sizes={"a": 10, "b": 10, "c": 11, "d": 10})
+    deleted = {"b": np.array([0], np.int64)}
+    plan = ParquetPlan(["a", "b", "c", "d"], sizes={"a": 10, "b": 10, "c": 11, "d": 10}, deleted=deleted)
 
     assert plan.groups() == [["a", "c"], ["b"], ["d"]]
+    # files that fill in different partition columns are scanned apart; those joined to nothing
+    # (no partition value to fill, no deletes) in one plain scan
+    values = {"a": {"p": 1}, "b": {"p": 2}, "d": {"p": 3}}
+    filling = ParquetPlan(["a", "b", "c", "d"], plan.sizes, partition_columns=("p",), partition_values=values)
+    assert filling.groups() == [["a"], ["b"], ["d"], ["c"]]
+    assert dataclasses.replace(filling, deleted=deleted, key="name").groups() == [["a", "b", "d"], ["c"]]
 
 
 # -- Delta: deletion vectors, partitions -----------------------------------------------------------
@@ -246,7 +253,6 @@ def test_iceberg_position_deletes_take_the_fast_path_with_the_same_rows(lakeward
     [
         ("iceberg", "spark_v2_equality_deletes", "by value"),
         ("delta", "table_with_column_mapping", "under its names"),
-        ("iceberg", "spark_v2_lineitem_partitioned", "under its names"),  # identity partitions
     ],
 )
 def test_what_cannot_be_read_exactly_goes_through_the_data_source(

@@ -391,10 +391,10 @@ class SliceReader:
         file_schema = parquet.schema_arrow
         found: dict[str, Source] = {}
         for name in self._expr.columns() if self._expr is not None else ():
-            path = _resolve(list(self._schema), name)
+            path = resolve_column(list(self._schema), name)
             if path is None or is_lineage(path[0]):
                 continue
-            file_path = _file_path(file_schema, path)
+            file_path = file_field_path(file_schema, path)
             target = path[-1]
             if file_path is None:
                 if len(path) == 1:
@@ -456,20 +456,20 @@ def _sources(
     return sources, read_columns
 
 
-def _resolve(fields: list[pa.Field], name: str) -> list[pa.Field] | None:
+def resolve_column(fields: list[pa.Field], name: str) -> list[pa.Field] | None:
     """The fields from the top level down to the column ``name`` (dotted through structs)."""
     for field in fields:
         if field.name == name:
             return [field]
     for field in fields:
         if pa.types.is_struct(field.type) and name.startswith(f"{field.name}."):
-            rest = _resolve(list(field.type), name[len(field.name) + 1 :])
+            rest = resolve_column(list(field.type), name[len(field.name) + 1 :])
             if rest is not None:
                 return [field, *rest]
     return None
 
 
-def _file_path(file_schema: pa.Schema, path: list[pa.Field]) -> tuple[pa.Field, list[int]] | None:
+def file_field_path(file_schema: pa.Schema, path: list[pa.Field]) -> tuple[pa.Field, list[int]] | None:
     """The file field of a table field path and its field indexes, matched level by level by
     field id (by name in files without ids) as ``_sources`` and ``_conform`` match; None when
     the file lacks it."""

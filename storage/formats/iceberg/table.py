@@ -5,17 +5,17 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar, cast
 
 import pyarrow as pa
 
-from storage.formats.iceberg._defaults import has_defaults
 from storage.formats.iceberg._lineage import NAMES as LINEAGE_NAMES
 from storage.formats.iceberg._lineage import has_row_lineage, with_lineage
 from storage.formats.iceberg._lineage import mentions as mentions_lineage
 from storage.formats.iceberg._lineage import metadata_columns as lineage_columns
 from storage.formats.iceberg._metadata import MetadataExtras
+from storage.formats.iceberg._parquet_layout import IdentitySources, reads_by_name
 from storage.formats.iceberg._types import arrow_schema, check_variant, has_variant
 from storage.formats.iceberg.index import IcebergFileIndex
 from storage.formats.iceberg.read import SliceReader, iter_parts, positional_deletes
@@ -253,42 +253,34 @@ class IcebergSpecTable(SpecTable):
         return positional_deletes(self.pyiceberg_table.io, file_slices)
 
     def plain_parquet_layout(self) -> bool:
-        """Spark reads parquet columns by name, Iceberg by field id: the same rows when every
-        schema in the table's history spells each field id the same way with a type Spark reads
-        as the current one, and never gives a name to two ids. Never for a table with an identity
-        partition field (in any spec): a file may lack the column, which Iceberg reads from the
-        file's partition tuple and Spark's parquet reader would read as nulls."""
-        from pyiceberg.schema import index_by_id, index_by_name
-        from pyiceberg.transforms import IdentityTransform
+        """Whether Spark's parquet reader reads every data file as Iceberg does (``reads_by_name``
+        in ``_parquet_layout``). Never for a table with an identity partition field (in any spec):
+        a file may lack the column, which Iceberg reads from the file's partition tuple."""
+        return self.parquet_partition_columns() == () and not self._identity_sources.paths
 
+    def parquet_partition_columns(self) -> tuple[str, ...] | None:
+        """The top-level columns identity partition fields (of any spec) take their values from,
+        when Spark's parquet reader reads the files' stored columns as Iceberg does; a file may
+        lack one (``parquet_partition_values`` says which); None when the files cannot be read
+        by name (renamed fields, defaults, variants...)."""
         metadata = self.pyiceberg_table.metadata
         if self._extras.variants:
-            return False  # variant columns are read as their metadata/value pair
-        for schema in metadata.schemas:
-            arrow = self.arrow_schema(schema)
-            if has_defaults(arrow) or any(pa.types.is_null(f.type) for f in arrow):
-                return False  # Spark's parquet reader reads a missing column as nulls
-        current = metadata.schema()
-        columns = index_by_id(current)
-        for spec in metadata.partition_specs:
-            if any(
-                isinstance(f.transform, IdentityTransform) and f.source_id in columns for f in spec.fields
-            ):
-                return False
-        current_ids = index_by_name(current)
-        for schema in metadata.schemas:
-            for name, field_id in index_by_name(schema).items():
-                if name in current_ids and current_ids[name] != field_id:
-                    return False  # the name was dropped and re-added: old files hold other data under it
-                try:
-                    now = current.find_field(field_id)
-                except ValueError:
-                    continue  # dropped column: Spark ignores it, as Iceberg does
-                if current.find_column_name(field_id) != name:
-                    return False
-                if not _spark_reads_as(schema.find_field(field_id).field_type, now.field_type):
-                    return False
-        return True
+            return None  # variant columns are read as their metadata/value pair
+        if not reads_by_name(metadata, self.arrow_schema):
+            return None
+        return self._identity_sources.columns
+
+    def parquet_partition_values(self, file_slice: FileSlice, columns: Sequence[str]) -> dict[str, Any]:
+        """The identity source columns of ``columns`` that the slice's data file lacks, with the
+        values Iceberg reads for them (``IdentitySources.filled``); the file's footer is read
+        when its statistics do not show the column."""
+        if not self._identity_sources.paths:
+            return {}
+        return self._identity_sources.filled(self.pyiceberg_table.io, file_slice.base, columns)
+
+    @functools.cached_property
+    def _identity_sources(self) -> IdentitySources:
+        return IdentitySources.of(self.pyiceberg_table.metadata, self.arrow_schema)
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -522,20 +514,3 @@ def _ids_by_name(schema: pa.Schema | pa.StructType, prefix: str = "") -> dict[st
         if pa.types.is_struct(field.type):
             found.update(_ids_by_name(field.type, f"{name}."))
     return found
-
-
-def _spark_reads_as(old: Any, new: Any) -> bool:
-    """Whether Spark's parquet reader reads a file column of Iceberg type ``old`` as ``new``: the
-    same type, or one of Iceberg's promotions that Spark 4 widens while reading (int to long, float
-    to double, a decimal's precision)."""
-    from pyiceberg.types import DecimalType, DoubleType, FloatType, IntegerType, LongType
-
-    if old == new:
-        return True
-    if isinstance(old, IntegerType) and isinstance(new, LongType):
-        return True
-    if isinstance(old, FloatType) and isinstance(new, DoubleType):
-        return True
-    if isinstance(old, DecimalType) and isinstance(new, DecimalType):
-        return old.scale == new.scale and old.precision <= new.precision
-    return False

@@ -101,13 +101,16 @@ def parquet_plan(spec_table: SpecTable, instant: Any = None, filters: Any = None
     ``filters``; rows are not filtered), or why it cannot read them exactly (a sentence).
 
     Deletes by row position (Iceberg position delete files and deletion vectors, Delta deletion
-    vectors) and Delta's partition values are joined in (``rowindex``); equality deletes, log
-    files, files other than parquet, columns stored under other names or types and types Spark's
-    parquet reader refuses are not.
+    vectors) and the partition values of files that do not store their partition columns (Delta's;
+    Iceberg identity partitions, per file: ``SpecTable.parquet_partition_values``) are joined in
+    (``rowindex``); equality deletes, log files, files other than parquet, columns stored under
+    other names or types and types Spark's parquet reader refuses are not.
     """
     partition_columns = _stored_layout(spec_table)
     if isinstance(partition_columns, str):
         return partition_columns
+    schema = spec_table.schema_at(instant) if instant is not None else spec_table.schema
+    partition_columns = tuple(name for name in partition_columns if name in schema.names)
     paths: list[str] = []
     with_deletes: list[FileSlice] = []
     values: dict[str, Any] = {}
@@ -120,15 +123,20 @@ def parquet_plan(spec_table: SpecTable, instant: Any = None, filters: Any = None
         paths.append(base.path)
         if file_slice.delete_files:
             with_deletes.append(file_slice)
-        if partition_columns:
-            values[base.path] = file_slice.partition.values
+        try:
+            filled = spec_table.parquet_partition_values(file_slice, partition_columns)
+        except SpecError as exc:
+            return str(exc)
+        if filled:
+            values[base.path] = filled
     deleted: dict[str, Any] = {}
     if with_deletes:
         try:
             deleted = spec_table.positional_deletes(with_deletes)
         except NotSupported:
             return "delete files remove rows by value (equality deletes or log files), not by position"
-    plan = ParquetPlan(paths, {}, deleted, partition_columns, values)
+    filled_columns = tuple(name for name in partition_columns if any(name in v for v in values.values()))
+    plan = ParquetPlan(paths, {}, deleted, filled_columns, values if filled_columns else {})
     if not plan.joins:
         return plan
     return _with_sizes(plan)

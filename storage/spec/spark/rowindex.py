@@ -1,6 +1,7 @@
 """Spark's own vectorized parquet reader over a table's files, with what the files alone do not
 say joined in: the rows that position deletes and deletion vectors remove, and the partition
-values of formats that keep them out of the files (Delta).
+values of the files that do not store their partition columns (every Delta file; an Iceberg file
+that lacks an identity partition's source column).
 
 Every file gets one row in a small broadcast table keyed by its size in bytes (Spark's
 ``_metadata.file_size``, a per-file constant that costs nothing per row, unlike the file's path):
@@ -10,7 +11,10 @@ over a table of a few entries, which stays in the CPU's cache) and is kept unles
 ``words`` at ``_metadata.row_index`` is set: one array read per row, walking each file's bitmap
 in order. Files of equal size cannot share a key: when sizes repeat the key is the file's name where
 names are unique and plain (a short string per row), else the files are read in separate groups
-(one scan each, unioned), each group holding at most one file of any size.
+(one scan each, unioned), each group holding at most one file of any size. Files that fill in
+different partition columns (an Iceberg file that stores its identity column, another that lacks
+it) are read in separate scans too; a scan of files that fill in nothing and delete nothing is a
+plain parquet scan, without the join.
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ class ParquetPlan:
     """What Spark's parquet reader reads for a table: its parquet ``paths``; their sizes in bytes
     (as the file system says, Spark's ``_metadata.file_size``); the sorted deleted row positions
     (numpy ``int64``) of the files that have some; the columns filled from partition values and
-    those values by file."""
+    those values by file: a file fills in the columns of its entry in ``partition_values``, and
+    reads a partition column its entry lacks from the file itself."""
 
     paths: list[str]
     sizes: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -61,20 +66,38 @@ class ParquetPlan:
         """Whether the files need the broadcast table (deletes or partition values)."""
         return bool(self.deleted) or bool(self.partition_columns)
 
+    def filled(self, path: str) -> tuple[str, ...]:
+        """The partition columns the file at ``path`` fills in (the others it stores)."""
+        values = self.partition_values.get(path, {})
+        return tuple(name for name in self.partition_columns if name in values)
+
     def groups(self) -> list[list[str]]:
-        """The paths in groups where no two files have the same size (the first file of each
-        size in the first group, the second in the second...); one group when keyed by name."""
-        if self.key == "name":
-            return [list(self.paths)]
-        groups: list[list[str]] = []
-        seen: dict[int, int] = {}
+        """The paths in groups one scan each reads: the files that fill in the same partition
+        columns, and, where such files are joined by size (they fill in columns or some have
+        deletes), no two files of the same size in a group (the first file of each size in the
+        first group, the second in the second...)."""
+        classes: dict[tuple[str, ...], list[str]] = {}
         for path in self.paths:
-            index = seen.get(self.sizes[path], 0)
-            seen[self.sizes[path]] = index + 1
-            if index == len(groups):
-                groups.append([])
-            groups[index].append(path)
+            classes.setdefault(self.filled(path), []).append(path)
+        groups: list[list[str]] = []
+        for filled, paths in classes.items():
+            if self.key == "name" or not (filled or any(path in self.deleted for path in paths)):
+                groups.append(paths)
+            else:
+                groups.extend(_distinct_sizes(paths, self.sizes))
         return groups
+
+
+def _distinct_sizes(paths: list[str], sizes: Mapping[str, int]) -> list[list[str]]:
+    groups: list[list[str]] = []
+    seen: dict[int, int] = {}
+    for path in paths:
+        index = seen.get(sizes[path], 0)
+        seen[sizes[path]] = index + 1
+        if index == len(groups):
+            groups.append([])
+        groups[index].append(path)
+    return groups
 
 
 def deleted_bitmap(positions: np.ndarray) -> tuple[int, list[int]]:
@@ -105,20 +128,27 @@ def parquet_frame(spark: SparkSession, schema: pa.Schema, plan: ParquetPlan) -> 
 def _group_frame(spark: SparkSession, schema: pa.Schema, plan: ParquetPlan, paths: list[str]) -> DataFrame:
     from pyspark.sql import functions as F
 
-    stored = pa.schema([f for f in schema if f.name not in plan.partition_columns])
+    filled = plan.filled(paths[0])  # the same for every file of the group
+    if not filled and not any(path in plan.deleted for path in paths):
+        return spark.read.schema(arrow_schema_to_spark(schema)).parquet(*paths)
+    stored = pa.schema([f for f in schema if f.name not in filled])
     scan = spark.read.schema(arrow_schema_to_spark(stored)).parquet(*paths)
     marks = [F.col("_metadata.file_size" if plan.key == "size" else "_metadata.file_name").alias(_KEY)]
     if plan.deleted:
         marks.append(F.col("_metadata.row_index").alias(_ROW))
     scan = scan.select(*[column(name) for name in stored.names], *marks)
-    joined = scan.join(F.broadcast(_files_frame(spark, schema, plan, paths)), on=_KEY, how="inner")
+    files = _files_frame(spark, schema, plan, paths, filled)
+    joined = scan.join(F.broadcast(files), on=_KEY, how="inner")
     if plan.deleted:
         joined = joined.filter(_kept())
     return joined.select(*[_typed(name, schema) for name in schema.names])
 
 
-def _files_frame(spark: SparkSession, schema: pa.Schema, plan: ParquetPlan, paths: list[str]) -> DataFrame:
-    """One row per file: its size (the key), the bitmap of its deleted rows, its partition values."""
+def _files_frame(
+    spark: SparkSession, schema: pa.Schema, plan: ParquetPlan, paths: list[str], filled: tuple[str, ...]
+) -> DataFrame:
+    """One row per file: its key (size or name), the bitmap of its deleted rows, the values of
+    the partition columns it fills in (``filled``)."""
     if plan.key == "size":
         keys = pa.array([plan.sizes[p] for p in paths], pa.int64())
     else:
@@ -128,8 +158,8 @@ def _files_frame(spark: SparkSession, schema: pa.Schema, plan: ParquetPlan, path
         bitmaps = [deleted_bitmap(plan.deleted[p]) if p in plan.deleted else (0, None) for p in paths]
         columns[_FIRST] = pa.array([first for first, _ in bitmaps], pa.int64())
         columns[_WORDS] = pa.array([words for _, words in bitmaps], pa.list_(pa.int64()))
-    for name in plan.partition_columns:
-        values = [plan.partition_values.get(p, {}).get(name) for p in paths]
+    for name in filled:
+        values = [plan.partition_values[p][name] for p in paths]
         columns[name] = pa.array(values, schema.field(name).type)
     return spark.createDataFrame(pa.table(columns))
 
