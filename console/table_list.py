@@ -5,16 +5,21 @@ row shows catalog, namespace, last maintenance and status."""
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
+import json
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from django.core.paginator import Page, Paginator
+from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import CharField, Count, F, Func, QuerySet, Value
-from django.db.models.functions import Substr
+from django.db.models import CharField, Count, F, Field, Func, IntegerField, OrderBy, Q, QuerySet, Value
+from django.db.models.functions import Collate, Substr
 
 from processes.health import BEST_FIRST, WORST_FIRST
 from processes.models import Process, ProcessStatus
+from storage.errors import InvalidInput
 from storage.models import Table
 
 PAGE_SIZE = 50
@@ -75,8 +80,28 @@ def namespace_of(identifier: str) -> str:
 
 
 #: A filtered list of at most this many tables is sorted after it is found (the search's trigram
-#: index finds it; walking a sort's index would visit every table the filter skips first).
+#: index finds it; walking a sort's index would visit every table the filter skips first). A search
+#: counts its matches up to this many and says "more than" past it: counting every match of a
+#: common string costs a scan of every table, and a page of them is a short walk of the sort's index.
 SORT_FOUND_AT_MOST = 5000
+
+
+@dataclass(frozen=True)
+class SortKey:
+    """One column of a sort: its name in the page's queries (``alias``), the row field holding its
+    value, its direction and where its nulls go (PostgreSQL's default when the order says none)."""
+
+    alias: str
+    field: str
+    expression: Any
+    descending: bool
+    nulls_first: bool
+    nullable: bool
+
+    def order(self, reverse: bool = False) -> OrderBy:
+        descending, nulls_first = self.descending != reverse, self.nulls_first != reverse
+        nulls = {"nulls_first": True} if nulls_first else {"nulls_last": True}
+        return F(self.alias).desc(**nulls) if descending else F(self.alias).asc(**nulls)
 
 
 def _order(key: str, descending: bool) -> tuple[Any, ...]:
@@ -93,49 +118,304 @@ def _order(key: str, descending: bool) -> tuple[Any, ...]:
     return (*order, *tie)
 
 
-def _page_ids(ids: QuerySet[Table], page: Page) -> list[int]:
-    """The ids of ``page`` of the ordered ``ids``, read from the nearer end: a page past the
-    middle is the reversed order's page (an index walk is as long as its offset). A filtered list
-    short enough (``SORT_FOUND_AT_MOST``) is found first and sorted, not walked in index order."""
-    count = page.paginator.count
-    if not count:
+def sort_keys(sort: str) -> list[SortKey]:
+    """The columns of ``sort`` (``-key`` reverses; "" is by name) in order, the last one the id."""
+    keys = []
+    for i, item in enumerate(_order(sort.removeprefix("-"), sort.startswith("-"))):
+        if isinstance(item, str):
+            item = F(item[1:]).desc() if item.startswith("-") else F(item).asc()
+        elif not isinstance(item, OrderBy):
+            item = item.asc()
+        expression = item.expression
+        field = (
+            expression.get_source_expressions()[0] if isinstance(expression, Collate) else expression
+        ).name
+        nulls_first = True if item.nulls_first else False if item.nulls_last else item.descending
+        nullable = _key_field(field)[1]
+        keys.append(SortKey(f"sort_{i}", field, expression, item.descending, nulls_first, nullable))
+    return keys
+
+
+# --- keyset positions: ?after= and ?before= carry a row's sort key and id ---------------------
+
+
+def _key_field(path: str) -> tuple[Field, bool]:
+    """The model field of a row field (``catalog__name`` through its relation) and whether a row
+    may hold null there."""
+    model, nullable = Table, False
+    *relations, name = path.split("__")
+    for relation in relations:
+        link = model._meta.get_field(relation)
+        nullable, model = nullable or link.null, link.related_model
+    field = model._meta.get_field(name)
+    return field, nullable or field.null
+
+
+def cursor_of(keys: list[SortKey], row: dict[str, Any]) -> str:
+    """The position just past ``row`` (a dict holding each key's field) as URL-safe text."""
+    values = [row[key.field] for key in keys]
+    text = json.dumps(
+        [v.isoformat() if isinstance(v, dt.datetime) else v for v in values], separators=(",", ":")
+    )
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def cursor_values(keys: list[SortKey], cursor: str, *, name: str) -> list[Any]:
+    """The key values ``cursor_of`` wrote, each checked against its column; InvalidInput (a 400)
+    for anything else: a link of another sort, or edited by hand."""
+    problem = InvalidInput(f"{name} is not a position in this list: follow the list's own links", field=name)
+    try:
+        values = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except ValueError as error:
+        raise problem from error
+    if not isinstance(values, list) or len(values) != len(keys):
+        raise problem
+    checked = []
+    for key, value in zip(keys, values, strict=True):
+        field, nullable = _key_field(key.field)
+        kind = int if isinstance(field, IntegerField) else str  # text, or a time as ISO text
+        if (value is None and not nullable) or (value is not None and type(value) is not kind):
+            raise problem
+        try:
+            checked.append(field.to_python(value))
+        except ValidationError as error:
+            raise problem from error
+    return checked
+
+
+def _segments(keys: list[SortKey], values: list[Any], *, reverse: bool) -> list[list[tuple[str, str, Any]]]:
+    """The rows past ``values`` (before them when ``reverse``) as a union of conditions, each a list
+    of (alias, operator, value) on the leading keys: equal to the position's first ``i`` keys and
+    past it on key ``i``. Each is one range of the sort's index, so a deep page costs what the
+    first does (an OR of them would be a walk from the index's start)."""
+    segments = []
+    for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+        ties = [
+            (k.alias, "isnull", None) if v is None else (k.alias, "=", v)
+            for k, v in zip(keys[:i], values[:i], strict=True)
+        ]
+        descending, nulls_first = key.descending != reverse, key.nulls_first != reverse
+        if value is None:
+            beyond = [[(key.alias, "notnull", None)]] if nulls_first else []
+        else:
+            past = [(key.alias, "<" if descending else ">", value)]
+            beyond = [past] if nulls_first or not key.nullable else [past, [(key.alias, "isnull", None)]]
+        segments += [ties + condition for condition in beyond]
+    return segments
+
+
+_LOOKUPS = {"=": "exact", "<": "lt", ">": "gt", "isnull": "isnull", "notnull": "isnull"}
+
+
+def _q(segment: list[tuple[str, str, Any]]) -> Q:
+    return Q(
+        *(
+            Q(**{f"{alias}__{_LOOKUPS[op]}": (op == "isnull") if op in ("isnull", "notnull") else value})
+            for alias, op, value in segment
+        )
+    )
+
+
+def _sql(segments: list[list[tuple[str, str, Any]]]) -> tuple[str, list[Any]]:
+    """``segments`` as a WHERE condition on the columns named by their aliases."""
+    parts, params = [], []
+    for segment in segments:
+        terms = []
+        for alias, op, value in segment:
+            if op in ("isnull", "notnull"):
+                terms.append(f'"{alias}" IS {"" if op == "isnull" else "NOT "}NULL')
+            else:
+                terms.append(f'"{alias}" {op} %s')
+                params.append(value)
+        parts.append("(" + " AND ".join(terms) + ")")
+    return ("(" + " OR ".join(parts) + ")") if parts else "FALSE", params
+
+
+def _keyed(tables: QuerySet[Table], keys: list[SortKey]) -> QuerySet[Table]:
+    return tables.select_related(None).order_by().annotate(**{key.alias: key.expression for key in keys})
+
+
+def _walk(
+    tables: QuerySet[Table], keys: list[SortKey], values: list[Any] | None, *, reverse: bool
+) -> list[int]:
+    """The ids of up to a page and one row past ``values`` (before them when ``reverse``, then
+    returned nearest first): one query, each segment of ``_segments`` an index range of at most a
+    page, merged in order."""
+    keyed = _keyed(tables, keys)
+    order = [key.order(reverse) for key in keys]
+    limit = PAGE_SIZE + 1
+    if values is None:
+        return list(keyed.order_by(*order).values_list("id", flat=True)[:limit])
+    parts = [
+        keyed.filter(_q(segment)).order_by(*order).values_list(*(key.alias for key in keys))[:limit]
+        for segment in _segments(keys, values, reverse=reverse)
+    ]
+    if not parts:
         return []
-    start, stop = page.start_index() - 1, page.end_index()
-    forward = start <= count - stop
-    window = ids[start:stop] if forward else ids.reverse()[count - stop : count - start]
-    if ids.query.where and count <= SORT_FOUND_AT_MOST:
+    merged = parts[0].union(*parts[1:], all=True).order_by(*order) if len(parts) > 1 else parts[0]
+    return [row[-1] for row in merged[:limit]]
+
+
+def _found(
+    tables: QuerySet[Table], keys: list[SortKey], values: list[Any] | None, *, reverse: bool, offset: int
+) -> tuple[list[int], int]:
+    """A search's page found by its trigram index and sorted, and its number of matches, in one
+    query: the ids of up to a page and one row (past ``values``, or from ``offset``) and the
+    count, at most ``SORT_FOUND_AT_MOST`` + 1 (more: the page is not this one; walk the index)."""
+    found = _keyed(tables, keys).values_list(*(key.alias for key in keys))[: SORT_FOUND_AT_MOST + 1]
+    inner, params = found.query.sql_with_params()
+    where, where_params = (
+        _sql(_segments(keys, values, reverse=reverse)) if values is not None else ("TRUE", [])
+    )
+    order = ", ".join(
+        f'"{key.alias}" {"DESC" if (key.descending != reverse) else "ASC"}'
+        f" NULLS {'FIRST' if (key.nulls_first != reverse) else 'LAST'}"
+        for key in keys
+    )
+    sql = (
+        f'SELECT "{keys[-1].alias}", n FROM (SELECT *, count(*) OVER () AS n FROM ({inner}) found) counted'
+        f" WHERE {where} ORDER BY {order} LIMIT %s OFFSET %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *where_params, PAGE_SIZE + 1, offset])
+        rows = cursor.fetchall()
+    if rows:
+        return [pk for pk, _ in rows], rows[0][1]
+    # past the end: nothing to count in that query
+    return [], tables.order_by().values("id")[: SORT_FOUND_AT_MOST + 1].count()
+
+
+@dataclass
+class TablePage:
+    """A page of the tables list: ``object_list`` its rows; ``count`` the tables in the list (more
+    than that when ``more``: a search past ``SORT_FOUND_AT_MOST``); ``number`` and ``num_pages``
+    when known (a page reached by ``?page=``; ``num_pages`` not when ``more``); ``next`` and
+    ``previous`` the positions for ``?after=`` and ``?before=`` ("" at an end)."""
+
+    object_list: list[dict[str, Any]]
+    count: int
+    more: bool
+    number: int | None
+    num_pages: int | None
+    next: str = ""
+    previous: str = ""
+
+    @property
+    def nearby(self) -> list[int]:
+        """The page numbers linked around a numbered page (two each side)."""
+        if self.number is None:
+            return []
+        last = self.num_pages if self.num_pages is not None else self.number + (2 if self.next else 0)
+        return list(range(max(1, self.number - 2), min(last, self.number + 2) + 1))
+
+
+def _number(number: Any) -> int:
+    """The page number of ``?page=`` (1 for anything but a positive whole number)."""
+    try:
+        return max(1, int(number))
+    except (TypeError, ValueError):
+        return 1
+
+
+def _numbered(
+    tables: QuerySet[Table], keys: list[SortKey], number: Any, count: int, more: bool
+) -> tuple[list[int], int]:
+    """The ids of page ``number`` ("last": the last) in order and its number, read from the nearer
+    end (an index walk is as long as its offset); with ``more`` from the start, a row past the page
+    with it. A filtered list short enough (``SORT_FOUND_AT_MOST``) is found first and sorted, not
+    walked in index order."""
+    pages = max(1, -(-count // PAGE_SIZE))
+    number = pages if str(number) == "last" and not more else _number(number)
+    number = number if more else min(number, pages)
+    keyed = _keyed(tables, keys)
+    start, stop = (number - 1) * PAGE_SIZE, number * PAGE_SIZE + (1 if more else 0)
+    forward = more or start <= count - stop
+    if forward:
+        window = keyed.order_by(*(key.order() for key in keys))[start:stop]
+    else:
+        window = keyed.order_by(*(key.order(reverse=True) for key in keys))[
+            max(0, count - stop) : count - start
+        ]
+    ids = window.values_list("id", flat=True)
+    if tables.query.where and not more and count <= SORT_FOUND_AT_MOST:
         # one transaction: the planner's settings are back at its end
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SET LOCAL enable_indexscan = off; SET LOCAL enable_indexonlyscan = off")
-            found = list(window)
+            found = list(ids)
     else:
-        found = list(window)
-    return found if forward else found[::-1]
+        found = list(ids)
+    return (found if forward else found[::-1]), number
 
 
-def table_page(tables: QuerySet[Table], *, sort: str, number: Any) -> Page:
-    """Page ``number`` of ``tables`` in ``sort`` order, its ``object_list`` the rows as dicts
-    with ``health`` (the stored score), ``namespace`` and ``status`` (``process_status``). The
-    page's ids are read first (an index walk: every sort has its index), then those rows alone:
-    five queries in all."""
-    key = sort.removeprefix("-")
-    ids = (
-        tables.select_related(None).order_by(*_order(key, sort.startswith("-"))).values_list("id", flat=True)
-    )
-    page = Paginator(ids, PAGE_SIZE).get_page(number)
-    page_ids = _page_ids(ids, page)
-    found = {row["id"]: row for row in Table.objects.filter(pk__in=page_ids).values(*ROW_FIELDS)}
-    statuses = process_status(page_ids)
-    rows = []
-    for pk in page_ids:
-        if pk not in found:
-            continue
-        row = found[pk]
+def table_page(
+    tables: QuerySet[Table],
+    *,
+    sort: str,
+    number: Any = None,
+    after: str = "",
+    before: str = "",
+    searched: bool = False,
+) -> TablePage:
+    """A page of ``tables`` in ``sort`` order, its ``object_list`` the rows as dicts with
+    ``health`` (the stored score), ``namespace`` and ``status`` (``process_status``). The page is
+    the one past ``after`` or before ``before`` (a row's sort key and id, ``cursor_of``: ranges of
+    the sort's index however deep), else page ``number``. A search (``searched``) is found by its
+    trigram index, counted and sorted in one query while it finds at most ``SORT_FOUND_AT_MOST``
+    tables, else walked in the sort's index and counted as "more than". Then those rows alone are
+    read: four or five queries in all."""
+    keys = sort_keys(sort)
+    cursor, reverse = (after, False) if after else (before, True) if before else ("", False)
+    values = cursor_values(keys, cursor, name="after" if after else "before") if cursor else None
+    ids: list[int] | None = None
+    page_number: int | None = None
+    if searched:
+        offset = 0 if values is not None or str(number) == "last" else (_number(number) - 1) * PAGE_SIZE
+        found, count = _found(tables, keys, values, reverse=reverse, offset=offset)
+        more, count = count > SORT_FOUND_AT_MOST, min(count, SORT_FOUND_AT_MOST)
+        if not more and values is not None:
+            ids = found
+        elif not more and str(number) != "last" and offset < max(count, 1):
+            ids, page_number = found, offset // PAGE_SIZE + 1
+    else:
+        count, more = tables.order_by().count(), False
+    if values is not None:
+        ids = _walk(tables, keys, values, reverse=reverse) if ids is None else ids
+        if (len(ids) <= PAGE_SIZE) if reverse else not ids:
+            # before the first page: the first page; past the last one: the last
+            number = 1 if reverse else "last"
+            values, ids, reverse = None, None, False
+    if ids is None and more and str(number) == "last":
+        ids, reverse = _walk(tables, keys, None, reverse=True), True
+    elif ids is None:
+        ids, page_number = _numbered(tables, keys, number, count, more)
+    num_pages = None if more else max(1, -(-count // PAGE_SIZE))
+    if page_number is not None:
+        has_previous = page_number > 1
+        has_next = len(ids) > PAGE_SIZE if more or values is not None else page_number < (num_pages or 1)
+    elif reverse:
+        has_previous, has_next = len(ids) > PAGE_SIZE, values is not None
+    else:
+        has_previous, has_next = True, len(ids) > PAGE_SIZE
+    page = TablePage([], count, more, page_number, num_pages)
+    return _filled(page, ids[:PAGE_SIZE][::-1] if reverse else ids[:PAGE_SIZE], keys, has_previous, has_next)
+
+
+def _filled(
+    page: TablePage, ids: list[int], keys: list[SortKey], has_previous: bool, has_next: bool
+) -> TablePage:
+    """``page`` with the rows of ``ids`` (two queries) and the positions of its first and last."""
+    rows = {row["id"]: row for row in Table.objects.filter(pk__in=ids).values(*ROW_FIELDS)}
+    ids = [pk for pk in ids if pk in rows]
+    if ids:
+        page.next = cursor_of(keys, rows[ids[-1]]) if has_next else ""
+        page.previous = cursor_of(keys, rows[ids[0]]) if has_previous else ""
+    statuses = process_status(ids)
+    for pk in ids:
+        row = rows[pk]
         row["health"] = row.pop("health_score")
         row["namespace"] = namespace_of(row["identifier"])
         row["status"] = statuses.get(pk, ("ok", ""))
-        rows.append(row)
-    page.object_list = rows
+        page.object_list.append(row)
     return page
 
 

@@ -63,6 +63,10 @@ class Catalog(models.Model):
         return reverse("console:catalog-detail", args=[self.pk])
 
 
+#: The search indexes' pending list, in kB (see ``Table.Meta.indexes``).
+GIN_PENDING_KB = 256
+
+
 def _sort_indexes() -> list[models.Index]:
     """Indexes of the tables list's sorts (console/table_list.py): the health score worst first
     (and best first; by format too), ties by name in code-point order as the ranking breaks them;
@@ -164,9 +168,16 @@ class Table(models.Model):
             # The table list's sorts (issue 34: 100,000 tables), each in its first click's order
             # with the list's tie-breaks, so a page is an index walk (the reverse: backwards).
             *_sort_indexes(),
-            # The table list's search (``icontains``: UPPER(column) LIKE '%TEXT%') by trigrams.
+            # The table list's search (``icontains``: UPPER(column) LIKE '%TEXT%') by trigrams. Each
+            # search reads the whole pending list of rows written since its last merge (4 MB by
+            # default: 100 ms at 100,000 tables after a refresh pass); 256 kB keeps that to a few ms
+            # and writes as fast (issue 34, bench/RESULTS.md).
             *(
-                GinIndex(OpClass(Upper(column), name="gin_trgm_ops"), name=f"table_{column}_trgm_idx")
+                GinIndex(
+                    OpClass(Upper(column), name="gin_trgm_ops"),
+                    name=f"table_{column}_trgm_idx",
+                    gin_pending_list_limit=GIN_PENDING_KB,
+                )
                 for column in ("name", "identifier", "location")
             ),
         ]

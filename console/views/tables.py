@@ -112,8 +112,17 @@ def table_list(request):
     try:
         tables = selectors.table_list(search=search, format=format_filter, tables=tables_scope(request.user))
         tables = table_listing.filtered(tables, catalog=catalog_filter, namespace=namespace_filter)
+        page = table_listing.table_page(
+            tables,
+            sort=sort,
+            number=request.GET.get("page"),
+            after=request.GET.get("after", ""),
+            before=request.GET.get("before", ""),
+            searched=bool(search),
+        )
     except ServiceError as problem:
         tables, error = Table.objects.none(), problem.message
+        page = table_listing.table_page(tables, sort=sort)
     filters = {"q": search, "format": format_filter, "catalog": catalog_filter, "namespace": namespace_filter}
     shown = {key: value for key, value in filters.items() if value}
     # the catalogs the user's teams may see: the filter's menu and the namespace tree's first level
@@ -121,7 +130,7 @@ def table_list(request):
         catalogs_visible(request.user, Catalog.objects.order_by("name")).values_list("name", flat=True)
     )
     context = {
-        "page": table_listing.table_page(tables, sort=sort, number=request.GET.get("page")),
+        "page": page,
         "search": search,
         "format_filter": format_filter,
         "catalog_filter": catalog_filter,
