@@ -27,8 +27,9 @@ too; those we cannot say exactly are handed back for Spark to evaluate.
 
 ``read_table`` lets Spark's own vectorized parquet reader do the work wherever it reads exactly the
 table's rows (``read_path`` says which way and why): plain files, position deletes and deletion
-vectors (a bitmap per file on ``_metadata.row_index``), Delta partition values; ``via="source"``
-forces the data source.
+vectors (a bitmap per file on ``_metadata.row_index``), Delta partition values, Iceberg identity
+partitions (read from the files that store the column, joined in per file for those that lack it);
+``via="source"`` forces the data source.
 
 Modules: ``types`` (Arrow to Spark types), ``filters`` (pushed Spark filters to expressions),
 ``source`` (the data source, its options and readers), ``plain`` (the choice of path and

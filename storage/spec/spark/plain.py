@@ -73,8 +73,9 @@ def parquet_paths_if_plain(
     Spark's parquet reader, given the table schema, reads exactly those rows; else None.
 
     None when any file slice has delete files, deletion vectors or log files, when a file is not
-    parquet, when a column has a type Spark's parquet reader refuses, or when the adapter says
-    the files do not store the table's columns under the table's names
+    parquet or lacks a partition column it would read (Delta partition columns, an Iceberg
+    identity column a file lacks), when a column has a type Spark's parquet reader refuses, or when
+    the adapter says the files do not store the table's columns under the table's names
     (``SpecTable.plain_parquet_layout``: Delta column mapping, Hudi tables that drop partition
     columns from files, Iceberg tables whose schema history renamed a column...).
     Rows are not filtered: the caller applies ``filters`` to the rows (``read_table`` does).
