@@ -1,7 +1,7 @@
 """The files under a table location that its metadata no longer needs, found in bounded memory.
 
 What orphan cleanup, vacuum and the sweep of a killed rewrite's leftovers share: list the whole
-location (``stored_files``: a directory walk locally, the store's listing on an object store), join
+location (``stored_files``: a directory walk locally, the store's listing a page at a time on S3), join
 the listing with what the metadata references (a stream of ``(location, tag)`` pairs: the tag says
 how it is referenced, live or tombstoned), and let the action ``decide`` what each listed file is:
 to remove, too young, or left alone. Both sides are written as sorted runs to a temporary folder
@@ -37,6 +37,7 @@ from storage.io import PathNotAllowed, StoreOptions, filesystem, is_local, is_ob
 from storage.io import normalise as normalise_location
 from storage.io import uri as location_uri
 from storage.io.guard import KeptFiles, OutsideTable, PathGuard
+from storage.io.objects import list_pages
 from storage.trash import PRIVATE_FOLDERS
 
 logger = logging.getLogger(__name__)
@@ -135,25 +136,42 @@ def stored_files(
 ) -> Iterator[StoredFile]:
     """Files under ``root`` (a normalised location), none inside a folder ``skip`` names: a
     directory walk locally (``walk_files``), the store's listing (``LastModified`` as the time)
-    on an object store, where ``skip`` is asked about each object's location."""
+    on an object store, where ``skip`` is asked about each object's location. On S3 the listing
+    comes a page of 1,000 keys at a time (``storage.io.objects.list_pages``): memory stays flat
+    with the number of objects; pyarrow's listing, which hands over the whole location as one
+    list, only where that one is not available (other stores, no obstore, a forked process)."""
     if is_local(root):
         for path, stat in walk_files(root, skip, follow_links=follow_links):
             yield StoredFile(posixpath.normpath(path), stat.st_size, stat.st_mtime)
+        return
+    pages = list_pages(root, storage)
+    if pages is not None:
+        for page in pages:
+            for key_location, size, mtime in page:
+                location = _listed(root, key_location)
+                if location is not None and location != root and not (skip is not None and skip(location)):
+                    yield StoredFile(location, size, mtime)  # the root itself: a folder marker
         return
     fs, base = filesystem(root, storage)
     for info in fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)):
         if info.type != pafs.FileType.File:
             continue
-        try:
-            location = normalise(location_uri(root, info.path))
-        except PathNotAllowed:  # a key that cannot be named canonically is never removed
-            logger.warning("a listing of %s leaves %s alone: its key is not canonical", root, info.path)
-            continue
-        if skip is not None and skip(location):
+        location = _listed(root, location_uri(root, info.path))
+        if location is None or skip is not None and skip(location):
             continue
         # No age known: never old enough.
         mtime = info.mtime.timestamp() if info.mtime is not None else float("inf")
         yield StoredFile(location, info.size or 0, mtime)
+
+
+def _listed(root: str, location: str) -> str | None:
+    """The comparable location of an object a listing of ``root`` gave, or None for a key that
+    cannot be named canonically (never removed: left alone with a warning)."""
+    try:
+        return normalise(location)
+    except PathNotAllowed:
+        logger.warning("a listing of %s leaves %r alone: its key is not canonical", root, location)
+        return None
 
 
 @dataclass

@@ -125,13 +125,14 @@ _NOTHING = object()
 
 class SortedRuns:
     """Items added in any order, read back sorted (and, with ``unique``, without repeats), in
-    bounded memory: sorted runs of ``run_items`` written to ``folder`` and merged."""
+    bounded memory: sorted runs of ``run_items`` (``RUN_ITEMS`` by default, read when the runs are
+    made) written to ``folder`` and merged."""
 
-    def __init__(self, folder: str, name: str, *, unique: bool = False, run_items: int = RUN_ITEMS) -> None:
+    def __init__(self, folder: str, name: str, *, unique: bool = False, run_items: int | None = None) -> None:
         self.folder = folder
         self.name = name
         self.unique = unique
-        self.run_items = run_items
+        self.run_items = RUN_ITEMS if run_items is None else run_items
         self.runs: list[str] = []
         self.buffer: list[Any] = []
         self.written = 0  # items in the runs written (repeats included)

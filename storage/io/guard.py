@@ -213,6 +213,8 @@ class PathGuard:
         ``OutsideTable`` (nothing deleted) when refused. The file deleted is the checked spelling."""
         spelt = self.check(path, "delete")
         fs, fs_path = filesystem(spelt, storage)
+        if not is_local(spelt):  # the key as spelt: ``filesystem`` would percent-decode it
+            fs_path = spelt.split("://", 1)[1]
         try:
             fs.delete_file(fs_path)
         except FileNotFoundError:

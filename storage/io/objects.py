@@ -1,6 +1,7 @@
-"""Whole S3 objects in one request each: metadata files read from start to end (Iceberg manifest
-lists and manifests) through object_store (PyPI ``obstore``, the Rust client deltalake and hudi-rs
-use too), one GET per object.
+"""S3 through object_store (PyPI ``obstore``, the Rust client deltalake and hudi-rs use too): whole
+objects in one request each (metadata files read from start to end: Iceberg manifest lists and
+manifests, one GET per object), put-if-absent, and the listing of a location a page at a time
+(``list_pages``: what orphan cleanup, vacuum and the leftover sweep list, in flat memory).
 
 pyarrow's S3 file system opens every file with a HEAD (its size) before the GET, and its AWS SDK
 spends about 0.3 ms of CPU per request in the calling process: a listing of 500 manifests made
@@ -36,7 +37,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -235,16 +236,72 @@ def put_if_absent(location: str, content: bytes, options: StoreOptions | None = 
     return True
 
 
-def _s3_store(options: StoreOptions, bucket: str) -> Any:
-    """An object_store client of ``bucket`` that tries each request once."""
+def _s3_store(options: StoreOptions, bucket: str, *, retries: int = 0) -> Any:
+    """An object_store client of ``bucket`` that tries each request ``retries`` more times (none by
+    default: the callers above have their own second way)."""
     from obstore.store import S3Store
 
     settings = options.object_store_config()
     client: ClientConfig = {"allow_http": settings.pop("allow_http", "") == "true"}
     for name in ("timeout", "connect_timeout"):
         client[name] = settings.pop(name)
-    retry: RetryConfig = {"max_retries": 0, "retry_timeout": timedelta(seconds=options.request_timeout)}
+    retry: RetryConfig = {
+        "max_retries": retries,
+        "retry_timeout": timedelta(seconds=options.request_timeout * (retries + 1)),
+    }
     return S3Store(bucket, config=cast("S3Config", settings), client_options=client, retry_config=retry)
+
+
+# --- paged listing ---------------------------------------------------------------------------------
+
+#: Keys per listing request (S3's ListObjectsV2 maximum) and per page handed to the caller.
+LIST_PAGE = 1000
+#: Attempts of each listing request after the first (pyarrow's S3 file system makes three in all).
+LIST_RETRIES = 2
+
+
+def list_pages(
+    location: str, options: StoreOptions | None = None
+) -> Iterator[list[tuple[str, int, float]]] | None:
+    """The objects under the S3 location ``location`` a page at a time, as object_store lists them
+    (ListObjectsV2, ``LIST_PAGE`` keys per request, continuation tokens): lists of
+    ``(location, size, LastModified as a timestamp)``, each location ``<scheme>://<bucket>/<key>``
+    with the key exactly as stored (spaces, ``%``, ``+``, unicode: nothing decoded or encoded).
+    Memory holds one page, whatever the number of objects; the request for the next page is sent
+    when the caller asks for it.
+
+    ``location``'s key is taken literally as the prefix, at a segment boundary (``t`` lists
+    ``t/...``, not ``t2/...``). None where this listing is not available: not an S3 location,
+    no obstore, or a process forked after it used object_store (see the module's docstring); the
+    caller then lists another way. ``StoreError`` when the store refuses or cannot be reached, or
+    holds a key under the prefix object_store cannot name (a control character such as a newline,
+    an empty or ``.``/``..`` segment): object_store stops the listing there, and a partial listing
+    is never passed off as the whole."""
+    found = scheme(location)
+    if found not in S3_SCHEMES or _obstore() is None or _state["forked_after_request"]:
+        return None
+    parsed = urlparse(location)
+    prefix = location.split("://", 1)[1][len(parsed.netloc) :].strip("/")
+    options = options if options is not None else StoreOptions.from_env()
+    store = _s3_store(options, parsed.netloc, retries=LIST_RETRIES)
+    return _pages(store, f"{found}://{parsed.netloc}/", prefix or None, location)
+
+
+def _pages(
+    store: Any, head: str, prefix: str | None, location: str
+) -> Iterator[list[tuple[str, int, float]]]:
+    obstore = _obstore()
+    _state["requested"] = True
+    stream = obstore.list(store, prefix, chunk_size=LIST_PAGE)
+    while True:
+        try:
+            page = next(stream)
+        except StopIteration:
+            return
+        except Exception as error:
+            # object_store's messages name the URL and the key, never the signature
+            raise StoreError(f"{location}: the listing failed: {' '.join(str(error).split())}") from error
+        yield [(head + meta["path"], meta["size"], meta["last_modified"].timestamp()) for meta in page]
 
 
 def _local_put_if_absent(target: str | os.PathLike[str], content: bytes) -> bool:

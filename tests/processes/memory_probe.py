@@ -40,20 +40,24 @@ def vacuum_name(i: int) -> str:
     return f"b={i % BUCKETS:02d}/part-{i:05d}-6f1e5c1a-9d3b-4c2e-8a7f-{i:012d}-c000.snappy.parquet"
 
 
-def probe(tmp_path: Path, kind: str, count: int, timeout: int = 300) -> dict:
+def probe(
+    tmp_path: Path, kind: str, count: int, timeout: int = 300, *, root: str = "", env: dict | None = None
+) -> dict:
     """Run the ``kind`` scan over ``count`` objects in a fresh process; its measures, after
-    asserting that it named exactly every tenth object for deletion, nothing young or kept."""
-    root = tmp_path / f"warehouse-{kind}-{count}" / "db" / "events"
+    asserting that it named exactly every tenth object for deletion, nothing young or kept.
+    ``orphans_s3`` scans the objects already made under the ``s3://`` location ``root`` (named
+    as ``orphan_name`` names them), reaching the store with the ``LAKEWARDEN_S3_*`` of ``env``."""
+    root = root or str(tmp_path / f"warehouse-{kind}-{count}" / "db" / "events")
     out = tmp_path / f"probe-{kind}-{count}.json"
     subprocess.run(
-        [sys.executable, __file__, kind, str(root), str(count), str(out)],
+        [sys.executable, __file__, kind, root, str(count), str(out)],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
         check=True,
         timeout=timeout,
     )
     found = json.loads(out.read_text())
-    if kind == "orphans":
+    if kind.startswith("orphans"):
         expected = [orphan_name(str(root), i) for i in range(0, count, 10)]
     else:
         expected = [f"{root}/{vacuum_name(i)}" for i in range(0, count, 10)]
@@ -113,12 +117,25 @@ def _write_delta_log(root: str, count: int) -> None:
 def _child(kind: str, root: str, count: int, out: str) -> None:
     from storage.io.guard import PathGuard
 
-    folder = f"{root}/data/bucket=" if kind == "orphans" else f"{root}/b="
-    for bucket in range(BUCKETS):
-        os.makedirs(f"{folder}{bucket:02d}", exist_ok=True)
-    if kind == "orphans":
+    if kind == "orphans_s3":
+        from processes.maintenance import spill
+        from processes.maintenance.iceberg.orphans import scan_location
+        from storage.io import StoreOptions
+
+        # runs of 5,000 items: the sorted runs' memory is the same at every size, so what grows
+        # with the number of objects is what the listing holds (one page, or the whole listing)
+        spill.RUN_ITEMS = 5_000
+        referenced = (orphan_name(root, i) for i in range(count) if i % 10)
+        storage = StoreOptions.from_env()
+
+        def scan():
+            found = scan_location(root, referenced, guard=guard, cutoff=time.time() + 3600, storage=storage)
+            return found, lambda s: s.orphans, lambda s: s
+    elif kind == "orphans":
         from processes.maintenance.iceberg.orphans import scan_location
 
+        for bucket in range(BUCKETS):
+            os.makedirs(f"{root}/data/bucket={bucket:02d}", exist_ok=True)
         for i in range(count):
             _touch(orphan_name(root, i))
         referenced = (orphan_name(root, i) for i in range(count) if i % 10)
@@ -129,6 +146,8 @@ def _child(kind: str, root: str, count: int, out: str) -> None:
     else:
         from processes.maintenance.delta.vacuum import vacuum_scan
 
+        for bucket in range(BUCKETS):
+            os.makedirs(f"{root}/b={bucket:02d}", exist_ok=True)
         for i in range(count):
             _touch(f"{root}/{vacuum_name(i)}")
         _write_delta_log(root, count)

@@ -23,9 +23,10 @@ clock gone wrong) is put back and the table reads again.
 
 ``min-age`` is seconds or an ISO 8601 duration (``P3D``), and never less than an hour.
 
-On an object store the location is listed through pyarrow (one recursive listing, paged by the
-store) and an object's age is its ``LastModified`` time from that listing; orphans are deleted one
-by one through the same file system. Paths are compared in one spelling (``s3a://`` as ``s3://``,
+On S3 the location is listed a page of 1,000 keys at a time (object_store's ListObjectsV2, memory
+flat with the number of objects; other object stores through pyarrow's listing, whole) and an
+object's age is its ``LastModified`` time from that listing; orphans are deleted one by one, each
+by its key exactly as listed. Paths are compared in one spelling (``s3a://`` as ``s3://``,
 no trailing slash). This is also the safety net for what a killed rewrite left on a store: its
 in-place files (``lakewarden-p<process>-...``) are unreferenced, so they go once older than
 ``min-age``.
