@@ -310,15 +310,26 @@ class PairDue:
 @dataclass
 class TickRanking:
     """Every due (table, action) of a tick in one order across pairs, and per pair index those
-    below the minimum benefit (evaluated unasked, their decisions recorded)."""
+    below the minimum benefit (evaluated unasked, their decisions recorded). The order is kept as
+    columns (pair index, table id, priority): the walk reads as far as it needs."""
 
-    #: (pair index, table id), highest priority first.
-    order: list[tuple[int, int]]
-    #: The priority of each entry of ``order`` (empty when ranking is off).
-    priorities: list[float] = field(default_factory=list)
+    #: Pair index and table id of each entry, highest priority first.
+    pair_index: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    table_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: The priority of each entry (None when ranking is off).
+    priority: np.ndarray | None = None
     #: Pair index -> (table id, snapshot) of its due tables below the minimum.
     below_minimum: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
     shortfall: dict[int, dict[int, tuple[float, float]]] = field(default_factory=dict)
+
+    @property
+    def order(self) -> list[tuple[int, int]]:
+        """(pair index, table id), highest priority first."""
+        return list(zip(self.pair_index.tolist(), self.table_ids.tolist(), strict=True))
+
+    @property
+    def priorities(self) -> list[float]:
+        return [] if self.priority is None else self.priority.tolist()
 
 
 def rank_tick(
@@ -335,18 +346,22 @@ def rank_tick(
     runs of every action; the default estimate is computed over columns (``processes.estimates``),
     a factory's own ``estimate`` called for its own due tables only."""
     if not settings.LAKEWARDEN_SCHEDULER_RANKING:
-        return TickRanking([(p.index, t) for p in sorted(pairs, key=lambda p: p.index) for t in p.ids])
-    ranking = TickRanking([])
+        ordered = sorted(pairs, key=lambda p: p.index)
+        return TickRanking(
+            np.array([p.index for p in ordered for _ in p.ids], dtype=np.int64),
+            np.array([t for p in ordered for t in p.ids], dtype=np.int64),
+        )
+    ranking = TickRanking()
     pairs = [p for p in pairs if p.ids]
     if not pairs:
         return ranking
-    columns = DueFacts(sorted({t for p in pairs for t in p.ids}), evaluated_key)
+    due_ids = np.unique(np.concatenate([np.asarray(p.ids, dtype=np.int64) for p in pairs]))
+    columns = DueFacts(due_ids.tolist(), evaluated_key)
     measured = throughputs or measured_throughputs(sorted({p.action for p in pairs}))
     parts = [_rank_pair(p, columns, measured[p.action], now, ranking, groups_of or {}) for p in pairs]
     index, ids, priority, position = (np.concatenate([part[i] for part in parts]) for i in range(4))
     order = np.lexsort((position, index, -priority))
-    ranking.order = list(zip(index[order].tolist(), ids[order].tolist(), strict=True))
-    ranking.priorities = priority[order].tolist()
+    ranking.pair_index, ranking.table_ids, ranking.priority = index[order], ids[order], priority[order]
     for pair_index, shortfall in ranking.shortfall.items():
         logger.info(
             "%s: %d due table(s) below the minimum benefit (table: (benefit, minimum)) %s",
@@ -397,7 +412,7 @@ def _rank_pair(
     if below.any():
         _plain_estimates(below & plain, plain, found, estimates)
         for i, table_row in zip(np.nonzero(below)[0].tolist(), at[below].tolist(), strict=True):
-            table_id, instant = columns.rows[table_row][0], columns.rows[table_row][12]
+            table_id, instant = int(columns.ids[table_row]), columns.instants[table_row]
             group = getattr(groups_of.get(table_id), "name", None)
             _skip(ranking, pair.index, (table_id, instant), action, estimates[i], float(minimum[i]), group)
     keep = ~below
@@ -420,7 +435,7 @@ def _waited(pair: PairDue, columns: DueFacts, position: np.ndarray, at: np.ndarr
         evaluated = np.array([np.nan if v is None else v for v in pair.evaluated], dtype=np.float64)[position]
     interval = pair.interval
     if interval is None:  # rank_due: the pair's format is its tables'
-        table_format = columns.rows[int(at[0])][11] if len(at) else pair.table_format
+        table_format = columns.formats[int(at[0])] if len(at) else pair.table_format
         interval = pair.configured.factory.trigger_strategy(table_format, pair.action).interval
     due_since = np.where(np.isnan(evaluated), columns.registered[at], evaluated + interval.total_seconds())
     return np.maximum(0.0, now.timestamp() - due_since)

@@ -2,14 +2,17 @@
 
 Bounded queries whatever the number of tables: one for active processes, one counting tables per
 format, then per (format, action) pair one query that picks the due tables in the database (from
-the evaluation times and seen snapshots kept as ``TableState`` rows), one resolving the due
-tables' groups, two ranking them; factories are only asked about tables that are due.
+the evaluation times and seen snapshots kept as ``TableState`` rows: ``processes.due``, which also
+writes every awake table's next wake time in one update), one resolving the due tables' groups,
+two ranking them; factories are only asked about tables that are due.
 
 Every due (table, action) of every pair is ranked in one order of benefit per cost
 (``processes.ranking.rank_tick``) and the tick walks it: a run is asked when its pair has a free
 slot (``parallelism``) and its resource group (processes/groups) has room; otherwise it is held
 back (it stays due, counted on the group's row and logged) and its factory is not asked. So a
-group's free slots and budget go to its best work whatever the action. A process is created only
+group's free slots and budget go to its best work whatever the action. Once nothing left in line
+can be asked, the rest is settled over columns (``_Walk._settle``): at 100,000 due tables the
+walk does Python work for the few it asks and the waits it records, not for every table. A process is created only
 after ``budget.admit`` under the group's row lock agreed, and is sent to the group's queue.
 
 A table whose ``manual-actions`` property names an action (or is ``"*"``) is left to operators for
@@ -29,23 +32,24 @@ import hashlib
 import logging
 from dataclasses import dataclass, field
 
+import numpy as np
 from django.core.cache import cache
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Count
 from django.utils import timezone
 
 from processes.decisions import DecisionKind, DecisionLog, record, recording
 from processes.decisions.waits import budget_wait
+from processes.due import NEVER, Snapshot, due_table_ids, evaluated_key, seen_snapshot_key
 from processes.groups.budget import BudgetExhausted
 from processes.groups.models import ResourceGroup
 from processes.groups.tick import TickGroups
-from processes.models import ACTIVE_STATUSES, Process, ProcessStatus, ProcessTrigger, TableState
+from processes.models import ProcessStatus, ProcessTrigger, TableState
 from processes.plugin import TriggerStrategy
 from processes.ranking import PairDue, TickRanking, rank_tick
 from processes.registry import ConfiguredFactory, coordinators
 from processes.runtime import TableRuntime
 from processes.services import process_create
-from processes.sql_arrays import float_array, int_array, json_array
+from processes.sql_arrays import int_array, json_array
 from storage.errors import Conflict, InvalidInput
 from storage.models import Table
 
@@ -53,16 +57,10 @@ logger = logging.getLogger(__name__)
 
 
 EVALUATION_BATCH = 100
+#: Ranked entries the walk takes at a time before it checks whether the rest can only wait.
+WALK_CHUNK = 256
 #: Waiting decisions (slot, budget) recorded per (format, action) per tick: the first in line.
 WAITING_RECORDED = 200
-
-
-def evaluated_key(action: str) -> str:
-    return f"scheduler.{action}.evaluated_at"
-
-
-def seen_snapshot_key(action: str) -> str:
-    return f"scheduler.{action}.seen_instant"
 
 
 @dataclass
@@ -79,8 +77,6 @@ class TickReport:
     decisions: int = 0
 
 
-#: "Not before a new snapshot": a wake time no tick reaches (a refresh blanks it).
-NEVER = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
 PAIRS_CACHE_KEY = "lakewarden:scheduler:pairs:v1"
 
 
@@ -90,7 +86,7 @@ def schedule_tick(*, now: dt.datetime | None = None) -> TickReport:
     pairs = coordinators()
     report.pairs = len(pairs)
     _wake_all_if_configuration_changed(pairs)
-    snapshot = _Snapshot(now)
+    snapshot = Snapshot(now)
     groups = TickGroups(now)
     log = DecisionLog(now)
     with recording(log):
@@ -100,7 +96,10 @@ def schedule_tick(*, now: dt.datetime | None = None) -> TickReport:
             if pair.free <= 0:  # no slot of its own: its tables wait, unranked, as they came
                 _record_slot_waits(log, pair, pair.due.ids)
         if open_pairs:
-            groups.group_of_due = groups.resolve(sorted({t for pair in open_pairs for t in pair.due.ids}))
+            due_ids = np.unique(
+                np.concatenate([np.asarray(pair.due.ids, dtype=np.int64) for pair in open_pairs])
+            )
+            groups.group_of_due = groups.resolve(due_ids.tolist())
             # Benefit per cost across every pair (processes/ranking.py): a resource group's free
             # slots and budget go to its best work whatever the action.
             ranking = rank_tick([pair.due for pair in open_pairs], now=now, groups_of=groups.group_of_due)
@@ -108,9 +107,7 @@ def schedule_tick(*, now: dt.datetime | None = None) -> TickReport:
         _record_evaluations(due, now)
         for pair in due:
             report.skipped_busy += len(pair.due.ids) - len(pair.asked)
-            after = now + pair.strategy.interval
-            for table_id in pair.due.ids:  # asked: again after the interval; left waiting: next tick
-                snapshot.wake_no_later(table_id, after if table_id in pair.asked else now)
+            snapshot.wake_due(pair)
     snapshot.save_wakes()
     report.held = groups.save()
     report.decisions = _flush(log)
@@ -130,7 +127,7 @@ class _Pair:
     waits_recorded: int = 0
 
 
-def _due_pairs(pairs, snapshot: _Snapshot, now: dt.datetime, report: TickReport) -> list[_Pair]:
+def _due_pairs(pairs, snapshot: Snapshot, now: dt.datetime, report: TickReport) -> list[_Pair]:
     """The pairs with due tables, in the order of their factories' priority (one query each)."""
     running: dict[tuple[str, str], int] = {}
     for key in snapshot.active:
@@ -139,7 +136,7 @@ def _due_pairs(pairs, snapshot: _Snapshot, now: dt.datetime, report: TickReport)
     ordered = sorted(pairs.items(), key=lambda kv: -kv[1].priority)
     for index, ((table_format, action), configured) in enumerate(ordered):
         strategy = configured.factory.trigger_strategy(table_format, action)
-        ids = _due_table_ids(snapshot, table_format, action, strategy, now, report)
+        ids = due_table_ids(snapshot, table_format, action, strategy, now, report)
         if not ids:
             continue
         evaluated = snapshot.due_evaluated.pop((table_format, action), [])
@@ -153,7 +150,12 @@ class _Walk:
     """Down the tick's ranked order: each due (table, action) is asked when its pair has a free
     slot and its resource group has room; otherwise it waits (a decision for the first
     ``WAITING_RECORDED`` in line of each pair). A factory that finds nothing to do frees no slot:
-    the walk goes on to the next in line."""
+    the walk goes on to the next in line.
+
+    Once nothing left in line can be asked (every pair left has no free slot or its group refuses
+    the action: a group's answer changes only when the walk asks a factory), the rest is settled
+    in bulk (``_settle``): the holds counted per (group, action) over columns, the waiting
+    decisions of the first in line of each pair recorded; no Python work per remaining table."""
 
     def __init__(self, pairs: list[_Pair], ranking: TickRanking, report, groups: TickGroups, log) -> None:
         self.pairs = {pair.due.index: pair for pair in pairs}
@@ -162,16 +164,37 @@ class _Walk:
         #: Resource group id -> (table id, action, priority) of the last run it admitted this tick.
         self.last_admitted: dict[int, tuple[int, str, float | None]] = {}
         self.slots_at_start: dict[int, int] = {}
+        #: Each group's answer for an action stands until the walk asks a factory (or a race
+        #: refuses it): asked once per (group pk, action) in between, the holds counted in bulk.
+        self.refusals: dict[tuple[int, str], BudgetExhausted | None] = {}
+        self.held: dict[tuple[int, str], tuple[ResourceGroup, BudgetExhausted, int]] = {}
 
     def run(self) -> None:
         for index, below in self.ranking.below_minimum.items():
             self.pairs[index].asked.update(below)
-        order, priorities, group_of = self.ranking.order, self.ranking.priorities, self.groups.group_of_due
-        # Each group's answer for an action stands until the walk admits something (or a race
-        # refuses it): asked once per (group, action) in between, the holds counted in bulk.
-        refusals: dict[tuple[int, str], BudgetExhausted | None] = {}
-        held: dict[tuple[int, str], tuple[ResourceGroup, BudgetExhausted, int]] = {}
-        for position, (index, table_id) in enumerate(order):
+        ranking = self.ranking
+        count = len(ranking.table_ids)
+        if count:
+            group_pks = self.groups.group_pks(ranking.table_ids)
+            # Each (pair, group) in line and the last position it appears at: what may still be asked.
+            combos = (ranking.pair_index << 32) | group_pks
+            found, first_reversed = np.unique(combos[::-1], return_index=True)
+            self.last_at = dict(zip(found.tolist(), (count - 1 - first_reversed).tolist(), strict=True))
+            for start in range(0, count, WALK_CHUNK):
+                if self._settled(start):
+                    self._settle(start, group_pks)
+                    break
+                self._walk(start, min(count, start + WALK_CHUNK))
+        for (_, action), (group, problem, count) in self.held.items():
+            self.groups.hold(group, action, problem.message, count)
+
+    def _walk(self, start: int, end: int) -> None:
+        ranking, group_of = self.ranking, self.groups.group_of_due
+        priorities = None if ranking.priority is None else ranking.priority[start:end].tolist()
+        entries = zip(
+            ranking.pair_index[start:end].tolist(), ranking.table_ids[start:end].tolist(), strict=True
+        )
+        for offset, (index, table_id) in enumerate(entries):
             pair = self.pairs[index]
             action = pair.due.action
             if pair.free <= 0:
@@ -179,38 +202,90 @@ class _Walk:
                     _record_slot_waits(self.log, pair, [table_id])
                 continue
             group = group_of[table_id]
-            key = (id(group), action)
-            if key not in refusals:
-                if group.pk not in self.slots_at_start:
-                    self.slots_at_start[group.pk] = self.groups.usage[group.pk].slots_left(group)
-                refusals[key] = self.groups.refusal(group, action)
-            problem = refusals[key]
+            problem = self._refusal(group, action)
+            mine = None if priorities is None else priorities[offset]
             if problem is not None:
-                held[key] = (group, problem, held[key][2] + 1 if key in held else 1)
-                if pair.waits_recorded < WAITING_RECORDED:
-                    pair.waits_recorded += 1
-                    self._record_wait(
-                        table_id, action, group, problem, priorities[position] if priorities else None
-                    )
+                self._hold(pair, table_id, group, problem, mine)
                 continue
-            table = self._table(position)
+            table = self._table(start + offset)
             if table is None:  # deleted meanwhile
                 continue
             pair.asked[table_id] = table.current_instant
             started = _trigger_one(pair.due.configured, table, action, self.report, self.groups, group)
-            refusals.clear()
+            self.refusals.clear()
             if started:
                 pair.free -= 1
-                priority = round(priorities[position], 6) if priorities else None
-                self.last_admitted[group.pk] = (table_id, action, priority)
-        for (_, action), (group, problem, count) in held.items():
-            self.groups.hold(group, action, problem.message, count)
+                self.last_admitted[group.pk] = (table_id, action, None if mine is None else round(mine, 6))
+
+    def _refusal(self, group: ResourceGroup, action: str) -> BudgetExhausted | None:
+        key = (group.pk, action)
+        if key not in self.refusals:
+            if group.pk not in self.slots_at_start:
+                self.slots_at_start[group.pk] = self.groups.usage[group.pk].slots_left(group)
+            self.refusals[key] = self.groups.refusal(group, action)
+        return self.refusals[key]
+
+    def _refused(self, group: ResourceGroup, action: str) -> BudgetExhausted:
+        """The refusal ``_settled`` found for (``group``, ``action``)."""
+        problem = self._refusal(group, action)
+        if problem is None:  # _settle runs only once every (group, action) left in line is refused
+            raise RuntimeError(f"resource group {group.name} has room for {action}: the walk is not settled")
+        return problem
+
+    def _hold(
+        self, pair: _Pair, table_id: int, group: ResourceGroup, problem: BudgetExhausted, mine: float | None
+    ) -> None:
+        """The due run of ``pair`` on ``table_id`` is held back by ``group``."""
+        self._count_held(group, pair.due.action, problem, 1)
+        if pair.waits_recorded < WAITING_RECORDED:
+            pair.waits_recorded += 1
+            self._record_wait(table_id, pair.due.action, group, problem, mine)
+
+    def _count_held(self, group: ResourceGroup, action: str, problem: BudgetExhausted, count: int) -> None:
+        key = (group.pk, action)
+        self.held[key] = (group, problem, self.held[key][2] + count if key in self.held else count)
+
+    def _settled(self, start: int) -> bool:
+        """Whether nothing from ``start`` on can be asked this tick."""
+        groups = self.groups.rules.groups
+        for combo, last in self.last_at.items():
+            if last < start:
+                continue
+            pair = self.pairs[combo >> 32]
+            if pair.free > 0 and self._refusal(groups[combo & 0xFFFFFFFF], pair.due.action) is None:
+                return False
+        return True
+
+    def _settle(self, start: int, group_pks: np.ndarray) -> None:
+        """Everything from ``start`` on waits, as the walk would have decided one by one: per pair
+        the first in line get their waiting decisions (up to ``WAITING_RECORDED`` in all), and the
+        holds of the others are counted per group over the columns."""
+        ranking, groups = self.ranking, self.groups.rules.groups
+        indexes, ids, pks = ranking.pair_index[start:], ranking.table_ids[start:], group_pks[start:]
+        for index, pair in self.pairs.items():
+            at = np.nonzero(indexes == index)[0]
+            if not len(at):
+                continue
+            head = at[: max(0, WAITING_RECORDED - pair.waits_recorded)]
+            if pair.free <= 0:  # waiting for one of the pair's own slots: not the group's hold
+                _record_slot_waits(self.log, pair, ids[head].tolist())
+                continue
+            action = pair.due.action
+            priorities = (
+                [None] * len(head) if ranking.priority is None else ranking.priority[start + head].tolist()
+            )
+            for table_id, pk, mine in zip(ids[head].tolist(), pks[head].tolist(), priorities, strict=True):
+                group = groups[pk]
+                self._hold(pair, table_id, group, self._refused(group, action), mine)
+            found, counts = np.unique(pks[at[len(head) :]], return_counts=True)
+            for pk, count in zip(found.tolist(), counts.tolist(), strict=True):
+                self._count_held(groups[pk], action, self._refused(groups[pk], action), count)
 
     def _table(self, position: int) -> Table | None:
         """The table row of the entry at ``position``, read with the next ones in line (a batch)."""
-        table_id = self.ranking.order[position][1]
+        table_id = int(self.ranking.table_ids[position])
         if table_id not in self.rows:
-            batch = [t for _, t in self.ranking.order[position : position + EVALUATION_BATCH]]
+            batch = self.ranking.table_ids[position : position + EVALUATION_BATCH].tolist()
             self.rows = Table.objects.in_bulk(batch)
         return self.rows.get(table_id)
 
@@ -302,80 +377,6 @@ def _wake_all_if_configuration_changed(pairs: dict[tuple[str, str], ConfiguredFa
             logger.warning("the scheduler cannot keep its configuration fingerprint", exc_info=True)
 
 
-#: The tables a tick looks at: never given a wake time, woken by now, or at a new snapshot.
-_AWAKE_SQL = """
-SELECT t.id, t.format, t.current_instant,
-  t.scheduler_wake_at IS NOT NULL AND t.scheduler_wake_at <= %(now)s AND t.scheduler_instant = t.current_instant
-FROM {table} t
-WHERE t.scheduler_wake_at IS NULL OR t.scheduler_wake_at <= %(now)s
-  OR t.current_instant IS DISTINCT FROM t.scheduler_instant
-"""
-
-
-class _Snapshot:
-    """What one tick reads once: active processes, the number of tables per format and the
-    tables awake (their wake time passed or blank); only those are looked at. Each awake table
-    gets the earliest time any of its pairs may become due as its next wake time."""
-
-    def __init__(self, now: dt.datetime) -> None:
-        self.now = now
-        self.active: list[tuple[str, str]] = []
-        self.busy: dict[str, list[int]] = {}  # action -> tables with an active process for it
-        for table_id, table_format, action in Process.objects.filter(status__in=ACTIVE_STATUSES).values_list(
-            "table_id", "table__format", "action"
-        ):
-            self.active.append((table_format, action))
-            self.busy.setdefault(action, []).append(table_id)
-        self._counts: dict[str, int] | None = None
-        self.awake: dict[str, list[int]] = {}
-        self.instants: dict[int, str] = {}
-        #: Awake tables whose stored wake time has passed at their current snapshot: a wake time
-        #: of now again changes nothing for them, so it is not written again.
-        self.settled: set[int] = set()
-        with connection.cursor() as cursor:
-            cursor.execute(_AWAKE_SQL.format(table=Table._meta.db_table), {"now": now})
-            rows = cursor.fetchall()
-        for table_id, table_format, instant, settled in rows:
-            self.awake.setdefault(table_format, []).append(table_id)
-            self.instants[table_id] = instant
-            if settled:
-                self.settled.add(table_id)
-        self.wakes: dict[int, dt.datetime] = dict.fromkeys(self.instants, NEVER)
-        #: (format, action) -> when each table the last due query found due was last evaluated.
-        self.due_evaluated: dict[tuple[str, str], list[float | None]] = {}
-
-    def table_count(self, table_format: str) -> int:
-        if self._counts is None:
-            self._counts = dict(Table.objects.order_by().values_list("format").annotate(n=Count("id")))
-        return self._counts.get(table_format, 0)
-
-    def wake_no_later(self, table_id: int, moment: dt.datetime) -> None:
-        if table_id in self.wakes and moment < self.wakes[table_id]:
-            self.wakes[table_id] = moment
-
-    def save_wakes(self) -> None:
-        """One update, with the snapshot each wake time was computed at: a table whose snapshot
-        moves (meanwhile or later) is awake again whatever its wake time. Tables left waiting
-        whose wake time had passed already keep it (no write)."""
-        now = self.now
-        ids = [i for i, wake in self.wakes.items() if not (wake <= now and i in self.settled)]
-        if not ids:
-            return
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {Table._meta.db_table} t SET scheduler_wake_at = to_timestamp(v.wake),"
-                " scheduler_instant = v.instant"
-                " FROM ROWS FROM (unnest(%s::bigint[]), jsonb_array_elements_text(%s::jsonb),"
-                " unnest(%s::float8[])) AS v(id, instant, wake)"
-                " WHERE t.id = v.id AND t.current_instant = v.instant",
-                [
-                    int_array(ids),
-                    json_array(self.instants[i] for i in ids),
-                    float_array(self.wakes[i].timestamp() for i in ids),
-                ],
-            )
-
-
 _EVALUATED_SQL = """
 INSERT INTO {state} (table_id, key, value, updated_at)
 SELECT v.table_id, v.key, v.value, %s
@@ -402,59 +403,6 @@ def _record_evaluations(pairs: list[_Pair], now: dt.datetime) -> None:
         sql = _EVALUATED_SQL.format(state=TableState._meta.db_table, table=Table._meta.db_table)
         with connection.cursor() as cursor:
             cursor.execute(sql, [timezone.now(), int_array(ids), json_array(keys), json_array(values)])
-
-
-#: Due-ness in the database, one query per (format, action) pair over the awake tables: not busy
-#: with the action, not evaluated within the interval, and (``on_new_snapshot``) at a snapshot the
-#: factory has not seen; never evaluated first, then longest waiting, then by id. ``wake`` is when
-#: the pair may next be due (NULL: not before a new snapshot).
-_DUE_SQL = """
-SELECT t.id,
-  NOT (t.id = ANY(%(busy)s))
-  AND (jsonb_typeof(ev.value) IS DISTINCT FROM 'number' OR %(moment)s - (ev.value)::float8 >= %(interval)s)
-  AND (NOT %(on_new_snapshot)s OR seen.value IS NULL OR seen.value <> to_jsonb(t.current_instant)),
-  CASE WHEN t.id = ANY(%(busy)s) OR jsonb_typeof(ev.value) IS DISTINCT FROM 'number' THEN %(moment)s
-       WHEN %(on_new_snapshot)s AND seen.value = to_jsonb(t.current_instant) THEN NULL
-       ELSE (ev.value)::float8 + %(interval)s END,
-  CASE WHEN jsonb_typeof(ev.value) = 'number' THEN (ev.value)::float8 END
-FROM {table} t
-LEFT JOIN {state} ev ON ev.table_id = t.id AND ev.key = %(evaluated)s
-LEFT JOIN {state} seen ON seen.table_id = t.id AND seen.key = %(seen)s
-WHERE t.id = ANY(%(awake)s::bigint[])
-ORDER BY CASE WHEN jsonb_typeof(ev.value) = 'number' THEN (ev.value)::float8 ELSE 0 END, t.id
-"""
-
-
-def _due_table_ids(snapshot: _Snapshot, table_format, action, strategy, now, report) -> list[int]:
-    """Tables due for (format, action), longest waiting first."""
-    report.tables_considered += snapshot.table_count(table_format)
-    awake = snapshot.awake.get(table_format, [])
-    if not awake:
-        return []
-    sql = _DUE_SQL.format(table=Table._meta.db_table, state=TableState._meta.db_table)
-    params = {
-        "evaluated": evaluated_key(action),
-        "seen": seen_snapshot_key(action),
-        "awake": int_array(awake),
-        "busy": snapshot.busy.get(action, []),
-        "moment": now.timestamp(),
-        "interval": strategy.interval.total_seconds(),
-        "on_new_snapshot": bool(strategy.on_new_snapshot),
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    due = []
-    evaluated = []
-    for table_id, is_due, wake, evaluated_at in rows:
-        if is_due:
-            due.append(table_id)  # its wake time depends on whether the factory is asked
-            evaluated.append(evaluated_at)
-        elif wake is not None:
-            snapshot.wake_no_later(table_id, dt.datetime.fromtimestamp(wake, tz=dt.UTC))
-    report.due += len(due)
-    snapshot.due_evaluated[(table_format, action)] = evaluated  # for the ranking's aging
-    return due
 
 
 #: The table property naming the actions the scheduler leaves to operators on that table.
@@ -532,4 +480,17 @@ def _trigger_one(
     return True
 
 
-__all__ = ["schedule_tick", "TickReport", "ProcessStatus", "MANUAL_ACTIONS", "is_manual", "manual_actions"]
+#: The names tests and tools knew these by before they moved to ``processes.due``.
+_Snapshot, _due_table_ids = Snapshot, due_table_ids
+
+__all__ = [
+    "schedule_tick",
+    "TickReport",
+    "ProcessStatus",
+    "MANUAL_ACTIONS",
+    "NEVER",
+    "evaluated_key",
+    "is_manual",
+    "manual_actions",
+    "seen_snapshot_key",
+]

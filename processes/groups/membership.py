@@ -17,6 +17,7 @@ from fnmatch import fnmatchcase
 from django.db import connection
 
 from processes.groups.models import DEFAULT_GROUP, DEFAULT_GROUP_FIELDS, ResourceGroup, ResourceGroupTable
+from processes.sql_arrays import int_array
 from storage.models import Table
 
 
@@ -81,7 +82,9 @@ class GroupRules:
 
     def group_by_rules(self, catalog_id: int | None, identifier: str) -> ResourceGroup:
         """The group a table with no explicit assignment is in."""
-        namespace = namespace_of(identifier)
+        return self.group_by_namespace(catalog_id, namespace_of(identifier))
+
+    def group_by_namespace(self, catalog_id: int | None, namespace: str) -> ResourceGroup:
         for pattern, group in self.patterns:
             if fnmatchcase(namespace, pattern):
                 return group
@@ -90,11 +93,29 @@ class GroupRules:
         return self.default
 
 
-_TABLES_SQL = """
-SELECT t.id, t.catalog_id, t.identifier, a.group_id
-FROM {table} t LEFT JOIN {assignment} a ON a.table_id = t.id
-WHERE t.id = ANY(%s)
+#: The tables by what decides their group (catalog, namespace, explicit assignment): a row per
+#: distinct combination with its tables' ids, so the rules are matched once per combination.
+_TABLES_SQL = f"""
+SELECT t.catalog_id, {NAMESPACE_SQL}, a.group_id, array_agg(t.id)
+FROM {{table}} t LEFT JOIN {{assignment}} a ON a.table_id = t.id
+WHERE t.id = ANY(%s::bigint[])
+GROUP BY 1, 2, 3
 """
+
+
+def tables_by_group(table_ids: list[int], rules: GroupRules) -> list[tuple[ResourceGroup, list[int]]]:
+    """(group, ids of its tables among ``table_ids``): one query for any number of tables."""
+    if not table_ids:
+        return []
+    sql = _TABLES_SQL.format(table=Table._meta.db_table, assignment=ResourceGroupTable._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [int_array(table_ids)])
+        rows = cursor.fetchall()
+    found = []
+    for catalog_id, namespace, group_id, ids in rows:
+        group = rules.groups.get(group_id) if group_id is not None else None
+        found.append((group or rules.group_by_namespace(catalog_id, namespace), ids))
+    return found
 
 
 def groups_for_tables(
@@ -105,22 +126,14 @@ def groups_for_tables(
     share a catalog and a namespace are matched once."""
     rules = rules or GroupRules.load()
     ids = [item.pk if isinstance(item, Table) else int(item) for item in tables]
-    if not ids:
-        return {}
-    sql = _TABLES_SQL.format(table=Table._meta.db_table, assignment=ResourceGroupTable._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [ids])
-        rows = cursor.fetchall()
-    by_rules: dict[tuple[int | None, str], ResourceGroup] = {}
-    answer = {}
-    for pk, catalog_id, identifier, group_id in rows:
-        group = rules.groups.get(group_id) if group_id is not None else None
-        if group is None:
-            key = (catalog_id, namespace_of(identifier))
-            if key not in by_rules:
-                by_rules[key] = rules.group_by_rules(catalog_id, identifier)
-            group = by_rules[key]
-        answer[pk] = group
+    return group_mapping(tables_by_group(ids, rules))
+
+
+def group_mapping(found: list[tuple[ResourceGroup, list[int]]]) -> dict[int, ResourceGroup]:
+    """``tables_by_group``'s answer as table id -> group."""
+    answer: dict[int, ResourceGroup] = {}
+    for group, members in found:
+        answer.update(dict.fromkeys(members, group))
     return answer
 
 

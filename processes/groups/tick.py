@@ -13,10 +13,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+import numpy as np
 from django.core.cache import cache
 
 from processes.groups.budget import BudgetExhausted, Usage, expected_seconds, refusal, usage
-from processes.groups.membership import GroupRules, groups_for_tables
+from processes.groups.membership import GroupRules, group_mapping, tables_by_group
 from processes.groups.models import ResourceGroup
 
 logger = logging.getLogger("processes.scheduler")
@@ -33,6 +34,7 @@ class TickGroups:
         self.reasons: dict[int, str] = {}
         #: The group of each table due this tick (resolved once for every pair with a free slot).
         self.group_of_due: dict[int, ResourceGroup] = {}
+        self._resolved: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64),) * 2
 
     @property
     def rules(self) -> GroupRules:
@@ -47,7 +49,18 @@ class TickGroups:
         return self._usage
 
     def resolve(self, table_ids: list[int]) -> dict[int, ResourceGroup]:
-        return groups_for_tables(table_ids, self.rules) if table_ids else {}
+        """table id -> its group (one query); ``group_pks`` then answers for arrays of them."""
+        found = tables_by_group(table_ids, self.rules) if table_ids else []
+        ids = np.array([t for _, members in found for t in members], dtype=np.int64)
+        pks = np.repeat(np.array([g.pk for g, _ in found], dtype=np.int64), [len(m) for _, m in found])
+        order = np.argsort(ids)
+        self._resolved = (ids[order], pks[order])
+        return group_mapping(found)
+
+    def group_pks(self, table_ids: np.ndarray) -> np.ndarray:
+        """The group (its pk) of each of ``table_ids``, all resolved by ``resolve`` before."""
+        ids, pks = self._resolved
+        return pks[np.minimum(np.searchsorted(ids, table_ids), max(len(ids) - 1, 0))]
 
     def cost(self, group: ResourceGroup, action: str) -> float:
         key = (group.pk, action)
