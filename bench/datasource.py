@@ -5,15 +5,18 @@
 Builds once (cached under var/bench/datasource/) an Iceberg table of ``--files`` parquet files
 adding up to about ``--size-mb`` (six columns: ids, a double, strings, a timestamp; several row
 groups per file), and a copy of its metadata with position deletes removing 5% of every file's
-rows (one delete file per data file, as a merge-on-read writer leaves them). Both tables share
-the data files.
+rows (one delete file per data file, as a merge-on-read writer leaves them), and a third table
+identity-partitioned by a ``region`` column that the files do not hold (a Hive-style import: each
+file registered with its partition value, ``region-0`` to ``region-3``), which ``read_table`` fills
+in per file. The three tables share the data files.
 
 Each query runs side by side in one Spark session (local[2], warmed up): plain
 ``spark.read.parquet`` over the data files; the workbench's path (``processes.queries``'s views
 over ``read_table``, whose default path is Spark's own parquet reader, with position deletes taken
-out by a bitmap per file on ``_metadata.row_index``: ``storage.spec.spark.rowindex``);
+out by a bitmap per file on ``_metadata.row_index`` and identity partition values a file lacks
+joined in per file: ``storage.spec.spark.rowindex``);
 and the same views over the Python data source itself (``spark.read.format("lakewarden")``, what
-``read_table(via="source")`` reads), on the table without and with deletes. Queries: a group-by with count distinct (the issue's), and a selective range
+``read_table(via="source")`` reads), on the table without and with deletes and on the identity-partitioned one. Queries: a group-by with count distinct (the issue's), and a selective range
 filter (row-group skipping). Every answer is checked against pyarrow's over the same rows.
 Results replace the "data source" section of bench/RESULTS.md.
 """
@@ -41,6 +44,7 @@ WORK = ROOT / "var" / "bench" / "datasource"
 ROW_GROUP_ROWS = 128 * 1024
 DELETED_EVERY = 20  # one row in 20 deleted: 5%
 USERS = 200_000
+REGIONS = 4  # identity partition values of the imported table
 
 QUERIES = {
     "group-by, sums (scan-bound)": (
@@ -79,14 +83,17 @@ def _catalog(work: Path):
     )
 
 
-def build(work: Path, size_mb: int, files: int) -> tuple[str, str, list[str]]:
-    """(plain table metadata, table-with-deletes metadata, data file paths), built when missing."""
-    marker = work / f"built-{size_mb}-{files}-{USERS}"
+def build(work: Path, size_mb: int, files: int) -> tuple[str, str, str, list[str]]:
+    """(plain table metadata, table-with-deletes metadata, identity-partitioned table metadata,
+    data file paths), built when missing."""
+    marker = work / f"built-{size_mb}-{files}-{USERS}-identity"
     if marker.exists():
         catalog = _catalog(work)
         plain = catalog.load_table("bench.plain")
         deleted = catalog.load_table("bench.deleted")
-        return plain.metadata_location, deleted.metadata_location, _paths(plain)
+        identity = catalog.load_table("bench.identity")
+        locations = (plain.metadata_location, deleted.metadata_location, identity.metadata_location)
+        return (*locations, _paths(plain))
     import shutil
 
     shutil.rmtree(work, ignore_errors=True)
@@ -107,8 +114,30 @@ def build(work: Path, size_mb: int, files: int) -> tuple[str, str, list[str]]:
     # the same data files in the second table, then one position delete file per data file
     _add_same_files(deleted, plain)
     _add_position_deletes(deleted)
+    identity = _identity_table(catalog, probe.schema, props, _paths(plain))
     marker.touch()
-    return plain.metadata_location, deleted.metadata_location, _paths(plain)
+    return plain.metadata_location, deleted.metadata_location, identity.metadata_location, _paths(plain)
+
+
+def _identity_table(catalog, schema: pa.Schema, props: dict[str, str], paths: list[str]):
+    """The data files registered in a table of one more column, ``region``, identity-partitioned
+    by it: file ``i`` in partition ``region-{i % REGIONS}``, the column in no file."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+    from pyiceberg.typedef import Record
+
+    table = catalog.create_table(
+        "bench.identity", schema=schema.append(pa.field("region", pa.string())), properties=props
+    )
+    with table.update_spec() as update:
+        update.add_identity("region")
+    table = catalog.load_table("bench.identity")
+    with table.transaction() as transaction:
+        with transaction.update_snapshot().fast_append() as append:
+            for index, path in enumerate(paths):
+                data_file = parquet_file_to_data_file(table.io, table.metadata, path)
+                data_file[3] = Record(f"region-{index % REGIONS}")  # DataFile.partition has no setter
+                append.append_data_file(data_file)
+    return catalog.load_table("bench.identity")
 
 
 def _paths(table) -> list[str]:
@@ -296,7 +325,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     queries = [q for q in QUERIES if not args.query or any(part in q for part in args.query)]
-    plain, deleted, paths = build(WORK, args.size_mb, args.files)
+    plain, deleted, identity, paths = build(WORK, args.size_mb, args.files)
     size = sum(os.path.getsize(p.removeprefix("file://")) for p in paths)
     spark = _session()
     ways = {
@@ -305,6 +334,8 @@ def main() -> None:
         "workbench": ("workbench", plain, False),
         "source, deletes": ("source", deleted, True),
         "workbench, deletes": ("workbench", deleted, True),
+        "source, identity": ("source", identity, False),
+        "workbench, identity": ("workbench", identity, False),
     }
     rows = []
     load = [os.getloadavg()[0]]
@@ -315,7 +346,9 @@ def main() -> None:
             f"| {query} | {base:.2f} | {m['source']:.2f} ({base / m['source']:.2f}x)"
             f" | {m['workbench']:.2f} ({base / m['workbench']:.2f}x)"
             f" | {m['source, deletes']:.2f} ({m['source, deletes'] / base:.2f}x slower)"
-            f" | {m['workbench, deletes']:.2f} ({m['workbench, deletes'] / base:.2f}x slower) |"
+            f" | {m['workbench, deletes']:.2f} ({m['workbench, deletes'] / base:.2f}x slower)"
+            f" | {m['source, identity']:.2f} ({base / m['source, identity']:.2f}x)"
+            f" | {m['workbench, identity']:.2f} ({base / m['workbench, identity']:.2f}x) |"
         )
         print(rows[-1], flush=True)
     load.append(os.getloadavg()[0])
@@ -327,13 +360,16 @@ def _report(size: int, files: int, runs: int, rows: list[str], load: list[float]
         [
             f"Input: {size / MIB:.0f} MiB of parquet in {files} files (zstd, row groups of {ROW_GROUP_ROWS:,}"
             " rows), an Iceberg table over them, and a second one over the same files with position"
-            f" deletes removing one row in {DELETED_EVERY} of every file. Spark local[2], session warmed up;"
+            f" deletes removing one row in {DELETED_EVERY} of every file, and a third one over the same files"
+            f" identity-partitioned by a `region` column no file holds ({REGIONS} values, a Hive-style"
+            " import: `read_table` joins each file's value in). Spark local[2], session warmed up;"
             f" median of {runs} interleaved runs, planning included; every answer checked against pyarrow's."
             f" 1-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end (2 cores shared).",
             "",
             "| query | `spark.read.parquet` s | data source s (speed vs parquet) | `read_table` s (speed)"
-            " | data source with deletes s (vs parquet) | `read_table` with deletes s (vs parquet) |",
-            "|---|---:|---:|---:|---:|---:|",
+            " | data source with deletes s (vs parquet) | `read_table` with deletes s (vs parquet)"
+            " | data source, identity partition s (speed) | `read_table`, identity partition s (speed) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
             "",
             "Targets (issue 35): a scan at ≥ 0.9x of plain parquet without deletes, ≤ 1.3x slower with"
