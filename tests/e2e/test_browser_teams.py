@@ -2,7 +2,9 @@
 lakewarden_demo``: alice in team-iceberg, owner of catalog ``demo``; bob in team-delta, owner of
 ``warehouse-delta``). Signed in as alice, the tables list, the overview's count and the search show
 only her team's tables, bob's table answers 404, and the workbench refuses a query that joins her
-table with his, naming his table, before anything is planned."""
+table with his, naming his table, before anything is planned. On the alerts page she adds a channel
+and a rule for her team with the forms (a channel without its URL is refused beside the field) and
+deletes them."""
 
 from __future__ import annotations
 
@@ -101,10 +103,36 @@ def test_a_team_user_sees_only_the_teams_tables_and_cannot_query_anothers(
         page.locator("#sql").press("Control+Enter")
         refusal = page.locator(f"#query-result .error:has-text('you may not read {bob_sql}')")
         expect(refusal.first).to_be_visible(timeout=60_000)
+    # on the alerts page she adds a channel and a rule for her team with the forms, and deletes them
+    page.goto(f"{base}/alerts/")
+    page.click("#new-channel")
+    page.fill("input[name=name]", "iceberg-hook")
+    page.select_option("select[name=kind]", "webhook")
+    page.click("#alert-channel-form button[type=submit]")  # no URL: refused beside the field
+    expect(page.locator("#alert-channel-form .errorlist")).to_contain_text("http")
+    assert page.locator("select[name=team] option").all_inner_texts() == ["team-iceberg"]
+    page.fill("input[name=url]", "https://hooks.example.org/iceberg")
+    page.click("#alert-channel-form button[type=submit]")
+    page.wait_for_url(f"{base}/alerts/")
+    expect(page.locator("tr:has-text('iceberg-hook')").first).to_contain_text("team-iceberg")
+    page.click("#new-rule")
+    page.fill("input[name=name]", "iceberg-failures")
+    page.select_option("select[name=kind]", "process_failed")
+    page.check("label:has-text('iceberg-hook') input")
+    page.click("#alert-rule-form button[type=submit]")
+    page.wait_for_url(f"{base}/alerts/")
+    expect(page.locator("tr:has-text('iceberg-failures')")).to_contain_text("iceberg-hook")
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.click("button[aria-label='Delete rule iceberg-failures']")
+    expect(page.locator("tr:has-text('iceberg-failures')")).to_have_count(0)
+    page.click("button[aria-label='Delete channel iceberg-hook']")
+    expect(page.locator("tr:has-text('iceberg-hook')")).to_have_count(0)
+
     # the browser logs each refused response it was given, and nothing else went wrong
     failed = "Failed to load resource: the server responded with a status of"
     assert page.console_errors == [
         f"{failed} 404 (Not Found)",
         f"{failed} 403 (Forbidden)",
         f"{failed} 403 (Forbidden)",
+        f"{failed} 400 (Bad Request)",
     ]
