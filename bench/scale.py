@@ -171,14 +171,31 @@ def _p95(run, runs: int) -> float:
     return timings[max(0, int(len(timings) * 0.95) - 1)]
 
 
+def _cursor_at(sort: str, position: int, **filters) -> str:
+    """The ``?after=`` position of the row at ``position`` of the tables list in ``sort`` order."""
+    from console import table_list
+    from storage.models import Table
+
+    keys = table_list.sort_keys(sort)
+    ordered = table_list._keyed(Table.objects.filter(**filters), keys).order_by(
+        *(key.order() for key in keys)
+    )
+    row = ordered.values(*{key.field for key in keys})[position]
+    return table_list.cursor_of(keys, row)
+
+
 def _old_and_new(runs: int) -> list[tuple[str, float, float]]:
     """The tables list's page queries before issue 34's indexes and after, in the same run (p95 ms):
     ranking every table's live score vs walking the stored score's index; a deep page walked from
-    the start vs from the nearer end; a search walked in name order vs found then sorted."""
+    the start vs from the nearer end; a search walked in name order vs found then sorted; a search
+    counted then paged (two scans of its matches) vs counted and paged in one query; page 1,000
+    by its offset vs by the previous page's last row (keyset)."""
     from django.db import connection, transaction
     from django.utils import timezone
 
+    from console import table_list
     from processes.health import WORST_FIRST, health_ranked
+    from storage import selectors
     from storage.models import Table
 
     def searched(hint: bool):
@@ -189,7 +206,20 @@ def _old_and_new(runs: int) -> list[tuple[str, float, float]]:
             cursor.execute("SET LOCAL enable_indexscan = off; SET LOCAL enable_indexonlyscan = off")
             return list(found[:50])
 
+    def counted_then_paged(tables):
+        count = tables.order_by().count()
+        found = tables.order_by("name", "id").values_list("id")
+        if count <= table_list.SORT_FOUND_AT_MOST:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SET LOCAL enable_indexscan = off; SET LOCAL enable_indexonlyscan = off")
+                return count, list(found[:50])
+        return count, list(found[:50])
+
     ids = Table.objects.values_list("id")
+    name_keys, size_keys, worst_keys = (table_list.sort_keys(sort) for sort in ("", "-size", "-health"))
+    size_order = table_list._order("size", True)
+    size_values = table_list.cursor_values(size_keys, _cursor_at("-size", 49949), name="after")
+    worst_values = table_list.cursor_values(worst_keys, _cursor_at("-health", 49949), name="after")
     cases = {
         "worst first, page 1": (
             lambda: health_ranked(timezone.now(), limit=50),
@@ -204,6 +234,20 @@ def _old_and_new(runs: int) -> list[tuple[str, float, float]]:
             lambda: list(ids.order_by("-name", "-id")[:50])[::-1],
         ),
         "search, first page": (lambda: searched(False), lambda: searched(True)),
+        "search 'table_12' (3 columns), count and page": (
+            lambda: counted_then_paged(selectors.table_list(search="table_12")),
+            lambda: table_list._found(
+                selectors.table_list(search="table_12"), name_keys, None, reverse=False, offset=0
+            ),
+        ),
+        "by size, page 1,000": (
+            lambda: list(ids.order_by(*size_order)[49950:50000]),
+            lambda: table_list._walk(Table.objects.all(), size_keys, size_values, reverse=False),
+        ),
+        "worst first, page 1,000": (
+            lambda: list(ids.order_by(*WORST_FIRST)[49950:50000]),
+            lambda: table_list._walk(Table.objects.all(), worst_keys, worst_values, reverse=False),
+        ),
     }
     return [(label, _p95(old, runs), _p95(new, runs)) for label, (old, new) in cases.items()]
 
@@ -233,6 +277,17 @@ def _pages(runs: int) -> list[tuple[str, float, float]]:
         "tables, by last maintenance": "/tables/?sort=last_maintenance",
         "tables, iceberg by health": "/tables/?format=iceberg&sort=health",
         "tables, iceberg worst first, page 100": "/tables/?format=iceberg&sort=-health&page=100",
+        # deep pages by keyset (issue 34): the link of page 1,000's "next"
+        "tables, by size, after row 49,950 (keyset)": f"/tables/?sort=-size&after={_cursor_at('-size', 49949)}",
+        "tables, by name, after row 49,950 (keyset)": f"/tables/?after={_cursor_at('', 49949)}",
+        "tables, worst first, after row 49,950 (keyset)": f"/tables/?sort=-health&after={_cursor_at('-health', 49949)}",
+        "tables, iceberg best first, after row 25,000 (keyset)": (
+            f"/tables/?format=iceberg&sort=health&after={_cursor_at('health', 24999, format='iceberg')}"
+        ),
+        "tables, search 'table_12', next page (keyset)": (
+            f"/tables/?q=table_12&after={_cursor_at('', 49, name__icontains='table_12')}"
+        ),
+        "tables, search 'table' (more than 5,000)": "/tables/?q=table",
     }
     results = []
     for label, url in pages.items():
