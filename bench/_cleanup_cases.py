@@ -22,8 +22,10 @@ import types
 from collections.abc import Callable
 
 #: The commit before issue 35's faster difference (heapq.merge of pickled items): the ``before``
-#: cases run its spill.py and listing.py, read from git, in place of today's.
-BEFORE = "115056d"
+#: cases run its spill.py and listing.py, read from git, in place of today's; another commit
+#: with ``LAKEWARDEN_BENCH_BEFORE`` (bench/cleanup.py's object-store cases: the listing before
+#: it was paged).
+BEFORE = os.environ.get("LAKEWARDEN_BENCH_BEFORE", "115056d")
 
 
 def use_before() -> None:
