@@ -1,7 +1,9 @@
 """The tables list (issue 34): sorted, filtered and paged in the database, a fixed number of
-queries per page whatever the number of tables, each sort an index walk from the nearer end. The
-health score is the overview's, stored on the table row (processes/health.py ``health_store``); a
-row shows catalog, namespace, last maintenance and status."""
+queries per page whatever the number of tables. Next and previous carry a row's sort key and id
+(``?after=``/``?before=``), so any page is a few ranges of the sort's index; a numbered page is an
+index walk from the nearer end. The health score is the overview's, stored on the table row
+(processes/health.py ``health_store``); a row shows catalog, namespace, last maintenance and
+status."""
 
 from __future__ import annotations
 
