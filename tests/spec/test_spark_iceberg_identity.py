@@ -251,6 +251,67 @@ def test_files_that_lack_the_column_get_their_partition_value_per_file(lakewarde
     assert fast == source
 
 
+def test_filled_timestamps_and_decimals_are_exact(lakewarden, catalog):
+    """Imported files lacking identity columns of timestamp, timestamptz and decimal types: their
+    values (microseconds before 1970 and at a leap day's last one, a negative cent) are joined in
+    exactly; a file pyiceberg wrote keeps its own."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import DecimalType, LongType, NestedField, TimestampType, TimestamptzType
+
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "ts", TimestampType(), required=False),
+        NestedField(3, "tstz", TimestamptzType(), required=False),
+        NestedField(4, "dec", DecimalType(10, 2), required=False),
+    )
+    spec = PartitionSpec(
+        *[
+            PartitionField(i, 1000 + i, IdentityTransform(), n)
+            for i, n in ((2, "ts"), (3, "tstz"), (4, "dec"))
+        ]
+    )
+    table = catalog.create_table("sid.times", schema, partition_spec=spec)
+    stored = dt.datetime(2001, 2, 3, 4, 5, 6, 7)
+    table.append(
+        pa.table(
+            {
+                "id": pa.array([0], pa.int64()),
+                "ts": pa.array([stored], pa.timestamp("us")),
+                "tstz": pa.array([stored.replace(tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC")),
+                "dec": pa.array([Decimal("1.50")], pa.decimal128(10, 2)),
+            }
+        )
+    )
+    leap, before = 1_709_251_199_999_999, -1  # 2024-02-29 23:59:59.999999, 1969-12-31 23:59:59.999999
+    _add_file(
+        catalog.load_table("sid.times"),
+        pa.table({"id": pa.array([1, 2], pa.int64())}),
+        (leap, before, Decimal("-0.01")),
+    )
+    _add_file(
+        catalog.load_table("sid.times"), pa.table({"id": pa.array([3], pa.int64())}), (None, None, None)
+    )
+    location = catalog.load_table("sid.times").metadata_location
+    plan = parquet_plan(load_table(location))
+
+    fast, source = _fast_and_source(lakewarden, location)
+
+    assert isinstance(plan, ParquetPlan) and plan.partition_columns == ("ts", "tstz", "dec")
+    leap_day, last_1969 = (
+        dt.datetime(2024, 2, 29, 23, 59, 59, 999999),
+        dt.datetime(1969, 12, 31, 23, 59, 59, 999999),
+    )
+    assert {r["id"]: (r["ts"], r["tstz"], r["dec"]) for r in fast} == {
+        0: (stored, stored, Decimal("1.50")),
+        1: (leap_day, last_1969, Decimal("-0.01")),
+        2: (leap_day, last_1969, Decimal("-0.01")),
+        3: (None, None, None),
+    }
+    assert fast == source == _spec_rows(location)
+
+
 def _position_deletes(table: Any, deleted: dict[str, list[int]]) -> str:
     """A metadata file beside the table's whose current snapshot is the table's plus one position
     delete file per data file of ``deleted`` (in that file's partition, of the current spec);
