@@ -38,6 +38,7 @@ import re
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -267,8 +268,8 @@ def list_pages(
     (ListObjectsV2, ``LIST_PAGE`` keys per request, continuation tokens): lists of
     ``(location, size, LastModified as a timestamp)``, each location ``<scheme>://<bucket>/<key>``
     with the key exactly as stored (spaces, ``%``, ``+``, unicode: nothing decoded or encoded).
-    Memory holds one page, whatever the number of objects; the request for the next page is sent
-    when the caller asks for it.
+    Memory holds two pages at most, whatever the number of objects: the next page is requested
+    (on a thread) while the caller works through the current one.
 
     ``location``'s key is taken literally as the prefix, at a segment boundary (``t`` lists
     ``t/...``, not ``t2/...``). None where this listing is not available: not an S3 location,
@@ -293,15 +294,25 @@ def _pages(
     obstore = _obstore()
     _state["requested"] = True
     stream = obstore.list(store, prefix, chunk_size=LIST_PAGE)
-    while True:
-        try:
-            page = next(stream)
-        except StopIteration:
-            return
-        except Exception as error:
-            # object_store's messages name the URL and the key, never the signature
-            raise StoreError(f"{location}: the listing failed: {' '.join(str(error).split())}") from error
-        yield [(head + meta["path"], meta["size"], meta["last_modified"].timestamp()) for meta in page]
+    # the next page is requested while the caller works through this one (its request's latency
+    # overlaps the caller's work): two pages in memory at most
+    with ThreadPoolExecutor(1, thread_name_prefix="lakewarden-list") as ahead:
+        pending = ahead.submit(_next_page, stream)
+        while True:
+            try:
+                page = pending.result()
+            except Exception as error:
+                # object_store's messages name the URL and the key, never the signature
+                raise StoreError(f"{location}: the listing failed: {' '.join(str(error).split())}") from error
+            if page is None:
+                return
+            pending = ahead.submit(_next_page, stream)
+            yield [(head + meta["path"], meta["size"], meta["last_modified"].timestamp()) for meta in page]
+
+
+def _next_page(stream: Any) -> Any:
+    """The stream's next page, or None at its end."""
+    return next(stream, None)
 
 
 def _local_put_if_absent(target: str | os.PathLike[str], content: bytes) -> bool:
