@@ -32,7 +32,7 @@ from typing import TypeVar
 from urllib.parse import unquote, urlparse
 
 from storage.io.paths import PathNotAllowed, is_local, local_path
-from storage.io.stores import StoreOptions, filesystem, normalise
+from storage.io.stores import S3_SCHEMES, StoreOptions, filesystem, normalise
 
 T = TypeVar("T")
 
@@ -213,8 +213,9 @@ class PathGuard:
         ``OutsideTable`` (nothing deleted) when refused. The file deleted is the checked spelling."""
         spelt = self.check(path, "delete")
         fs, fs_path = filesystem(spelt, storage)
-        if not is_local(spelt):  # the key as spelt: ``filesystem`` would percent-decode it
-            fs_path = spelt.split("://", 1)[1]
+        if not is_local(spelt) and urlparse(spelt).scheme in S3_SCHEMES:
+            # the key as spelt (``bucket/key``): ``filesystem`` would percent-decode it
+            fs_path = spelt.split("://", 1)[1].rstrip("/")
         try:
             fs.delete_file(fs_path)
         except FileNotFoundError:
