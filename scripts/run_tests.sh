@@ -9,12 +9,13 @@
 #      2-core machine they fit beside the first run instead of after it. They have their own test
 #      database (test_lakewarden_e2e), Redis database (13), metrics folder and cache keys, and they
 #      wait for conditions; on 2026-12-02 they all passed beside the first run at a load average
-#      of 30;
-#   3. after both, the rest of tests/e2e in one process with the whole machine: Celery workers
-#      killed mid-run, Spark clusters, beat-driven maintenance. Their checks are timed to the
-#      heartbeat (a process lost within two beats of 1 s), so they do not share the machine: at a
-#      load average of 30 beside the first run, three of them failed (a heartbeat late, a
-#      cluster's query over its 120 s).
+#      of 30.
+#      Since the reapers wait for a lost worker rather than a late heartbeat (processes/workers.py),
+#      the killed-worker tests of processes and the prefetch test run beside too: they passed
+#      twice at a load average of 6-14 on 2026-12-02;
+#   3. after both, the rest of tests/e2e in one process with the whole machine: Spark clusters
+#      (a Spark Connect server's query went over its 120 s at a load average of 12-16),
+#      beat-driven maintenance, query faults, the object store.
 #
 # The side run's output is kept in a file and printed when the first run ends, so the two do not
 # interleave. E2E_AFTER=1 runs all of tests/e2e after the first run, in one process.
@@ -38,7 +39,8 @@ fi
 workers=${PYTEST_WORKERS:-2}
 beside=(tests/e2e/test_browser.py tests/e2e/test_browser_accessibility.py
     tests/e2e/test_browser_table_tabs.py tests/e2e/test_browser_teams.py tests/e2e/test_served_stack.py
-    tests/e2e/test_celery_worker.py tests/e2e/test_fresh_figures_e2e.py)
+    tests/e2e/test_celery_worker.py tests/e2e/test_fresh_figures_e2e.py tests/e2e/test_processes_e2e.py
+    tests/e2e/test_worker_prefetch_e2e.py)
 if [[ -n "${E2E_AFTER:-}" ]]; then
     beside=()
 fi
