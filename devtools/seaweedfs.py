@@ -112,24 +112,38 @@ def relocate_iceberg(tool: Path, source: Path | str, target: Path, prefix: str) 
     return target
 
 
-def s3_request_count(metrics_port: int, bucket: str | None = None, settle: float = 10.0) -> int:
+def s3_request_count(
+    metrics_port: int, bucket: str | None = None, settle: float = 10.0, at_least: int | None = None
+) -> int:
     """Requests a SeaweedFS S3 API has answered so far (on ``bucket``, or all), from its own
     Prometheus counter, read once no request is in flight (the counter is bumped after the handler
-    returns). Benchmarks and tests count a listing's requests with it."""
+    returns). Benchmarks and tests count a listing's requests with it.
+
+    ``at_least``: the count a caller knows has been reached (the requests it made have been
+    answered); until the counter shows it, or ``settle`` seconds pass, it is read again. Under
+    load the counter was seen to lag an answered request once no request was in flight, so a
+    count taken right after a request can miss it; waiting for the known floor never hides a
+    request made beyond it (the caller still compares the exact number)."""
     deadline = time.monotonic() + settle
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    wanted = f'bucket="{bucket}"'
     while True:
-        url = f"http://127.0.0.1:{metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 - our own local server
             text = answer.read().decode()
-        if not any(float(value) for value in _IN_FLIGHT.findall(text)):
-            break
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"SeaweedFS kept requests in flight for {settle:.0f} s")
+        if any(float(value) for value in _IN_FLIGHT.findall(text)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"SeaweedFS kept requests in flight for {settle:.0f} s")
+        else:
+            count = int(
+                sum(
+                    float(value)
+                    for labels, value in _COUNTER.findall(text)
+                    if bucket is None or wanted in labels
+                )
+            )
+            if at_least is None or count >= at_least or time.monotonic() > deadline:
+                return count
         time.sleep(0.05)
-    wanted = f'bucket="{bucket}"'
-    return int(
-        sum(float(value) for labels, value in _COUNTER.findall(text) if bucket is None or wanted in labels)
-    )
 
 
 @dataclass
@@ -390,9 +404,9 @@ class SeaweedFS:
             allow_bucket_deletion=True,
         )
 
-    def request_count(self, bucket: str | None = None) -> int:
+    def request_count(self, bucket: str | None = None, at_least: int | None = None) -> int:
         """Requests the S3 API has answered so far (on ``bucket``, or all): see ``s3_request_count``."""
-        return s3_request_count(self.ports["metrics"], bucket)
+        return s3_request_count(self.ports["metrics"], bucket, at_least=at_least)
 
     def log_tail(self, lines: int = 30) -> str:
         path = self.folder / "weed.log"

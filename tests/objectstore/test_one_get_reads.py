@@ -74,14 +74,16 @@ def test_whole_objects_are_read_in_one_request_with_the_bytes_pyicebergs_fileio_
         before = seaweedfs.request_count("lake")
         got = reads.read(location)
         assert got is not None, name
-        assert seaweedfs.request_count("lake") - before == 1, name
+        assert seaweedfs.request_count("lake", at_least=before + 1) - before == 1, name
         with io.new_input(location).open() as stream:
             assert bytes(got) == data == stream.read(), name
     before = seaweedfs.request_count("lake")
     for name in ODD_LOCATIONS:
         assert reads.read(f"{s3_prefix}/{name}") is None, name
     assert reads.read("s3://Not_A_Bucket/x.avro") is None
-    assert seaweedfs.request_count("lake") == before  # not even asked
+    # not even asked: one more plain read is the only request counted since
+    assert reads.read(f"{s3_prefix}/{PLAIN_KEYS[0]}") is not None
+    assert seaweedfs.request_count("lake", at_least=before + 1) == before + 1
 
 
 def test_the_fast_path_is_taken_only_where_it_reads_what_pyarrow_reads(seaweedfs):
@@ -250,16 +252,17 @@ def test_a_listing_gives_the_same_slices_with_and_without_the_fast_path(
     table = catalog.load_table("ns.t")
     manifests = len(table.current_snapshot().manifests(table.io))
 
-    def listing() -> tuple[list, int]:
+    def listing(expected: int) -> tuple[list, int]:
         spec_table = load_table(table.metadata_location, storage=s3_options)
         spec_table.timeline()
         loaded = seaweedfs.request_count("lake")
         slices = list(spec_table.file_index().list_files_at(None, "id >= 10"))
-        return slices, seaweedfs.request_count("lake") - loaded
+        # the count compared below, waited for: a counter bumped late is not read short
+        return slices, seaweedfs.request_count("lake", at_least=loaded + expected) - loaded
 
-    fast, fast_requests = listing()
+    fast, fast_requests = listing(manifests + 1)
     monkeypatch.setattr(_manifests.OneGetReads, "for_properties", classmethod(lambda cls, *a, **k: None))
-    slow, slow_requests = listing()
+    slow, slow_requests = listing(2 * (manifests + 1))
     assert fast_requests == manifests + 1 and slow_requests == 2 * (manifests + 1)
     # the eu files (ids 0-2) are pruned by their bounds; the others hold ids >= 10
     assert sorted(s.base_file.record_count for s in fast) == [1] * 6
