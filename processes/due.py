@@ -1,8 +1,9 @@
 """Which tables a scheduler tick looks at and which are due, and when each looks again.
 
 A tick reads the tables awake (never given a wake time, woken by now, or at a new snapshot:
-``Snapshot``), then per (format, action) pair one query picks the due ones in the database from
-the evaluation times and seen snapshots kept as ``TableState`` rows (``due_table_ids``). Each
+``Snapshot``; the same scan counts the tables per format), then one query picks the due ones of
+every (format, action) pair in the database from the evaluation times and seen snapshots kept as
+``TableState`` rows (``Snapshot.load_due``; ``due_table_ids`` hands out a pair's). Each
 awake table gets the earliest moment any of its pairs may be due again as its next wake time:
 gathered as columns (the due queries give those of the tables not due, ``wake_due`` those of the
 due ones by whether the factory was asked), reduced per table in numpy and written by one update
@@ -16,14 +17,14 @@ import itertools
 from typing import TYPE_CHECKING
 
 import numpy as np
-from django.db import connection
-from django.db.models import Count
+from django.db import connection, transaction
 
 from processes.models import ACTIVE_STATUSES, Process, TableState
 from processes.sql_arrays import float_array, int_array, json_array
 from storage.models import Table
 
 if TYPE_CHECKING:
+    from processes.plugin import TriggerStrategy
     from processes.scheduler import _Pair
 
 
@@ -39,16 +40,23 @@ def seen_snapshot_key(action: str) -> str:
 NEVER = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
 
 #: The tables a tick looks at, per format: never given a wake time, woken by now, or at a new
-#: snapshot; with their snapshots and whether their stored wake time passed at that snapshot.
+#: snapshot; with their snapshots and whether their stored wake time passed at that snapshot; and
+#: how many tables each format has (the same scan: the report's "considered").
 _AWAKE_SQL = """
-SELECT t.format, array_agg(t.id), array_agg(t.current_instant),
-  array_agg(COALESCE(
-    t.scheduler_wake_at IS NOT NULL AND t.scheduler_wake_at <= %(now)s AND t.scheduler_instant = t.current_instant,
-    false))
-FROM {table} t
-WHERE t.scheduler_wake_at IS NULL OR t.scheduler_wake_at <= %(now)s
-  OR t.current_instant IS DISTINCT FROM t.scheduler_instant
-GROUP BY t.format
+SELECT a.format, a.n, a.ids, a.instants, a.settled FROM (
+  SELECT t.format, count(*) AS n,
+    array_agg(t.id) FILTER (WHERE t.awake) AS ids, array_agg(t.current_instant) FILTER (WHERE t.awake) AS instants,
+    array_agg(COALESCE(
+      t.scheduler_wake_at IS NOT NULL AND t.scheduler_wake_at <= %(now)s AND t.scheduler_instant = t.current_instant,
+      false)) FILTER (WHERE t.awake) AS settled
+  FROM (
+    SELECT t.format, t.id, t.current_instant, t.scheduler_wake_at, t.scheduler_instant,
+      t.scheduler_wake_at IS NULL OR t.scheduler_wake_at <= %(now)s
+        OR t.current_instant IS DISTINCT FROM t.scheduler_instant AS awake
+    FROM {table} t
+  ) t
+  GROUP BY t.format
+) a
 """
 
 
@@ -68,25 +76,79 @@ class Snapshot:
         ):
             self.active.append((table_format, action))
             self.busy.setdefault(action, []).append(table_id)
-        self._counts: dict[str, int] | None = None
         with connection.cursor() as cursor:
             cursor.execute(_AWAKE_SQL.format(table=Table._meta.db_table), {"now": now})
-            rows = cursor.fetchall()
+            rows = [
+                (fmt, n, ids or [], instants or [], settled or [])
+                for fmt, n, ids, instants, settled in cursor
+            ]
+        self._counts: dict[str, int] = {table_format: n for table_format, n, _, _, _ in rows}
         #: Format -> its awake tables.
-        self.awake: dict[str, list[int]] = {table_format: ids for table_format, ids, _, _ in rows}
+        self.awake: dict[str, list[int]] = {table_format: ids for table_format, _, ids, _, _ in rows if ids}
         #: Every awake table, the snapshot it is at, whether its stored wake time passed at it.
-        self.ids = np.array([t for _, ids, _, _ in rows for t in ids], dtype=np.int64)
-        self.instants = [i for _, _, instants, _ in rows for i in instants]
-        self.settled = np.array([s for _, _, _, settled in rows for s in settled], dtype=bool)
+        self.ids = np.array([t for _, _, ids, _, _ in rows for t in ids], dtype=np.int64)
+        self.formats = [fmt for fmt, _, ids, _, _ in rows for _ in ids]
+        self.instants = [i for _, _, _, instants, _ in rows for i in instants]
+        self.settled = np.array([s for _, _, _, _, settled in rows for s in settled], dtype=bool)
+        #: (format, action) -> (due ids, when each was last evaluated), read by ``load_due``.
+        self._due: dict[tuple[str, str], tuple[list[int], np.ndarray]] = {}
         #: (table ids, wake times in epoch seconds) gathered per pair; NaN: not before a new snapshot.
         self.wakes: list[tuple[np.ndarray, np.ndarray]] = []
         #: (format, action) -> when each table the last due query found due was last evaluated.
-        self.due_evaluated: dict[tuple[str, str], list[float | None]] = {}
+        self.due_evaluated: dict[tuple[str, str], np.ndarray] = {}
 
     def table_count(self, table_format: str) -> int:
-        if self._counts is None:
-            self._counts = dict(Table.objects.order_by().values_list("format").annotate(n=Count("id")))
         return self._counts.get(table_format, 0)
+
+    def load_due(self, pairs: list[tuple[str, str, TriggerStrategy]]) -> None:
+        """Which awake tables are due for each (format, action, strategy), for every pair in one
+        query (``_DUE_SQL``: per pair, each awake table's last evaluation and whether the factory
+        saw its snapshot), decided over columns (``_decide``); the others' next wake times are
+        gathered (``wake_no_later``)."""
+        wanted = [(f, a, s) for f, a, s in pairs if self.awake.get(f) and (f, a) not in self._due]
+        if not wanted:
+            return
+        params = {
+            "ids": int_array(self.ids.tolist()),
+            "formats": json_array(self.formats),
+            "instants": json_array(self.instants),
+            "pair": int_array(range(len(wanted))),
+            "pair_format": json_array(f for f, _, _ in wanted),
+            "evaluated": json_array(evaluated_key(a) for _, a, _ in wanted),
+            "seen": json_array(seen_snapshot_key(a) for _, a, _ in wanted),
+        }
+        sql = _DUE_SQL.format(state=TableState._meta.db_table)
+        with transaction.atomic(), connection.cursor() as cursor:
+            # two hash joins over every (table, pair) row: in memory, not in batches on disk
+            cursor.execute(
+                "SELECT set_config('work_mem', %s, true), set_config('jit', 'off', true)", [DUE_WORK_MEM]
+            )
+            cursor.execute(sql, params)
+            found = {index: rest for index, *rest in cursor}
+        for index, (table_format, action, strategy) in enumerate(wanted):
+            ids, evaluated, seen = found.get(index, (None, None, None))
+            self._decide(table_format, action, strategy, ids or [], evaluated or [], seen or [])
+
+    def _decide(self, table_format, action, strategy, ids, evaluated, seen) -> None:
+        """Due: not busy with the action, not evaluated within the interval, and (``on_new_snapshot``)
+        at a snapshot the factory has not seen; never evaluated first, then longest waiting, then
+        by id. The others may be due again: busy or never evaluated, at once; at a seen snapshot
+        (``on_new_snapshot``), not before a new one (NaN); else when the interval has passed."""
+        ids = np.array(ids, dtype=np.int64)
+        evaluated = np.array([np.nan if v is None else v for v in evaluated], dtype=np.float64)
+        seen = np.array(seen, dtype=bool)
+        moment, interval = self.now.timestamp(), strategy.interval.total_seconds()
+        busy = np.isin(ids, np.array(self.busy.get(action, []), dtype=np.int64))
+        never = np.isnan(evaluated)
+        waited = never | (moment - np.where(never, moment, evaluated) >= interval)
+        kept = seen if strategy.on_new_snapshot else np.zeros(len(ids), dtype=bool)
+        due = ~busy & waited & ~kept
+        wake = np.where(busy | never, moment, np.where(kept, np.nan, evaluated + interval))
+        if (~due).any():  # the due tables' wake times depend on whether the factory is asked (``wake_due``)
+            self.wake_no_later(ids[~due], wake[~due])
+        due_ids, due_evaluated = ids[due], evaluated[due]
+        order = np.lexsort((due_ids, np.where(np.isnan(due_evaluated), 0.0, due_evaluated)))
+        self._due[(table_format, action)] = (due_ids[order].tolist(), due_evaluated[order])
 
     def wake_no_later(self, table_ids: list[int] | np.ndarray, moments: np.ndarray | float) -> None:
         """``table_ids`` are to be looked at again by ``moments`` (epoch seconds) at the latest."""
@@ -136,57 +198,46 @@ class Snapshot:
             )
 
 
-#: Due-ness in the database, one query per (format, action) pair over the awake tables: not busy
-#: with the action, not evaluated within the interval, and (``on_new_snapshot``) at a snapshot the
-#: factory has not seen; never evaluated first, then longest waiting, then by id. Four arrays: the
-#: due tables' ids and when each was last evaluated; the others' ids and when they may next be
-#: due (``wake``; NULL: not before a new snapshot).
+#: What due-ness is decided from, one query for every (format, action) pair over the awake tables
+#: (given as arrays: ids, formats, snapshots; no scan of the tables' own wide rows): a row per pair
+#: with three arrays, each awake table of its format, when the action was last evaluated on it
+#: (NULL: never, or not a number) and whether the factory saw its current snapshot.
 _DUE_SQL = """
-SELECT array_agg(d.id ORDER BY COALESCE(d.evaluated, 0), d.id) FILTER (WHERE d.due),
-  array_agg(d.evaluated ORDER BY COALESCE(d.evaluated, 0), d.id) FILTER (WHERE d.due),
-  array_agg(d.id) FILTER (WHERE NOT d.due), array_agg(d.wake) FILTER (WHERE NOT d.due)
-FROM (
-  SELECT t.id, CASE WHEN jsonb_typeof(ev.value) = 'number' THEN (ev.value)::float8 END AS evaluated,
-    NOT (t.id = ANY(%(busy)s::bigint[]))
-    AND (jsonb_typeof(ev.value) IS DISTINCT FROM 'number' OR %(moment)s - (ev.value)::float8 >= %(interval)s)
-    AND (NOT %(on_new_snapshot)s OR seen.value IS NULL OR seen.value <> to_jsonb(t.current_instant)) AS due,
-    CASE WHEN t.id = ANY(%(busy)s::bigint[]) OR jsonb_typeof(ev.value) IS DISTINCT FROM 'number' THEN %(moment)s
-         WHEN %(on_new_snapshot)s AND seen.value = to_jsonb(t.current_instant) THEN NULL
-         ELSE (ev.value)::float8 + %(interval)s END AS wake
-  FROM {table} t
-  LEFT JOIN {state} ev ON ev.table_id = t.id AND ev.key = %(evaluated)s
-  LEFT JOIN {state} seen ON seen.table_id = t.id AND seen.key = %(seen)s
-  WHERE t.id = ANY(%(awake)s::bigint[])
-) d
+WITH awake AS (
+  SELECT * FROM ROWS FROM (unnest(%(ids)s::bigint[]), jsonb_array_elements_text(%(formats)s::jsonb),
+    jsonb_array_elements(%(instants)s::jsonb)) AS a(id, format, instant)
+), pairs AS (
+  SELECT * FROM ROWS FROM (unnest(%(pair)s::int[]), jsonb_array_elements_text(%(pair_format)s::jsonb),
+    jsonb_array_elements_text(%(evaluated)s::jsonb), jsonb_array_elements_text(%(seen)s::jsonb))
+    AS p(pair, format, evaluated_key, seen_key)
+)
+SELECT p.pair, array_agg(a.id),
+  array_agg(CASE WHEN jsonb_typeof(ev.value) = 'number' THEN (ev.value)::float8 END),
+  array_agg(COALESCE(seen.value = a.instant, false))
+FROM awake a
+JOIN pairs p ON p.format = a.format
+LEFT JOIN {state} ev ON ev.table_id = a.id AND ev.key = p.evaluated_key
+LEFT JOIN {state} seen ON seen.table_id = a.id AND seen.key = p.seen_key
+GROUP BY p.pair
 """
+
+#: The memory the due query's hash joins may take (``SET LOCAL``): at 100,000 awake tables and five
+#: pairs the default 4 MB split them into 16 batches written to disk.
+DUE_WORK_MEM = "64MB"
 
 
 def due_table_ids(snapshot: Snapshot, table_format, action, strategy, now, report) -> list[int]:
     """Tables due for (format, action), longest waiting first (when each was last evaluated, for
-    the ranking's aging, kept in ``snapshot.due_evaluated``)."""
+    the ranking's aging, kept in ``snapshot.due_evaluated``). Read by ``Snapshot.load_due`` (for
+    every pair of a tick at once; here for this pair alone when the tick did not)."""
     report.tables_considered += snapshot.table_count(table_format)
-    awake = snapshot.awake.get(table_format, [])
-    if not awake:
+    if not snapshot.awake.get(table_format):
         return []
-    sql = _DUE_SQL.format(table=Table._meta.db_table, state=TableState._meta.db_table)
-    params = {
-        "evaluated": evaluated_key(action),
-        "seen": seen_snapshot_key(action),
-        "awake": int_array(awake),
-        "busy": int_array(snapshot.busy.get(action, [])),
-        "moment": now.timestamp(),
-        "interval": strategy.interval.total_seconds(),
-        "on_new_snapshot": bool(strategy.on_new_snapshot),
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        due, evaluated, not_due, wakes = cursor.fetchone()
-    if not_due:  # when each may be due next (None: NaN, not before a new snapshot); the due
-        # tables' wake times depend on whether the factory is asked (``wake_due``)
-        snapshot.wake_no_later(not_due, np.array(wakes, dtype=np.float64))
-    report.due += len(due or [])
-    snapshot.due_evaluated[(table_format, action)] = evaluated or []
-    return due or []
+    snapshot.load_due([(table_format, action, strategy)])
+    due, evaluated = snapshot._due.pop((table_format, action))
+    report.due += len(due)
+    snapshot.due_evaluated[(table_format, action)] = evaluated
+    return due
 
 
 __all__ = ["NEVER", "Snapshot", "due_table_ids", "evaluated_key", "seen_snapshot_key"]

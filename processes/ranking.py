@@ -300,9 +300,9 @@ class PairDue:
     action: str
     interval: dt.timedelta | None
     ids: list[int]
-    #: When each was last evaluated (epoch seconds; None: never), in the order of ``ids``; None:
+    #: When each was last evaluated (epoch seconds; None or NaN: never), in the order of ``ids``; None:
     #: read with the facts (``rank_due``).
-    evaluated: list[float | None] | None = None
+    evaluated: list[float | None] | np.ndarray | None = None
     #: The pair's place in the order of factory priority (the older order; breaks ties).
     index: int = 0
 
@@ -432,7 +432,10 @@ def _waited(pair: PairDue, columns: DueFacts, position: np.ndarray, at: np.ndarr
     if pair.evaluated is None:
         evaluated = columns.evaluated[at]
     else:
-        evaluated = np.array([np.nan if v is None else v for v in pair.evaluated], dtype=np.float64)[position]
+        values = pair.evaluated
+        if not isinstance(values, np.ndarray):
+            values = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        evaluated = values[position]
     interval = pair.interval
     if interval is None:  # rank_due: the pair's format is its tables'
         table_format = columns.formats[int(at[0])] if len(at) else pair.table_format

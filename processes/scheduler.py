@@ -1,10 +1,11 @@
 """The scheduler tick: which (table, action) pairs are due, within parallelism, one active each.
 
-Bounded queries whatever the number of tables: one for active processes, one counting tables per
-format, then per (format, action) pair one query that picks the due tables in the database (from
-the evaluation times and seen snapshots kept as ``TableState`` rows: ``processes.due``, which also
-writes every awake table's next wake time in one update), one resolving the due tables' groups,
-two ranking them; factories are only asked about tables that are due.
+Bounded queries whatever the number of tables: one for active processes, one reading the awake
+tables (and counting tables per format), then one for every (format, action) pair at once that
+reads what due-ness is decided from (the evaluation times and seen snapshots kept as
+``TableState`` rows: ``processes.due``, which also writes every awake table's next wake time in
+one update), one resolving the due tables' groups, two ranking them; factories are only asked
+about tables that are due.
 
 Every due (table, action) of every pair is ranked in one order of benefit per cost
 (``processes.ranking.rank_tick``) and the tick walks it: a run is asked when its pair has a free
@@ -134,12 +135,17 @@ def _due_pairs(pairs, snapshot: Snapshot, now: dt.datetime, report: TickReport) 
         running[key] = running.get(key, 0) + 1
     due = []
     ordered = sorted(pairs.items(), key=lambda kv: -kv[1].priority)
+    strategies = [configured.factory.trigger_strategy(fmt, action) for (fmt, action), configured in ordered]
+    # every pair's due tables in one query (processes/due.py)
+    snapshot.load_due(
+        [(fmt, action, strategy) for ((fmt, action), _), strategy in zip(ordered, strategies, strict=True)]
+    )
     for index, ((table_format, action), configured) in enumerate(ordered):
-        strategy = configured.factory.trigger_strategy(table_format, action)
+        strategy = strategies[index]
         ids = due_table_ids(snapshot, table_format, action, strategy, now, report)
         if not ids:
             continue
-        evaluated = snapshot.due_evaluated.pop((table_format, action), [])
+        evaluated: np.ndarray | None = snapshot.due_evaluated.pop((table_format, action), None)
         pair_due = PairDue(configured, table_format, action, strategy.interval, ids, evaluated, index)
         busy = running.get((table_format, action), 0)
         due.append(_Pair(pair_due, strategy, busy, strategy.parallelism - busy))

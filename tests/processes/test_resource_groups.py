@@ -14,7 +14,14 @@ from django.utils import timezone
 
 from processes.groups import services
 from processes.groups.budget import BudgetExhausted, usage
-from processes.groups.membership import glob_regex, group_of, groups_for_tables, tables_matching
+from processes.groups.membership import (
+    NAMESPACE_SQL,
+    glob_regex,
+    group_of,
+    groups_for_tables,
+    namespace_of,
+    tables_matching,
+)
 from processes.groups.models import DEFAULT_GROUP, ResourceGroup
 from processes.models import PluginConfig, Process, ProcessStatus, ProcessTrigger
 from processes.registry import configured_factories
@@ -114,6 +121,23 @@ def test_a_glob_matches_in_postgres_exactly_what_fnmatch_matches(pattern):
 
     expected = {f"t-{i}" for i, ns in enumerate(namespaces) if fnmatchcase(ns, pattern)}
     assert in_postgres == expected, glob_regex(pattern)
+
+
+def test_the_namespace_postgres_derives_is_the_one_python_derives():
+    identifiers = ["sales.eu.orders", "orders", "", "a..b", ".lead", "trail.", "été.ünï.t", "x.y"]
+    tables = _tables(identifiers)
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT t.id, {NAMESPACE_SQL} FROM {Table._meta.db_table} t WHERE t.id = ANY(%s)",
+            [[t.pk for t in tables]],
+        )
+        in_postgres = dict(cursor.fetchall())
+
+    expected = {t.pk: namespace_of(name) for t, name in zip(tables, identifiers, strict=True)}
+    assert in_postgres == expected
+    assert in_postgres[tables[0].pk] == "sales.eu" and in_postgres[tables[3].pk] == "a."
+    assert in_postgres[tables[6].pk] == "été.ünï" and in_postgres[tables[1].pk] == ""
 
 
 # --- the rules a group keeps ---------------------------------------------------------------------
