@@ -165,7 +165,25 @@ def _creation_preview(
             "%s could not preview %s on %s", coordinator.name, action, runtime.identifier, exc_info=True
         )
         return None
-    return preview_record(runtime.table, preview) if preview is not None else None
+    if preview is None:
+        return None
+    record = preview_record(runtime.table, preview)
+    record["predicted_worker_seconds"] = _predicted_seconds(action, record)
+    return record
+
+
+def _predicted_seconds(action: str, record: dict[str, Any]) -> float | None:
+    """The worker-seconds the run is predicted to cost: the bytes its plan reads and writes at the
+    throughput the action's past runs measured (the scheduler ranks work by the same model:
+    ``processes.ranking``); None when the plan names no bytes."""
+    from processes.plugin import Estimate
+    from processes.ranking import measured_throughput
+
+    bytes_in, bytes_out = record.get("bytes_in"), record.get("bytes_out")
+    if not isinstance(bytes_in, int | float) or not isinstance(bytes_out, int | float):
+        return None
+    throughput = measured_throughput(action)
+    return round(throughput.seconds(Estimate(bytes_read=int(bytes_in), bytes_written=int(bytes_out))), 3)
 
 
 #: A PENDING process is re-sent once it is overdue by a scheduler tick, and never sooner than this.

@@ -8,10 +8,12 @@ import datetime as dt
 import re
 from html import unescape
 
+import pytest
 from django.utils import timezone
 
 from processes.health import format_remedies, health_scores, remedies_of
 from processes.models import Process, ProcessStatus
+from processes.ranking import DEFAULT_THROUGHPUT, OVERHEAD_SECONDS
 from storage.health import TableFacts, table_health
 from storage.models import Table
 from storage.refresh import table_facts
@@ -47,6 +49,31 @@ def test_a_compaction_keeps_the_tables_real_facts_before_and_after_and_refreshes
         process.summary["bytes_out"],
     )
     assert cost["bytes_read"] == before["bytes"] and cost["worker_seconds"] > 0
+    # predicted before it ran: its plan's bytes at the default throughput (no past runs yet)
+    planned = process.preview["bytes_in"] + process.preview["bytes_out"]
+    assert process.preview["bytes_in"] == cost["bytes_read"]  # the plan read what it planned to
+    assert process.preview["predicted_worker_seconds"] == pytest.approx(
+        OVERHEAD_SECONDS + planned / DEFAULT_THROUGHPUT, abs=0.001
+    )
+
+
+def test_a_process_is_created_with_the_worker_seconds_its_actions_past_runs_predict(make_delta, monkeypatch):
+    from processes import services
+
+    monkeypatch.setattr(services, "process_enqueue", lambda process: None)
+    table, _ = make_delta(files=12)
+    # three runs of rewrite: 2 s, 3 s and 4 s for 1, 2 and 3 MB moved: 1 s fixed, then 1 MB/s
+    for moved, seconds in ((1_000_000, 2.0), (2_000_000, 3.0), (3_000_000, 4.0)):
+        Process.objects.create(
+            table=table, action="rewrite", factory="delta-rewrite", status=ProcessStatus.SUCCESS,
+            measured={"cost": {"worker_seconds": seconds, "bytes_read": moved // 2, "bytes_written": moved // 2}},
+        )  # fmt: skip
+
+    process = services.process_create(table=table, action="rewrite", params={})
+
+    planned = process.preview["bytes_in"] + process.preview["bytes_out"]
+    assert planned > 0
+    assert process.preview["predicted_worker_seconds"] == pytest.approx(1.0 + planned / 1_000_000, abs=0.001)
 
 
 def test_a_failed_process_keeps_the_facts_it_started_from_and_its_cost(test_plugin, make_delta, run_now):
@@ -88,6 +115,7 @@ def test_the_process_page_shows_predicted_beside_measured(client_as, viewer, db)
     process = Process.objects.create(
         table=table, action="rewrite", factory="delta-rewrite", status=ProcessStatus.SUCCESS,
         preview={"available": True, "bytes_in": 9000, "bytes_out": 8900, "health_after": 8,
+                 "predicted_worker_seconds": 20.5,
                  "facts_after": {"file_count": 17, "small_file_count": 1, "compactable_file_count": 0,
                                  "instant_count": 31}},
         measured={"before": before, "after": after,
@@ -113,7 +141,7 @@ def test_the_process_page_shows_predicted_beside_measured(client_as, viewer, db)
         ["size", "8.8 KiB", "—", "8.6 KiB"],
         ["health score", "71", "8", "9"],
         ["", "Predicted", "Measured"],
-        ["worker-seconds", "—", "12.5 s"],
+        ["worker-seconds", "20.5 s", "12.5 s"],
         ["bytes read", "8.8 KiB", "8.8 KiB"],
         ["bytes written", "8.7 KiB", "8.6 KiB"],
     ]
