@@ -25,6 +25,7 @@ from processes.runtime import TableRuntime
 from processes.services import clean_staging, clean_stale_staging, process_fail, staging_dir, transition
 from processes.spark.session import interrupt_jobs, spark_session, tag_jobs, untag_jobs
 from processes.watch import Watch
+from processes.workers import TABLE_LOCK_NAMESPACE
 from storage.errors import Conflict
 from storage.io import is_local
 from storage.models import Table
@@ -32,9 +33,6 @@ from storage.refresh import refresh_facts
 from storage.selectors import jsonable
 
 logger = logging.getLogger(__name__)
-
-# Advisory lock namespace for per-table maintenance locks (two-int form: namespace, table id).
-TABLE_LOCK_NAMESPACE = 0x1A4E
 
 
 class TableLockBusy(Exception):
@@ -85,6 +83,8 @@ class WorkerContext(ProcessContext):
         self.cancelled = threading.Event()
         self.progress: tuple[int, int, str] | None = None
         self._spark = None
+        #: Run by ``run_process`` on a claimed row: each checkpoint checks the row is still its own.
+        self.claimed = False
 
     @property
     def spark(self):
@@ -116,6 +116,18 @@ class WorkerContext(ProcessContext):
             elif kind == "raise":
                 raise RuntimeError(f"failpoint {name}: {argument or 'injected failure'}")
         self.check_cancelled()
+        if self.claimed:
+            self._check_still_running(name)
+
+    def _check_still_running(self, name: str) -> None:
+        """A process whose row was ended while it ran (the reaper took its worker for lost, an
+        operator's kill) stops here: it must not go on to commit or delete what its row no longer
+        answers for. Every factory passes a checkpoint before each commit."""
+        status = Process.objects.filter(pk=self.process_id).values_list("status", flat=True).first()
+        if status not in STARTED_STATUSES:
+            raise ProcessCancelled(
+                f"process {self.process_id} is {status or 'deleted'} while it ran: stopped at {name}"
+            )
 
     def interrupt_spark(self) -> None:
         if self._spark is None:
@@ -229,6 +241,7 @@ def _execute(process: Process) -> str:
             raise RuntimeError(f"process factory {process.factory!r} is not installed on this worker")
         runtime = TableRuntime(process.table, configured.factory.properties)
         context = WorkerContext(process, runtime)
+        context.claimed = True
         heartbeat = _heartbeat(context, settings.LAKEWARDEN_HEARTBEAT_SECONDS)
         context.cancelled = heartbeat.cancelled
         heartbeat.start()

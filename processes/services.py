@@ -34,7 +34,14 @@ from processes.plugin import ProcessInputError
 from processes.previews import preview_record
 from processes.registry import ConfiguredFactory, coordinators, factory_classes, validate_params
 from processes.runtime import TableRuntime
-from processes.workers import ask_workers, lost_before, still_running, task_ids, workers_alive
+from processes.workers import (
+    ask_workers,
+    lost_before,
+    still_running,
+    table_lock_held,
+    task_ids,
+    workers_alive,
+)
 from storage.errors import Conflict, InvalidInput, ServiceError
 from storage.io import is_local
 from storage.models import Table
@@ -374,8 +381,9 @@ def _schedule_retry(process: Process) -> None:
 
 def processes_reap(*, now: dt.datetime | None = None) -> dict[str, int]:
     """Fail processes whose worker is lost (processes/workers.py: silent for three heartbeats and
-    ``LAKEWARDEN_WORKER_LOST_SECONDS``, and their worker does not say it still runs them);
-    enforce kill deadlines that passed."""
+    ``LAKEWARDEN_WORKER_LOST_SECONDS``, their worker does not say it still runs them, and no
+    session holds their table's lock: a worker that does is connected, and failing its process
+    would let it commit under a FAILED row); enforce kill deadlines that passed."""
     now = now or timezone.now()
     stale_before = lost_before(now)
     silent = list(
@@ -401,6 +409,13 @@ def processes_reap(*, now: dt.datetime | None = None) -> dict[str, int]:
                 process.pk,
                 (process.heartbeat_at or process.started_at).isoformat(),
                 process.worker,
+            )
+            continue
+        if table_lock_held(process.table_id):  # its worker's database session is still open
+            logger.warning(
+                "process %s: no heartbeat since %s, but the lock on its table is still held: not failed",
+                process.pk,
+                (process.heartbeat_at or process.started_at).isoformat(),
             )
             continue
         try:

@@ -28,6 +28,7 @@ from typing import Any
 
 from celery import current_app
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 logger = logging.getLogger(__name__)
@@ -161,3 +162,22 @@ def still_running(silent: dict[Any, tuple[str, str]]) -> set[Any]:
         elif alive is not None and node in alive:
             kept.add(key)
     return kept
+
+
+#: The first key of the tables' maintenance advisory locks (``processes.executor.TableLock``).
+TABLE_LOCK_NAMESPACE = 0x1A4E
+
+
+def table_lock_held(table_id: int) -> bool:
+    """Whether some session holds the table's maintenance lock (``processes.executor.TableLock``,
+    two-int form: namespace, table id): the worker that took it is still connected to the
+    database, so its process is not lost however silent."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND classid = %s AND objid = %s AND objsubid = 2)",
+            [TABLE_LOCK_NAMESPACE, table_id],
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])

@@ -14,6 +14,7 @@ import uuid
 import pytest
 import redis
 from django.core.cache import cache
+from django.db import connection
 from django.utils import timezone
 
 from processes import services
@@ -173,3 +174,61 @@ def test_a_live_worker_that_does_not_answer_is_unknown_and_nothing_is_sent_again
     assert services.processes_resend_lost() == 1
     resent = Process.objects.get(pk=overdue_process.pk)
     assert _queued(settings, overdue_process) == [resent.celery_task_id] and resent.celery_task_id != "old"
+
+
+def test_a_silent_process_whose_table_lock_is_still_held_is_not_failed(running, records):
+    from processes.executor import TableLock
+
+    silent = running(silent=lost_after_seconds() + 1)
+    _record(records, NODE, age=lost_after_seconds() + 1)  # by heartbeats and records: lost
+    lock = TableLock(silent.table_id)
+    lock.acquire()  # as its worker did: a session of its own, still connected
+    try:
+        report = services.processes_reap()
+        assert report["failed"] == 0 and _status(silent) == ProcessStatus.RUNNING
+    finally:
+        lock.release()  # the worker's connection closes: nothing holds the table any more
+
+    report = services.processes_reap()
+
+    assert report["failed"] == 1 and _status(silent) == ProcessStatus.FAILED
+
+
+def test_a_process_failed_while_it_ran_stops_before_its_commit_and_leaves_the_table(
+    make_delta, run_now, monkeypatch
+):
+    import threading
+
+    from processes import executor
+    from tests.storage.test_active_refresh import spec_facts
+
+    table, path = make_delta(files=8)
+    before = spec_facts(table)
+    log_files = sorted(p.name for p in (path / "_delta_log").iterdir())
+    monkeypatch.setenv("LAKEWARDEN_FAILPOINTS", "before-commit=sleep:4")
+    process = services.process_create(table=table, action="rewrite", params={})
+
+    def reaper() -> None:  # takes it for lost while it waits before its commit
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                row = Process.objects.get(pk=process.pk)
+                if row.status == ProcessStatus.RUNNING and row.started_at is not None:
+                    services.process_fail(
+                        process=row, reason="worker lost: taken for lost in a test", retry=False
+                    )
+                    return
+                time.sleep(0.05)
+        finally:
+            connection.close()  # this thread's own
+
+    thread = threading.Thread(target=reaper)
+    thread.start()
+    executor.run_process(process.pk)
+    thread.join()
+
+    row = Process.objects.get(pk=process.pk)
+    assert row.status == ProcessStatus.FAILED and row.failure == "worker lost: taken for lost in a test"
+    assert sorted(p.name for p in (path / "_delta_log").iterdir()) == log_files  # no commit
+    assert spec_facts(table) == before
+    assert not executor.staging_dir(row).exists()
