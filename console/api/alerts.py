@@ -1,4 +1,4 @@
-"""``/api/v1/alert-channels/``: list, create, read, delete notification channels and
+"""``/api/v1/alert-channels/``: list, create, read, change, delete notification channels and
 ``POST .../<id>/test/`` to send a test alert; ``/api/v1/alert-rules/``: list, create, read, change,
 delete the rules; ``/api/v1/alert-deliveries/``: the delivery record; ``/api/v1/alert-episodes/``:
 the episodes (newest first), read only.
@@ -72,6 +72,16 @@ class AlertChannelSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "kind", "url", "recipients", "enabled", "team", "created_at"]
         read_only_fields = ["id", "created_at"]
         extra_kwargs = {"name": {"validators": []}}
+
+
+class AlertChannelUpdateSerializer(serializers.ModelSerializer):
+    kind = serializers.ChoiceField(choices=ChannelKind.choices, required=False)
+    url = serializers.CharField(max_length=1024, required=False, allow_blank=True)
+
+    class Meta:
+        model = AlertChannel
+        fields = ["name", "kind", "url", "recipients", "enabled"]
+        extra_kwargs = {"name": {"validators": [], "required": False}}
 
 
 class ChannelsField(serializers.PrimaryKeyRelatedField):
@@ -154,9 +164,27 @@ class AlertChannelViewSet(_Owned, mixins.ListModelMixin, mixins.RetrieveModelMix
     serializer_class = AlertChannelSerializer
     queryset = AlertChannel.objects.none()
     model = AlertChannel
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def perform_destroy(self, instance) -> None:
         services.channel_delete(channel=instance)
+
+    @extend_schema(request=AlertChannelUpdateSerializer, responses={200: AlertChannelSerializer})
+    def partial_update(self, request, pk=None):
+        """Change ``name``, ``kind``, ``url``, ``recipients`` or ``enabled`` (the team stays),
+        checked as a new channel is: a refused change is a 400 naming the field, and nothing changes."""
+        channel = self.get_object()
+        fixed = sorted(set(request.data) - set(AlertChannelUpdateSerializer.Meta.fields))
+        if fixed:  # the team (or a field no channel has) is not silently ignored
+            raise serializers.ValidationError(
+                {fixed[0]: ["a channel's " + ", ".join(fixed) + " cannot be changed"]}
+            )
+        data = AlertChannelUpdateSerializer(
+            data=request.data, partial=True, context=self.get_serializer_context()
+        )
+        data.is_valid(raise_exception=True)
+        channel = services.channel_update(channel=channel, **data.validated_data)
+        return Response(AlertChannelSerializer(channel).data)
 
     def create(self, request):
         data = AlertChannelSerializer(data=request.data, context=self.get_serializer_context())

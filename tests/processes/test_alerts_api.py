@@ -84,6 +84,39 @@ def test_send_test_to_a_failing_endpoint_answers_a_failed_row(api_as, admin_user
     assert len(receiver.requests) == 1  # a test is tried once, not retried
 
 
+def test_a_channel_is_changed_with_patch_checked_as_a_new_one(api_as, admin_user):
+    api = api_as(admin_user)
+    made = api.post(URL, {"name": "hook", "kind": "webhook", "url": "http://example.org/a"}, format="json")
+    api.post(URL, {"name": "other", "kind": "webhook", "url": "http://example.org/o"}, format="json")
+    path = f"{URL}{made.json()['id']}/"
+
+    changed = api.patch(path, {"url": "https://example.org/b", "enabled": False}, format="json")
+
+    assert changed.status_code == 200, changed.content
+    assert (changed.json()["url"], changed.json()["enabled"], changed.json()["name"]) == (
+        "https://example.org/b", False, "hook",
+    )  # fmt: skip
+    stored = AlertChannel.objects.get(name="hook")
+    assert (stored.url, stored.enabled) == ("https://example.org/b", False)
+    for body, status, field in (
+        ({"url": "ftp://example.org/x"}, 400, "url"),
+        ({"kind": "email"}, 400, "recipients"),  # an email channel needs recipients
+        ({"team": "ops"}, 400, "team"),
+        ({"name": "other"}, 409, None),
+    ):
+        answer = api.patch(path, body, format="json")
+        assert answer.status_code == status, (body, answer.content)
+        if field:
+            assert answer.json()["field"] == field, (body, answer.content)
+    again = AlertChannel.objects.get(pk=stored.pk)  # every refused change changed nothing
+    assert (again.name, again.kind, again.url, again.enabled) == (
+        "hook",
+        "webhook",
+        "https://example.org/b",
+        False,
+    )
+
+
 def test_email_channel_needs_recipients(api_as, admin_user):
     answer = api_as(admin_user).post(URL, {"name": "mail", "kind": "email"}, format="json")
     assert answer.status_code == 400 and answer.json()["field"] == "recipients"

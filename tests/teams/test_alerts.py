@@ -107,6 +107,9 @@ def test_a_team_member_changes_only_their_teams_channels_and_rules(lake, alertin
     before = sorted(AlertChannel.objects.values_list("name", "team__name", "enabled"))
 
     assert alice.delete(f"/api/v1/alert-channels/{channels['b-hook'].pk}/").status_code == 404
+    assert (
+        alice.patch(f"/api/v1/alert-channels/{channels['b-hook'].pk}/", {"enabled": False}).status_code == 404
+    )
     assert alice.post(f"/api/v1/alert-channels/{channels['b-hook'].pk}/test/").status_code == 404
     assert (
         alice.patch(f"/api/v1/alert-rules/{rules['every-failure'].pk}/", {"enabled": False}).status_code
@@ -134,6 +137,10 @@ def test_a_team_member_changes_only_their_teams_channels_and_rules(lake, alertin
     assert [m.to for m in mail.outbox] == [["a-hook@example.org"]]
     changed = alice.patch(f"/api/v1/alert-rules/{rules['a-failures'].pk}/", {"threshold": 80}, format="json")
     assert changed.status_code == 200 and changed.json()["threshold"] == 80
+    switched = alice.patch(
+        f"/api/v1/alert-channels/{channels['a-hook'].pk}/", {"enabled": False}, format="json"
+    )
+    assert switched.status_code == 200 and AlertChannel.objects.get(pk=channels["a-hook"].pk).enabled is False
 
 
 def test_a_teams_rule_watches_tables_through_the_teams_own_channels(lake, alerting, api_as):
