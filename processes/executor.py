@@ -25,7 +25,7 @@ from processes.runtime import TableRuntime
 from processes.services import clean_staging, clean_stale_staging, process_fail, staging_dir, transition
 from processes.spark.session import interrupt_jobs, spark_session, tag_jobs, untag_jobs
 from processes.watch import Watch
-from processes.workers import TABLE_LOCK_NAMESPACE
+from processes.workers import TABLE_LOCK_NAMESPACE, process_lock_holder
 from storage.errors import Conflict
 from storage.io import is_local
 from storage.models import Table
@@ -43,8 +43,10 @@ class TableLock:
     """A Postgres session advisory lock on a connection of its own, so it is held exactly as long
     as this process lives: a killed worker's connection closes and the lock goes with it."""
 
-    def __init__(self, table_id: int) -> None:
+    def __init__(self, table_id: int, holder: str = "lakewarden") -> None:
         self.table_id = table_id
+        #: The connection's ``application_name``: who holds the lock (``process_lock_holder``).
+        self.holder = holder[:63]
         self._connection: psycopg.Connection | None = None
 
     def acquire(self) -> None:
@@ -56,6 +58,7 @@ class TableLock:
             user=db.get("USER") or None,
             password=db.get("PASSWORD") or None,
             autocommit=True,
+            application_name=self.holder,
         )
         row = self._connection.execute(
             "select pg_try_advisory_lock(%s, %s)", (TABLE_LOCK_NAMESPACE, self.table_id)
@@ -204,7 +207,7 @@ def _claim(process_id: int, *, worker: str, task_id: str) -> Process | None:
 def _lock(process: Process) -> TableLock:
     """The table's advisory lock; when another process holds it the row goes back to PENDING and
     ``TableLockBusy`` is raised (the task retries shortly)."""
-    lock = TableLock(process.table_id)
+    lock = TableLock(process.table_id, holder=process_lock_holder(process.pk))
     try:
         lock.acquire()
     except TableLockBusy as busy:

@@ -37,8 +37,8 @@ from processes.runtime import TableRuntime
 from processes.workers import (
     ask_workers,
     lost_before,
+    process_lock_held,
     still_running,
-    table_lock_held,
     task_ids,
     workers_alive,
 )
@@ -381,9 +381,10 @@ def _schedule_retry(process: Process) -> None:
 
 def processes_reap(*, now: dt.datetime | None = None) -> dict[str, int]:
     """Fail processes whose worker is lost (processes/workers.py: silent for three heartbeats and
-    ``LAKEWARDEN_WORKER_LOST_SECONDS``, their worker does not say it still runs them, and no
-    session holds their table's lock: a worker that does is connected, and failing its process
-    would let it commit under a FAILED row); enforce kill deadlines that passed."""
+    ``LAKEWARDEN_WORKER_LOST_SECONDS``, their worker does not say it still runs them, and their own
+    connection no longer holds their table's lock: a worker whose connection does is alive, and
+    failing its process would let it commit under a FAILED row); enforce kill deadlines that
+    passed."""
     now = now or timezone.now()
     stale_before = lost_before(now)
     silent = list(
@@ -411,7 +412,7 @@ def processes_reap(*, now: dt.datetime | None = None) -> dict[str, int]:
                 process.worker,
             )
             continue
-        if table_lock_held(process.table_id):  # its worker's database session is still open
+        if process_lock_held(process.pk, process.table_id):  # its worker's connection is still open
             logger.warning(
                 "process %s: no heartbeat since %s, but the lock on its table is still held: not failed",
                 process.pk,

@@ -25,7 +25,7 @@ def process_trash_restore(*, process_id: int, user=None) -> TrashBatch:
     refusal = batch.restore_refusal()
     if refusal:
         raise Conflict(f"{refusal}; nothing was changed")
-    lock = TableLock(batch.table_id)
+    lock = TableLock(batch.table_id, holder=f"lakewarden trash restore {process_id}")
     try:
         lock.acquire()
     except TableLockBusy:

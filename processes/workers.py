@@ -168,16 +168,23 @@ def still_running(silent: dict[Any, tuple[str, str]]) -> set[Any]:
 TABLE_LOCK_NAMESPACE = 0x1A4E
 
 
-def table_lock_held(table_id: int) -> bool:
-    """Whether some session holds the table's maintenance lock (``processes.executor.TableLock``,
-    two-int form: namespace, table id): the worker that took it is still connected to the
-    database, so its process is not lost however silent."""
+def process_lock_holder(process_id: int) -> str:
+    """The ``application_name`` of the connection a process holds its table's lock on."""
+    return f"lakewarden process {process_id}"
+
+
+def process_lock_held(process_id: int, table_id: int) -> bool:
+    """Whether the process's own connection still holds its table's maintenance lock
+    (``processes.executor.TableLock``, two-int form: namespace, table id): the worker that took it
+    is still connected to the database, so the process is not lost however silent. A lock on the
+    table held for anything else (another process, a trash restore) does not count."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
-            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            " AND classid = %s AND objid = %s AND objsubid = 2)",
-            [TABLE_LOCK_NAMESPACE, table_id],
+            "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.granted"
+            " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND l.classid = %s AND l.objid = %s AND l.objsubid = 2 AND a.application_name = %s)",
+            [TABLE_LOCK_NAMESPACE, table_id, process_lock_holder(process_id)],
         )
         row = cursor.fetchone()
     return bool(row and row[0])

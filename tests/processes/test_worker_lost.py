@@ -20,7 +20,7 @@ from django.utils import timezone
 from processes import services
 from processes.models import Process, ProcessStatus, Query, QueryStatus
 from processes.query_reaper import queries_reap
-from processes.workers import WORKERS_KEY, lost_after_seconds, workers_alive
+from processes.workers import WORKERS_KEY, lost_after_seconds, process_lock_holder, workers_alive
 from storage import services as console_services
 from tests.console.tables import write_delta_table
 
@@ -176,18 +176,23 @@ def test_a_live_worker_that_does_not_answer_is_unknown_and_nothing_is_sent_again
     assert _queued(settings, overdue_process) == [resent.celery_task_id] and resent.celery_task_id != "old"
 
 
-def test_a_silent_process_whose_table_lock_is_still_held_is_not_failed(running, records):
+def test_a_silent_process_whose_own_table_lock_is_still_held_is_not_failed(running, records):
     from processes.executor import TableLock
 
     silent = running(silent=lost_after_seconds() + 1)
-    _record(records, NODE, age=lost_after_seconds() + 1)  # by heartbeats and records: lost
-    lock = TableLock(silent.table_id)
-    lock.acquire()  # as its worker did: a session of its own, still connected
+    other = running(silent=lost_after_seconds() + 1)
+    _record(records, NODE, age=lost_after_seconds() + 1)  # by heartbeats and records: both lost
+    own = TableLock(silent.table_id, holder=process_lock_holder(silent.pk))
+    own.acquire()  # as its worker did: a connection of its own, still open
+    restore = TableLock(other.table_id, holder=f"lakewarden trash restore {other.pk}")
+    restore.acquire()  # the other table is held, but not by its process
     try:
         report = services.processes_reap()
-        assert report["failed"] == 0 and _status(silent) == ProcessStatus.RUNNING
+        assert report["failed"] == 1
+        assert (_status(silent), _status(other)) == (ProcessStatus.RUNNING, ProcessStatus.FAILED)
     finally:
-        lock.release()  # the worker's connection closes: nothing holds the table any more
+        own.release()  # the worker's connection closes: its process is lost now
+        restore.release()
 
     report = services.processes_reap()
 
