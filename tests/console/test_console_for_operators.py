@@ -324,6 +324,7 @@ EXPECTED_TAGS = {
         "GET /api/v1/alert-channels/",
         "POST /api/v1/alert-channels/",
         "GET /api/v1/alert-channels/{id}/",
+        "PATCH /api/v1/alert-channels/{id}/",
         "DELETE /api/v1/alert-channels/{id}/",
         "POST /api/v1/alert-channels/{id}/test/",
         "GET /api/v1/alert-episodes/",

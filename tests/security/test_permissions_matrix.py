@@ -313,7 +313,10 @@ RULES: dict[str, Rule] = {
         body=lambda lake: {"name": "matrix-new", "kind": "webhook", "url": "http://example.org/hook"},
     ),
     "alert-channel-detail": Rule(
-        API, {"GET": ADMIN, "DELETE": ADMIN}, obj="alert_channel", body=lambda lake: {}
+        API,
+        {"GET": ADMIN, "PATCH": ADMIN, "DELETE": ADMIN},
+        obj="alert_channel",
+        body=lambda lake: {"enabled": False},
     ),
     "alert-channel-test": Rule(API, {"POST": ADMIN}, obj="alert_channel", body=lambda lake: {}),
     # Alert rules (issue 32): admins; under teams, operators of a team too (tests/teams/test_alerts.py).
