@@ -1,26 +1,32 @@
 """Which tables a scheduler tick looks at and which are due, and when each looks again.
 
 A tick reads the tables awake (never given a wake time, woken by now, or at a new snapshot:
-``Snapshot``; the same scan counts the tables per format), then one query picks the due ones of
-every (format, action) pair in the database from the evaluation times and seen snapshots kept as
-``TableState`` rows (``Snapshot.load_due``; ``due_table_ids`` hands out a pair's). Each
-awake table gets the earliest moment any of its pairs may be due again as its next wake time:
-gathered as columns (the due queries give those of the tables not due, ``wake_due`` those of the
-due ones by whether the factory was asked), reduced per table in numpy and written by one update
-(``Snapshot.save_wakes``); no Python work per table.
+``Snapshot``) in one scan that also counts the tables per format and packs, per awake table, the
+facts the ranking reads and what decides its resource group: one bytea per format that numpy reads
+in place (``AWAKE_RECORD``), so 100,000 awake tables cost the client a copy, not a parse per value.
+Then one query reads the evaluation times (and, for pairs that wait for a new snapshot, the seen
+snapshots) kept as ``TableState`` rows, packed the same way, and the due tables of every
+(format, action) pair are decided over columns (``Snapshot.load_due``; ``due_table_ids`` hands out
+a pair's). Each awake table gets the earliest moment any of its pairs may be due again as its next
+wake time: gathered as columns (the due query gives those of the tables not due, ``wake_due``
+those of the due ones by whether the factory was asked), reduced per table in numpy and written by
+one update (``Snapshot.save_wakes``); no Python work per table.
+
+Snapshots are compared by a 64-bit hash of their id (``hashtextextended``) in both queries and in
+the wake update's guard; the ids themselves are read only for the tables recorded as evaluated
+(``estimates.DueFacts.of_snapshot``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 from typing import TYPE_CHECKING
 
 import numpy as np
-from django.db import connection, transaction
+from django.db import connection
 
 from processes.models import ACTIVE_STATUSES, Process, TableState
-from processes.sql_arrays import float_array, int_array, json_array
+from processes.sql_arrays import float_array, int_array
 from storage.models import Table
 
 if TYPE_CHECKING:
@@ -39,35 +45,71 @@ def seen_snapshot_key(action: str) -> str:
 #: "Not before a new snapshot": a wake time no tick reaches (a refresh blanks it).
 NEVER = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
 
+#: One packed record per awake table (what Postgres writes with ``int8send``: big-endian, fixed
+#: width), read with ``np.frombuffer``: a bytea per format costs the client a copy, where 100,000
+#: rows or a dozen arrays of text cost it a parse per value (0.4 s at 100,000 tables). Timestamps
+#: are ``timestamptz_send``'s microseconds since 2000-01-01 (``-infinity``: none); ``instant`` and
+#: ``namespace`` are ``hashtextextended`` of the snapshot id and of the namespace.
+AWAKE_RECORD = np.dtype(
+    [
+        ("id", ">i8"), ("instant", ">i8"), ("files", ">i4"), ("small", ">i4"), ("compactable", ">i4"),
+        ("deletes", ">i4"), ("bytes", ">i8"), ("snapshots", ">i4"), ("registered", ">i8"),
+        ("maintained", ">i8"), ("catalog", ">i8"), ("namespace", ">i8"), ("flags", ">i2"),
+    ]
+)  # fmt: skip
+#: ``flags`` bits: refreshed at least once, properties override the estimate (``OWN_KEYS``), the
+#: stored wake time had passed at this snapshot (``settled``: rewriting it changes nothing).
+REFRESHED, OWN, SETTLED = 1, 2, 4
+#: Seconds from 1970-01-01 to Postgres's epoch (2000-01-01).
+PG_EPOCH = 946_684_800.0
+
 #: The tables a tick looks at, per format: never given a wake time, woken by now, or at a new
-#: snapshot; with their snapshots and whether their stored wake time passed at that snapshot; and
-#: how many tables each format has (the same scan: the report's "considered").
+#: snapshot, each as an ``AWAKE_RECORD`` (its facts, its group's inputs, its snapshot); and how
+#: many tables each format has (the same scan: the report's "considered"). The record is built
+#: only for awake rows (an idle tick packs nothing).
 _AWAKE_SQL = """
-SELECT a.format, a.n, a.ids, a.instants, a.settled FROM (
-  SELECT t.format, count(*) AS n,
-    array_agg(t.id) FILTER (WHERE t.awake) AS ids, array_agg(t.current_instant) FILTER (WHERE t.awake) AS instants,
-    array_agg(COALESCE(
-      t.scheduler_wake_at IS NOT NULL AND t.scheduler_wake_at <= %(now)s AND t.scheduler_instant = t.current_instant,
-      false)) FILTER (WHERE t.awake) AS settled
-  FROM (
-    SELECT t.format, t.id, t.current_instant, t.scheduler_wake_at, t.scheduler_instant,
-      t.scheduler_wake_at IS NULL OR t.scheduler_wake_at <= %(now)s
-        OR t.current_instant IS DISTINCT FROM t.scheduler_instant AS awake
-    FROM {table} t
-  ) t
-  GROUP BY t.format
-) a
+SELECT t.format, count(*), string_agg(
+    int8send(t.id) || int8send(hashtextextended(t.current_instant, 0))
+    || int4send(LEAST(t.file_count, {most})::int4) || int4send(LEAST(t.small_file_count, {most})::int4)
+    || int4send(LEAST(COALESCE(t.compactable_file_count, -1), {most})::int4)
+    || int4send(LEAST(t.delete_file_count, {most})::int4) || int8send(t.total_bytes) || int4send(t.instant_count)
+    || timestamptz_send(t.registered_at) || timestamptz_send(COALESCE(t.last_maintenance_at, '-infinity'))
+    || int8send(COALESCE(t.catalog_id, 0))
+    || int8send(CASE WHEN (SELECT bool_or(g.namespace_patterns <> '[]'::jsonb) FROM {group} g)
+      THEN hashtextextended({namespace}, 0) ELSE 0 END)
+    || int2send(((t.refreshed_at IS NOT NULL)::int + 2 * (t.properties ?| %(own)s)::int + 4 * t.settled::int)::int2),
+  ''::bytea) FILTER (WHERE t.awake)
+FROM (
+  SELECT t.*,
+    t.scheduler_wake_at IS NULL OR t.scheduler_wake_at <= %(now)s
+      OR t.current_instant IS DISTINCT FROM t.scheduler_instant AS awake,
+    COALESCE(t.scheduler_wake_at IS NOT NULL AND t.scheduler_wake_at <= %(now)s
+      AND t.scheduler_instant = t.current_instant, false) AS settled
+  FROM {table} t
+) t
+GROUP BY t.format
 """
+
+
+def _epoch(microseconds: np.ndarray) -> np.ndarray:
+    """``timestamptz_send`` values as epoch seconds (NaN for ``-infinity``)."""
+    seconds = microseconds.astype(np.float64) / 1e6 + PG_EPOCH
+    return np.where(microseconds == np.iinfo(np.int64).min, np.nan, seconds)
 
 
 class Snapshot:
     """What one tick reads once: active processes, the number of tables per format and the
-    tables awake (their wake time passed or blank); only those are looked at. Each awake table
-    gets the earliest time any of its pairs may become due as its next wake time: gathered as
-    columns (the due queries give those of tables not due, ``wake_due`` those of the due ones),
-    reduced per table and written by one update (``save_wakes``)."""
+    tables awake (their wake time passed or blank) with their facts and what decides their group
+    (one scan, packed records: ``AWAKE_RECORD``); only those are looked at. Each awake table gets
+    the earliest time any of its pairs may become due as its next wake time: gathered as columns
+    (the due query gives those of tables not due, ``wake_due`` those of the due ones), reduced per
+    table and written by one update (``save_wakes``)."""
 
     def __init__(self, now: dt.datetime) -> None:
+        from processes.estimates import OWN_KEYS
+        from processes.groups.membership import NAMESPACE_SQL
+        from processes.groups.models import ResourceGroup
+
         self.now = now
         self.active: list[tuple[str, str]] = []
         self.busy: dict[str, list[int]] = {}  # action -> tables with an active process for it
@@ -76,20 +118,39 @@ class Snapshot:
         ):
             self.active.append((table_format, action))
             self.busy.setdefault(action, []).append(table_id)
+        sql = _AWAKE_SQL.format(
+            table=Table._meta.db_table,
+            group=ResourceGroup._meta.db_table,
+            namespace=NAMESPACE_SQL,
+            most=np.iinfo(np.int32).max,
+        )
         with connection.cursor() as cursor:
-            cursor.execute(_AWAKE_SQL.format(table=Table._meta.db_table), {"now": now})
-            rows = [
-                (fmt, n, ids or [], instants or [], settled or [])
-                for fmt, n, ids, instants, settled in cursor
-            ]
-        self._counts: dict[str, int] = {table_format: n for table_format, n, _, _, _ in rows}
-        #: Format -> its awake tables.
-        self.awake: dict[str, list[int]] = {table_format: ids for table_format, _, ids, _, _ in rows if ids}
-        #: Every awake table, the snapshot it is at, whether its stored wake time passed at it.
-        self.ids = np.array([t for _, _, ids, _, _ in rows for t in ids], dtype=np.int64)
-        self.formats = [fmt for fmt, _, ids, _, _ in rows for _ in ids]
-        self.instants = [i for _, _, _, instants, _ in rows for i in instants]
-        self.settled = np.array([s for _, _, _, _, settled in rows for s in settled], dtype=bool)
+            cursor.execute(sql, {"now": now, "own": list(OWN_KEYS)})
+            rows = cursor.fetchall()
+        self._counts: dict[str, int] = {table_format: n for table_format, n, _ in rows}
+        parts = [(fmt, np.frombuffer(bytes(packed), dtype=AWAKE_RECORD)) for fmt, _, packed in rows if packed]
+        #: The format names, and each awake table's as an index into them.
+        self.format_names: list[str] = [fmt for fmt, _ in parts]
+        records = np.concatenate([p for _, p in parts]) if parts else np.zeros(0, dtype=AWAKE_RECORD)
+        codes = np.repeat(np.arange(len(parts), dtype=np.int64), [len(p) for _, p in parts])
+        order = np.argsort(records["id"], kind="stable")
+        #: Every awake table (sorted by id) and its columns: native integers, epoch seconds.
+        self.records = records[order]
+        self.format_codes = codes[order]
+        self.ids = self.records["id"].astype(np.int64)
+        #: Each awake table's snapshot (a 64-bit hash of its id: ``hashtextextended``).
+        self.instants = self.records["instant"].astype(np.int64)
+        flags = self.records["flags"].astype(np.int64)
+        self.settled = (flags & SETTLED) != 0
+        self.refreshed = (flags & REFRESHED) != 0
+        self.own = (flags & OWN) != 0
+        #: Format -> its awake tables (sorted by id).
+        self.awake: dict[str, list[int]] = {}
+        self._rows: dict[str, np.ndarray] = {}
+        for code, fmt in enumerate(self.format_names):
+            rows = np.nonzero(self.format_codes == code)[0]
+            self._rows[fmt] = rows
+            self.awake[fmt] = self.ids[rows].tolist()
         #: (format, action) -> (due ids, when each was last evaluated), read by ``load_due``.
         self._due: dict[tuple[str, str], tuple[list[int], np.ndarray]] = {}
         #: (table ids, wake times in epoch seconds) gathered per pair; NaN: not before a new snapshot.
@@ -100,43 +161,68 @@ class Snapshot:
     def table_count(self, table_format: str) -> int:
         return self._counts.get(table_format, 0)
 
+    def column(self, name: str) -> np.ndarray:
+        """An ``AWAKE_RECORD`` column of every awake table (in the order of ``ids``) as native
+        numbers: timestamps as epoch seconds, counts as floats (``compactable`` NaN: not counted)."""
+        values = self.records[name].astype(np.int64)
+        if name in ("registered", "maintained"):
+            return _epoch(values)
+        if name == "compactable":
+            return np.where(values < 0, np.nan, values.astype(np.float64))
+        if name in ("catalog", "namespace"):
+            return values
+        return values.astype(np.float64)
+
+    def union(self, id_lists: list[list[int]]) -> np.ndarray:
+        """The awake tables in any of ``id_lists``, sorted (a mask over the awake rows: no sort)."""
+        mask = np.zeros(len(self.ids), dtype=bool)
+        for ids in id_lists:
+            mask[self.rows_of(np.asarray(ids, dtype=np.int64))] = True
+        return self.ids[mask]
+
+    def rows_of(self, table_ids: np.ndarray) -> np.ndarray:
+        """The rows (positions in ``ids``) of ``table_ids``, all of them awake tables."""
+        return np.searchsorted(self.ids, np.asarray(table_ids, dtype=np.int64))
+
     def load_due(self, pairs: list[tuple[str, str, TriggerStrategy]]) -> None:
         """Which awake tables are due for each (format, action, strategy), for every pair in one
-        query (``_DUE_SQL``: per pair, each awake table's last evaluation and whether the factory
-        saw its snapshot), decided over columns (``_decide``); the others' next wake times are
-        gathered (``wake_no_later``)."""
+        query (``_STATE_SQL``: the evaluation times and seen snapshots of the pairs' actions, as
+        packed records), joined to the awake tables and decided over columns (``_decide``); the
+        others' next wake times are gathered (``wake_no_later``)."""
         wanted = [(f, a, s) for f, a, s in pairs if self.awake.get(f) and (f, a) not in self._due]
         if not wanted:
             return
-        params = {
-            "ids": int_array(self.ids.tolist()),
-            "formats": json_array(self.formats),
-            "instants": json_array(self.instants),
-            "pair": int_array(range(len(wanted))),
-            "pair_format": json_array(f for f, _, _ in wanted),
-            "evaluated": json_array(evaluated_key(a) for _, a, _ in wanted),
-            "seen": json_array(seen_snapshot_key(a) for _, a, _ in wanted),
-        }
-        sql = _DUE_SQL.format(state=TableState._meta.db_table)
-        with transaction.atomic(), connection.cursor() as cursor:
-            # two hash joins over every (table, pair) row: in memory, not in batches on disk
-            cursor.execute(
-                "SELECT set_config('work_mem', %s, true), set_config('jit', 'off', true)", [DUE_WORK_MEM]
-            )
+        # the seen snapshots only where a strategy waits for a new one
+        seen_keys = {seen_snapshot_key(a) for _, a, s in wanted if s.on_new_snapshot}
+        keys = sorted({evaluated_key(a) for _, a, _ in wanted} | seen_keys)
+        params: dict[str, object] = {"keys": keys, "seen": [key in seen_keys for key in keys]}
+        where = ""
+        total = sum(self._counts.values())
+        if len(self.ids) <= STATE_BY_ID or len(self.ids) * 4 < total:
+            # few awake: their rows by the (table, key) index, not every table's
+            where = " WHERE s.table_id = ANY(%(ids)s::bigint[])"
+            params["ids"] = int_array(self.ids.tolist())
+        sql = _STATE_SQL.format(state=TableState._meta.db_table, where=where)
+        with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            found = {index: rest for index, *rest in cursor}
-        for index, (table_format, action, strategy) in enumerate(wanted):
-            ids, evaluated, seen = found.get(index, (None, None, None))
-            self._decide(table_format, action, strategy, ids or [], evaluated or [], seen or [])
+            found = {keys[index - 1]: bytes(packed) for index, packed in cursor}
+        state = {key: _StateColumn(packed, key in seen_keys) for key, packed in found.items()}
+        empty = _StateColumn(b"", False)
+        for table_format, action, strategy in wanted:
+            rows = self._rows[table_format]
+            ids = self.ids[rows]
+            evaluated = state.get(evaluated_key(action), empty).evaluated(ids)
+            seen = state.get(seen_snapshot_key(action), empty).seen(ids, self.instants[rows])
+            self._decide(table_format, action, strategy, ids, evaluated, seen)
 
     def _decide(self, table_format, action, strategy, ids, evaluated, seen) -> None:
         """Due: not busy with the action, not evaluated within the interval, and (``on_new_snapshot``)
         at a snapshot the factory has not seen; never evaluated first, then longest waiting, then
         by id. The others may be due again: busy or never evaluated, at once; at a seen snapshot
         (``on_new_snapshot``), not before a new one (NaN); else when the interval has passed."""
-        ids = np.array(ids, dtype=np.int64)
-        evaluated = np.array([np.nan if v is None else v for v in evaluated], dtype=np.float64)
-        seen = np.array(seen, dtype=bool)
+        ids = np.asarray(ids, dtype=np.int64)
+        evaluated = np.asarray(evaluated, dtype=np.float64)
+        seen = np.asarray(seen, dtype=bool)
         moment, interval = self.now.timestamp(), strategy.interval.total_seconds()
         busy = np.isin(ids, np.array(self.busy.get(action, []), dtype=np.int64))
         never = np.isnan(evaluated)
@@ -186,44 +272,71 @@ class Snapshot:
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {Table._meta.db_table} t SET scheduler_wake_at = to_timestamp(v.wake),"
-                " scheduler_instant = v.instant"
-                " FROM ROWS FROM (unnest(%s::bigint[]), jsonb_array_elements_text(%s::jsonb),"
-                " unnest(%s::float8[])) AS v(id, instant, wake)"
-                " WHERE t.id = v.id AND t.current_instant = v.instant",
+                " scheduler_instant = t.current_instant"
+                " FROM ROWS FROM (unnest(%s::bigint[]), unnest(%s::bigint[]), unnest(%s::float8[]))"
+                " AS v(id, instant, wake)"
+                " WHERE t.id = v.id AND hashtextextended(t.current_instant, 0) = v.instant",
                 [
                     int_array(self.ids[write].tolist()),
-                    json_array(itertools.compress(self.instants, write.tolist())),
+                    int_array(self.instants[write].tolist()),
                     float_array(earliest[write].tolist()),
                 ],
             )
 
 
-#: What due-ness is decided from, one query for every (format, action) pair over the awake tables
-#: (given as arrays: ids, formats, snapshots; no scan of the tables' own wide rows): a row per pair
-#: with three arrays, each awake table of its format, when the action was last evaluated on it
-#: (NULL: never, or not a number) and whether the factory saw its current snapshot.
-_DUE_SQL = """
-WITH awake AS (
-  SELECT * FROM ROWS FROM (unnest(%(ids)s::bigint[]), jsonb_array_elements_text(%(formats)s::jsonb),
-    jsonb_array_elements(%(instants)s::jsonb)) AS a(id, format, instant)
-), pairs AS (
-  SELECT * FROM ROWS FROM (unnest(%(pair)s::int[]), jsonb_array_elements_text(%(pair_format)s::jsonb),
-    jsonb_array_elements_text(%(evaluated)s::jsonb), jsonb_array_elements_text(%(seen)s::jsonb))
-    AS p(pair, format, evaluated_key, seen_key)
-)
-SELECT p.pair, array_agg(a.id),
-  array_agg(CASE WHEN jsonb_typeof(ev.value) = 'number' THEN (ev.value)::float8 END),
-  array_agg(COALESCE(seen.value = a.instant, false))
-FROM awake a
-JOIN pairs p ON p.format = a.format
-LEFT JOIN {state} ev ON ev.table_id = a.id AND ev.key = p.evaluated_key
-LEFT JOIN {state} seen ON seen.table_id = a.id AND seen.key = p.seen_key
-GROUP BY p.pair
+class _StateColumn:
+    """One ``TableState`` key's values as ``_STATE_SQL`` packs them (numbers, or for a
+    seen-snapshot key the hashes of strings), looked up by table id."""
+
+    def __init__(self, packed: bytes, texts: bool) -> None:
+        records = np.frombuffer(packed, dtype=STATE_TEXT if texts else STATE_NUMBER)
+        ids = records["table_id"].astype(np.int64)
+        order = np.argsort(ids, kind="stable")
+        self.ids = ids[order]
+        self.values = records["value"][order].astype(np.int64 if texts else np.float64)
+
+    def _at(self, table_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        at = np.minimum(np.searchsorted(self.ids, table_ids), len(self.ids) - 1)
+        return at, self.ids[at] == table_ids
+
+    def evaluated(self, table_ids: np.ndarray) -> np.ndarray:
+        """When each table was evaluated (epoch seconds; NaN: never, or not a number)."""
+        if not len(self.ids):
+            return np.full(len(table_ids), np.nan)
+        at, present = self._at(table_ids)
+        return np.where(present, self.values[at], np.nan)
+
+    def seen(self, table_ids: np.ndarray, instants: np.ndarray) -> np.ndarray:
+        """Whether each table's stored snapshot (a JSON string) is ``instants`` (their hashes)."""
+        if not len(self.ids):
+            return np.zeros(len(table_ids), dtype=bool)
+        at, present = self._at(table_ids)
+        return present & (self.values[at] == instants)
+
+
+#: A ``TableState`` value as ``_STATE_SQL`` packs it: the table, and the value as a number (NaN:
+#: not one) or, for a seen-snapshot key, the hash of the value as a string (``NOT_TEXT``: not one).
+STATE_NUMBER = np.dtype([("table_id", ">i8"), ("value", ">f8")])
+STATE_TEXT = np.dtype([("table_id", ">i8"), ("value", ">i8")])
+NOT_TEXT = np.iinfo(np.int64).min
+
+#: What due-ness is decided from: the pairs' evaluation times and seen snapshots (``TableState``
+#: keys; ``%(seen)s`` says which are seen snapshots), a packed record per row, one bytea per key
+#: (``%(keys)s``'s position, from 1).
+_STATE_SQL = f"""
+SELECT k.i, string_agg(int8send(s.table_id) || CASE WHEN k.seen
+    THEN int8send(CASE WHEN jsonb_typeof(s.value) = 'string' THEN hashtextextended(s.value #>> '{{{{}}}}', 0)
+      ELSE {NOT_TEXT} END)
+    ELSE float8send(CASE WHEN jsonb_typeof(s.value) = 'number' THEN (s.value)::float8 ELSE 'NaN' END) END,
+  ''::bytea)
+FROM unnest(%(keys)s::text[], %(seen)s::bool[]) WITH ORDINALITY AS k(key, seen, i)
+JOIN (SELECT * FROM {{state}} s{{where}}) s ON s.key = k.key
+GROUP BY k.i
 """
 
-#: The memory the due query's hash joins may take (``SET LOCAL``): at 100,000 awake tables and five
-#: pairs the default 4 MB split them into 16 batches written to disk.
-DUE_WORK_MEM = "64MB"
+#: Up to this many awake tables, the due query reads their state rows by id (the index); beyond,
+#: and when they are a quarter of the tables or more, every row of the pairs' keys.
+STATE_BY_ID = 10_000
 
 
 def due_table_ids(snapshot: Snapshot, table_format, action, strategy, now, report) -> list[int]:

@@ -12,7 +12,7 @@ import datetime as dt
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from django.db import connection
@@ -30,6 +30,9 @@ from processes.plugin import (
 from processes.sql_arrays import int_array
 from storage.health import COMPACTABLE_MIN_FILES, MANY_FILES, MANY_SNAPSHOTS, WEIGHTS
 from storage.models import Table
+
+if TYPE_CHECKING:
+    from processes.due import Snapshot
 
 #: Table properties that change a table's estimate or minimum: such tables are estimated one by one.
 OWN_KEYS = (MIN_BENEFIT, "min-input-files", "target-file-size", "delete-file-threshold")
@@ -84,6 +87,10 @@ class DueFacts:
     columns too: ``formats``, ``instants``, ``properties``; ``summary`` builds one table's for
     the one-by-one estimates)."""
 
+    #: Text columns: numpy object arrays, or read when first indexed (``of_snapshot``).
+    instants: np.ndarray | _LazyColumn
+    properties: np.ndarray | _LazyColumn
+
     def __init__(self, ids: list[int], evaluated_key: str | None) -> None:
         join = ""
         evaluated = "'NaN'::float8"
@@ -107,6 +114,28 @@ class DueFacts:
         self.formats = _objects(columns[11], order)
         self.instants = _objects(columns[12], order)
 
+    @classmethod
+    def of_snapshot(cls, snapshot: Snapshot, due_ids: np.ndarray) -> DueFacts:
+        """The facts of ``due_ids`` (sorted, every one awake) from the tick's awake scan: no query
+        but for the text columns, read when first wanted (``_TextColumn``)."""
+        self = cls.__new__(cls)
+        rows = snapshot.rows_of(due_ids)
+        self.ids = snapshot.ids[rows]
+        numbers = [
+            snapshot.column(name)[rows]
+            for name in ("files", "small", "compactable", "deletes", "bytes", "snapshots")
+        ]
+        self.facts = Facts(self.ids, *numbers)
+        self.registered = snapshot.column("registered")[rows]
+        self.maintained = snapshot.column("maintained")[rows]
+        self.evaluated = np.full(len(rows), np.nan)
+        self.refreshed = snapshot.refreshed[rows]
+        self.own = snapshot.own[rows]
+        self.formats = np.array(snapshot.format_names, dtype=object)[snapshot.format_codes[rows]]
+        texts = _TextColumns(self.ids, snapshot.instants[rows])
+        self.instants, self.properties = texts.column("instant"), texts.column("properties")
+        return self
+
     def summary(self, at: int) -> TableSummary:
         facts = self.facts
         compactable = None if math.isnan(facts.compactable[at]) else int(facts.compactable[at])
@@ -126,6 +155,64 @@ class DueFacts:
         at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
         present = self.ids[at] == wanted
         return np.nonzero(present)[0], at[present]
+
+
+class _TextColumns:
+    """The snapshot ids and properties of the due tables, read in one query when first wanted (a
+    tick that asks a few factories never reads them). A table whose snapshot moved since the
+    awake scan (its hash differs) gets no snapshot id (None): what was decided for it was decided
+    on the facts of the one before, so it is not recorded as seen (it is due again next tick)."""
+
+    def __init__(self, ids: np.ndarray, instants: np.ndarray) -> None:
+        self.ids, self.hashes = ids, instants
+        self.loaded: dict[str, np.ndarray] | None = None
+
+    def column(self, name: str) -> _LazyColumn:
+        return _LazyColumn(self, name)
+
+    def load(self) -> dict[str, np.ndarray]:
+        if self.loaded is None:
+            sql = (
+                "SELECT array_agg(t.id), array_agg(t.current_instant), array_agg(hashtextextended("
+                "t.current_instant, 0)), array_agg(NULLIF(t.properties, '{}'::jsonb))"
+                f" FROM {Table._meta.db_table} t WHERE t.id = ANY(%s::bigint[])"
+            )
+            with connection.cursor() as cursor:
+                cursor.execute(sql, [int_array(self.ids.tolist())])
+                ids, instants, hashes, properties = (column or [] for column in cursor.fetchone())
+            found = np.array(ids, dtype=np.int64)
+            order = np.argsort(found, kind="stable")
+            found = found[order]
+            instants = _objects(instants, order)
+            instants[np.array(hashes, dtype=np.int64)[order] != _aligned(found, self.ids, self.hashes)] = None
+            self.loaded = {
+                "instant": _reindexed(found, self.ids, instants),
+                "properties": _reindexed(found, self.ids, _objects(properties, order)),
+            }
+        return self.loaded
+
+
+class _LazyColumn:
+    def __init__(self, columns: _TextColumns, name: str) -> None:
+        self.columns, self.name = columns, name
+
+    def __getitem__(self, row: int) -> Any:
+        return self.columns.load()[self.name][row]
+
+
+def _aligned(found: np.ndarray, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` (in the order of ``ids``, sorted) for each of ``found`` (a subset of ``ids``)."""
+    return values[np.searchsorted(ids, found)]
+
+
+def _reindexed(found: np.ndarray, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` (in the order of ``found``) in the order of ``ids``; None for ids not found."""
+    column = np.empty(len(ids), dtype=object)
+    if len(found):
+        at = np.minimum(np.searchsorted(found, ids), len(found) - 1)
+        present = found[at] == ids
+        column[present] = values[at[present]]
+    return column
 
 
 def _objects(values: list[Any], order: np.ndarray) -> np.ndarray:

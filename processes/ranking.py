@@ -23,8 +23,8 @@ factory property ``min-benefit``, or the table's override of the same name;
 again after the interval or a new snapshot, and records the decision with both numbers
 (``processes.decisions``). A table never refreshed (its facts unknown) is not skipped.
 
-Bounded: one query reads the facts of every due table, one the recent runs of every action;
-nothing lists the store. ``LAKEWARDEN_SCHEDULER_RANKING=false`` keeps the older order (pairs by
+Bounded: one query reads the facts of every due table (none in a tick: the awake scan packed
+them, ``DueFacts.of_snapshot``), one the recent runs of every action; nothing lists the store. ``LAKEWARDEN_SCHEDULER_RANKING=false`` keeps the older order (pairs by
 factory priority, within a pair longest since its last evaluation first) and skips nothing.
 """
 
@@ -339,12 +339,15 @@ def rank_tick(
     groups_of: Mapping[int, Any] | None = None,
     throughputs: Mapping[str, Throughput] | None = None,
     evaluated_key: str | None = None,
+    facts: DueFacts | None = None,
 ) -> TickRanking:
     """Every pair's due tables in one order of priority, highest first (within a resource group
     they compete for its free slots and budget), without those below the minimum benefit. Two
     queries whatever the number of tables and pairs: the facts of every due table, the measured
     runs of every action; the default estimate is computed over columns (``processes.estimates``),
-    a factory's own ``estimate`` called for its own due tables only."""
+    a factory's own ``estimate`` called for its own due tables only. ``facts``: the facts of (at
+    least) every pair's due tables from what the tick read already (``DueFacts.of_snapshot``),
+    instead of their query."""
     if not settings.LAKEWARDEN_SCHEDULER_RANKING:
         ordered = sorted(pairs, key=lambda p: p.index)
         return TickRanking(
@@ -355,8 +358,11 @@ def rank_tick(
     pairs = [p for p in pairs if p.ids]
     if not pairs:
         return ranking
-    due_ids = np.unique(np.concatenate([np.asarray(p.ids, dtype=np.int64) for p in pairs]))
-    columns = DueFacts(due_ids.tolist(), evaluated_key)
+    if facts is not None:
+        columns = facts
+    else:
+        due_ids = np.unique(np.concatenate([np.asarray(p.ids, dtype=np.int64) for p in pairs]))
+        columns = DueFacts(due_ids.tolist(), evaluated_key)
     measured = throughputs or measured_throughputs(sorted({p.action for p in pairs}))
     parts = [_rank_pair(p, columns, measured[p.action], now, ranking, groups_of or {}) for p in pairs]
     index, ids, priority, position = (np.concatenate([part[i] for part in parts]) for i in range(4))

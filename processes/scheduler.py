@@ -1,11 +1,12 @@
 """The scheduler tick: which (table, action) pairs are due, within parallelism, one active each.
 
 Bounded queries whatever the number of tables: one for active processes, one reading the awake
-tables (and counting tables per format), then one for every (format, action) pair at once that
-reads what due-ness is decided from (the evaluation times and seen snapshots kept as
-``TableState`` rows: ``processes.due``, which also writes every awake table's next wake time in
-one update), one resolving the due tables' groups, two ranking them; factories are only asked
-about tables that are due.
+tables (counting tables per format, and packing each awake table's facts and group inputs), then
+one for every (format, action) pair at once that reads what due-ness is decided from (the
+evaluation times and seen snapshots kept as ``TableState`` rows: ``processes.due``, which also
+writes every awake table's next wake time in one update), a few for the groups (their rules and
+explicit assignments; the due tables' groups come from the awake scan), one for the actions'
+measured costs; factories are only asked about tables that are due.
 
 Every due (table, action) of every pair is ranked in one order of benefit per cost
 (``processes.ranking.rank_tick``) and the tick walks it: a run is asked when its pair has a free
@@ -41,6 +42,7 @@ from django.utils import timezone
 from processes.decisions import DecisionKind, DecisionLog, record, recording
 from processes.decisions.waits import budget_wait
 from processes.due import NEVER, Snapshot, due_table_ids, evaluated_key, seen_snapshot_key
+from processes.estimates import DueFacts
 from processes.groups.budget import BudgetExhausted
 from processes.groups.models import ResourceGroup
 from processes.groups.tick import TickGroups
@@ -97,13 +99,17 @@ def schedule_tick(*, now: dt.datetime | None = None) -> TickReport:
             if pair.free <= 0:  # no slot of its own: its tables wait, unranked, as they came
                 _record_slot_waits(log, pair, pair.due.ids)
         if open_pairs:
-            due_ids = np.unique(
-                np.concatenate([np.asarray(pair.due.ids, dtype=np.int64) for pair in open_pairs])
-            )
-            groups.group_of_due = groups.resolve(due_ids.tolist())
+            due_ids = snapshot.union([pair.due.ids for pair in open_pairs])
+            groups.group_of_due = groups.resolve_awake(snapshot, due_ids)
             # Benefit per cost across every pair (processes/ranking.py): a resource group's free
-            # slots and budget go to its best work whatever the action.
-            ranking = rank_tick([pair.due for pair in open_pairs], now=now, groups_of=groups.group_of_due)
+            # slots and budget go to its best work whatever the action; the facts are the awake
+            # scan's.
+            ranking = rank_tick(
+                [pair.due for pair in open_pairs],
+                now=now,
+                groups_of=groups.group_of_due,
+                facts=DueFacts.of_snapshot(snapshot, due_ids),
+            )
             _Walk(open_pairs, ranking, report, groups, log).run()
         _record_evaluations(due, now)
         for pair in due:
@@ -177,15 +183,21 @@ class _Walk:
 
     def run(self) -> None:
         for index, below in self.ranking.below_minimum.items():
-            self.pairs[index].asked.update(below)
+            # a table whose snapshot moved since the awake scan is not recorded as evaluated
+            self.pairs[index].asked.update((t, instant) for t, instant in below if instant is not None)
         ranking = self.ranking
         count = len(ranking.table_ids)
         if count:
             group_pks = self.groups.group_pks(ranking.table_ids)
-            # Each (pair, group) in line and the last position it appears at: what may still be asked.
-            combos = (ranking.pair_index << 32) | group_pks
-            found, first_reversed = np.unique(combos[::-1], return_index=True)
-            self.last_at = dict(zip(found.tolist(), (count - 1 - first_reversed).tolist(), strict=True))
+            # Each (pair, group) in line and the last position it appears at: what may still be
+            # asked. Over dense codes (few pairs, few groups): no sort of every entry.
+            known = np.array(sorted(self.groups.rules.groups), dtype=np.int64)
+            codes = ranking.pair_index * len(known) + np.searchsorted(known, group_pks)
+            last = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
+            np.maximum.at(last, codes, np.arange(count, dtype=np.int64))
+            present = np.nonzero(last >= 0)[0]
+            combos = ((present // len(known)) << 32) | known[present % len(known)]
+            self.last_at = dict(zip(combos.tolist(), last[present].tolist(), strict=True))
             for start in range(0, count, WALK_CHUNK):
                 if self._settled(start):
                     self._settle(start, group_pks)

@@ -38,23 +38,27 @@ class Pending:
     process_id: int | None = None
 
 
+#: The last decision of each (table, action) given: one step down the (table, action, -id) index
+#: per pair (a filter on every table's and every action's rows read the cross product).
 _LAST_SQL = """
-SELECT DISTINCT ON (table_id, action) id, table_id, action, kind, reason, "group"
-FROM {decision}
-WHERE table_id = ANY(%s) AND action = ANY(%s)
-ORDER BY table_id, action, id DESC
+SELECT d.id, v.table_id, v.action, d.kind, d.reason, d."group"
+FROM jsonb_to_recordset(%s::jsonb) AS v(table_id bigint, action text)
+CROSS JOIN LATERAL (
+  SELECT k.id, k.kind, k.reason, k."group" FROM {decision} k
+  WHERE k.table_id = v.table_id AND k.action = v.action ORDER BY k.id DESC LIMIT 1
+) d
 """
 
 _REPEAT_SQL = """
 UPDATE {decision} d SET last_at = %s, repeats = d.repeats + 1, numbers = v.numbers, process_id = NULL
-FROM unnest(%s::bigint[], %s::jsonb[]) AS v(id, numbers) WHERE d.id = v.id
+FROM jsonb_to_recordset(%s::jsonb) AS v(id bigint, numbers jsonb) WHERE d.id = v.id
 """
 
 _INSERT_SQL = """
 INSERT INTO {decision} (table_id, action, kind, reason, "group", numbers, process_id, at, last_at, repeats)
 SELECT v.table_id, v.action, v.kind, v.reason, v.grp, v.numbers, v.process_id, %s, %s, 1
-FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::bigint[])
-  AS v(table_id, action, kind, reason, grp, numbers, process_id)
+FROM jsonb_to_recordset(%s::jsonb)
+  AS v(table_id bigint, action text, kind text, reason text, grp text, numbers jsonb, process_id bigint)
 JOIN {table} t ON t.id = v.table_id
 """
 
@@ -66,10 +70,14 @@ USING (
   SELECT v.table_id, v.action,
     (SELECT k.id FROM {decision} k WHERE k.table_id = v.table_id AND k.action = v.action
      ORDER BY k.id DESC OFFSET %s LIMIT 1) AS cut
-  FROM unnest(%s::bigint[], %s::text[]) AS v(table_id, action)
+  FROM jsonb_to_recordset(%s::jsonb) AS v(table_id bigint, action text)
 ) c
 WHERE c.cut IS NOT NULL AND d.table_id = c.table_id AND d.action = c.action AND d.id <= c.cut
 """
+
+
+#: The decision kinds (``DecisionKind.values`` builds its list at every call).
+_KINDS = frozenset(DecisionKind.values)
 
 
 class DecisionLog:
@@ -91,7 +99,7 @@ class DecisionLog:
         process_id: int | None = None,
     ) -> None:
         """The decision for (``table_id``, ``action``) this tick (a later one replaces it)."""
-        if kind not in DecisionKind.values:
+        if kind not in _KINDS:
             raise ValueError(f"unknown decision kind {kind!r}: one of {', '.join(DecisionKind.values)}")
         self.pending[(table_id, action)] = Pending(
             table_id, action, str(kind), reason, group or "", dict(numbers or {}), process_id
@@ -111,10 +119,9 @@ class DecisionLog:
             return 0
         pending, self.pending = self.pending, {}
         table = Decision._meta.db_table
-        tables = sorted({key[0] for key in pending})
-        actions = sorted({key[1] for key in pending})
+        keys = [{"table_id": table_id, "action": action} for table_id, action in pending]
         with connection.cursor() as cursor:
-            cursor.execute(_LAST_SQL.format(decision=table), [tables, actions])
+            cursor.execute(_LAST_SQL.format(decision=table), [_json(keys)])
             last: dict[tuple[int, str], tuple[int, tuple[str, str, str]]] = {
                 (t, a): (pk, (kind, reason, group)) for pk, t, a, kind, reason, group in cursor.fetchall()
             }
@@ -131,35 +138,33 @@ class DecisionLog:
         with connection.cursor() as cursor:
             if repeated:
                 ids = list(repeated)
-                cursor.execute(
-                    _REPEAT_SQL.format(decision=table),
-                    [self.now, ids, [_json(repeated[i].numbers) for i in ids]],
-                )
+                rows = [{"id": i, "numbers": repeated[i].numbers} for i in ids]
+                cursor.execute(_REPEAT_SQL.format(decision=table), [self.now, _json(rows)])
             if new:
                 cursor.execute(
                     _INSERT_SQL.format(decision=table, table=Table._meta.db_table),
-                    [
-                        self.now,
-                        self.now,
-                        [d.table_id for d in new],
-                        [d.action for d in new],
-                        [d.kind for d in new],
-                        [d.reason for d in new],
-                        [d.group for d in new],
-                        [_json(d.numbers) for d in new],
-                        [d.process_id for d in new],
-                    ],
+                    [self.now, self.now, _json([_row(d) for d in new])],
                 )
                 inserted = cursor.rowcount
                 cursor.execute(
                     _PRUNE_SQL.format(decision=table),
-                    [KEEP, [d.table_id for d in new], [d.action for d in new]],
+                    [KEEP, _json([{"table_id": d.table_id, "action": d.action} for d in new])],
                 )
         return inserted
 
 
-def _json(value: dict[str, Any]) -> str:
+def _json(value: Any) -> str:
     return json.dumps(value, default=str)
+
+
+def _row(decision: Pending) -> dict[str, Any]:
+    """One decision as ``_INSERT_SQL``'s JSON record set reads it (one parameter for all rows: a
+    list per column was quoted by psycopg one element at a time)."""
+    return {
+        "table_id": decision.table_id, "action": decision.action, "kind": decision.kind,
+        "reason": decision.reason, "grp": decision.group, "numbers": decision.numbers,
+        "process_id": decision.process_id,
+    }  # fmt: skip
 
 
 _current: contextvars.ContextVar[DecisionLog | None] = contextvars.ContextVar("decision_log", default=None)

@@ -127,7 +127,7 @@ def table_maintenance(
 def _schedule(
     row: ActionMaintenance, strategy, table: Table, states: dict[str, Any], now: dt.datetime
 ) -> None:
-    """Last and next evaluation of the pair, by the rule the tick applies (scheduler._DUE_SQL)."""
+    """Last and next evaluation of the pair, by the rule the tick applies (``due.Snapshot._decide``)."""
     row.interval_seconds = int(strategy.interval.total_seconds())
     row.on_new_snapshot = bool(strategy.on_new_snapshot)
     row.parallelism = strategy.parallelism

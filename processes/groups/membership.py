@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+import numpy as np
 from django.db import connection
 
 from processes.groups.models import DEFAULT_GROUP, DEFAULT_GROUP_FIELDS, ResourceGroup, ResourceGroupTable
@@ -120,6 +121,34 @@ def tables_by_group(table_ids: list[int], rules: GroupRules) -> list[tuple[Resou
         group = rules.groups.get(group_id) if group_id is not None else None
         found.append((group or rules.group_by_namespace(catalog_id, namespace), ids))
     return found
+
+
+def assigned_groups(table_ids: np.ndarray) -> np.ndarray:
+    """The group each of ``table_ids`` (sorted) is assigned to by name (0: none), from every
+    assignment (one query: there are as many as operators made, not one per table)."""
+    pairs = np.array(ResourceGroupTable.objects.values_list("table_id", "group_id"), dtype=np.int64).reshape(
+        -1, 2
+    )
+    answer = np.zeros(len(table_ids), dtype=np.int64)
+    if len(pairs) and len(table_ids):
+        at = np.minimum(np.searchsorted(table_ids, pairs[:, 0]), len(table_ids) - 1)
+        mine = table_ids[at] == pairs[:, 0]
+        answer[at[mine]] = pairs[mine, 1]
+    return answer
+
+
+def namespaces_by_hash(hashes: list[int]) -> dict[int, str]:
+    """The namespaces whose ``hashtextextended`` (as the scheduler's awake scan keeps it) is one
+    of ``hashes``: one scan of the tables."""
+    if not hashes:
+        return {}
+    sql = (
+        f"SELECT DISTINCT ON (h) h, ns FROM (SELECT hashtextextended({NAMESPACE_SQL}, 0) AS h,"
+        f" {NAMESPACE_SQL} AS ns FROM {Table._meta.db_table} t) n WHERE h = ANY(%s::bigint[])"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [int_array(hashes)])
+        return dict(cursor.fetchall())
 
 
 def groups_for_tables(

@@ -12,16 +12,46 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 from django.core.cache import cache
 
 from processes.groups.budget import BudgetExhausted, Usage, expected_seconds, refusal, usage
-from processes.groups.membership import GroupRules, group_mapping, tables_by_group
+from processes.groups.membership import (
+    GroupRules,
+    assigned_groups,
+    group_mapping,
+    namespaces_by_hash,
+    tables_by_group,
+)
 from processes.groups.models import ResourceGroup
+
+if TYPE_CHECKING:
+    from processes.due import Snapshot
 
 logger = logging.getLogger("processes.scheduler")
 HELD_KEY = "lakewarden:groups:held"
+
+
+class GroupsOf(Mapping[int, ResourceGroup]):
+    """table id -> group over columns (sorted ids, their groups' pks): no dict of 100,000 entries."""
+
+    def __init__(self, ids: np.ndarray, pks: np.ndarray, groups: dict[int, ResourceGroup]) -> None:
+        self.ids, self.pks, self.groups = ids, pks, groups
+
+    def __getitem__(self, table_id: int) -> ResourceGroup:
+        at = int(np.searchsorted(self.ids, table_id))
+        if at >= len(self.ids) or self.ids[at] != table_id:
+            raise KeyError(table_id)
+        return self.groups[int(self.pks[at])]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ids.tolist())
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 class TickGroups:
@@ -33,7 +63,7 @@ class TickGroups:
         self.held: dict[int, dict[str, int]] = {}
         self.reasons: dict[int, str] = {}
         #: The group of each table due this tick (resolved once for every pair with a free slot).
-        self.group_of_due: dict[int, ResourceGroup] = {}
+        self.group_of_due: Mapping[int, ResourceGroup] = {}
         self._resolved: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64),) * 2
 
     @property
@@ -56,6 +86,36 @@ class TickGroups:
         order = np.argsort(ids)
         self._resolved = (ids[order], pks[order])
         return group_mapping(found)
+
+    def resolve_awake(self, snapshot: Snapshot, table_ids: np.ndarray) -> GroupsOf:
+        """table id -> its group, for awake tables (``table_ids`` sorted), from the awake scan's
+        columns (catalog, namespace hash) and the explicit assignments (every one, one query: a
+        handful of rows). The rules are matched once per distinct combination; the namespaces
+        themselves are read (one query, by their hashes) only when a group has namespace
+        patterns. ``group_pks`` then answers as after ``resolve``."""
+        rules = self.rules
+        ids = np.asarray(table_ids, dtype=np.int64)
+        rows = snapshot.rows_of(ids)
+        catalog, assigned = snapshot.column("catalog")[rows], assigned_groups(ids)
+        hashes = snapshot.column("namespace")[rows] if rules.patterns else np.zeros(len(ids), dtype=np.int64)
+        # each column's distinct values, then their combinations as one integer (dense codes)
+        columns = [np.unique(column, return_inverse=True) for column in (catalog, assigned, hashes)]
+        code = np.zeros(len(ids), dtype=np.int64)
+        for values, inverse in columns:
+            code = code * len(values) + np.asarray(inverse).reshape(-1)
+        combos, inverse = np.unique(code, return_inverse=True)
+        names = namespaces_by_hash(columns[2][0].tolist()) if rules.patterns and len(ids) else {}
+        found = []
+        for combo in combos.tolist():
+            combo, at_hash = divmod(combo, len(columns[2][0]))
+            at_catalog, at_assigned = divmod(combo, len(columns[1][0]))
+            catalog_id, group_id = int(columns[0][0][at_catalog]), int(columns[1][0][at_assigned])
+            group = rules.groups.get(group_id) if group_id else None
+            namespace = names.get(int(columns[2][0][at_hash]), "")
+            found.append(group or rules.group_by_namespace(catalog_id or None, namespace))
+        pks = np.array([group.pk for group in found], dtype=np.int64)[np.asarray(inverse).reshape(-1)]
+        self._resolved = (ids, pks)
+        return GroupsOf(ids, pks, rules.groups)
 
     def group_pks(self, table_ids: np.ndarray) -> np.ndarray:
         """The group (its pk) of each of ``table_ids``, all resolved by ``resolve`` before."""

@@ -347,3 +347,45 @@ def test_the_estimate_over_columns_equals_the_per_table_estimate(action, propert
     assert found.small_removed.tolist() == [e.small_files_removed for e in one_by_one]
     assert found.deletes_removed.tolist() == [e.delete_files_removed for e in one_by_one]
     assert any(b > 0 for b in found.benefit) or action in ("vacuum", CHECKPOINT)
+
+
+def test_the_ticks_facts_from_its_awake_scan_equal_the_facts_query():
+    """The tick reads the due tables' facts in its awake scan (packed records); the facts query
+    (``DueFacts(ids)``) reads them row by row: the same numbers, flags and texts, including
+    missing maintenance times, never-refreshed tables and overriding properties."""
+    from processes.due import Snapshot
+    from processes.estimates import DueFacts
+
+    now = timezone.now()
+    rng = random.Random(7)
+    tables = Table.objects.bulk_create(
+        Table(
+            name=f"f{i}", format=("delta", "iceberg")[i % 2], location=f"/lake/f{i}",
+            current_instant=f"snap-{i}", file_count=rng.randrange(0, 10**6), small_file_count=rng.randrange(0, 500),
+            compactable_file_count=rng.randrange(0, 400), delete_file_count=rng.randrange(0, 90),
+            total_bytes=rng.randrange(0, 2**50), instant_count=rng.randrange(0, 3000),
+            last_maintenance_at=None if i % 3 else now - dt.timedelta(seconds=i * 7.5),
+            refreshed_at=None if i % 4 == 1 else now,
+            properties={"min-benefit": 3} if i % 5 == 0 else ({"owner": "x"} if i % 5 == 1 else {}),
+        )
+        for i in range(40)
+    )  # fmt: skip
+    Table.objects.filter(pk=tables[3].pk).update(registered_at=now - dt.timedelta(days=3, microseconds=250))
+    ids = np.array(sorted(t.pk for t in tables))
+
+    scanned = DueFacts.of_snapshot(Snapshot(now), ids)
+    queried = DueFacts(ids.tolist(), None)
+
+    assert scanned.ids.tolist() == queried.ids.tolist() == ids.tolist()
+    for name in ("files", "small", "compactable", "deletes", "total_bytes", "instants"):
+        assert getattr(scanned.facts, name).tolist() == getattr(queried.facts, name).tolist(), name
+    np.testing.assert_allclose(scanned.registered, queried.registered, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(scanned.maintained, queried.maintained, rtol=0, atol=1e-6)
+    assert np.isnan(scanned.maintained).sum() == 26  # never maintained: NaN in both
+    assert scanned.refreshed.tolist() == queried.refreshed.tolist() and not scanned.refreshed.all()
+    assert scanned.own.tolist() == queried.own.tolist() and scanned.own.sum() == 8
+    assert list(scanned.formats) == list(queried.formats)
+    for row in range(len(ids)):
+        assert scanned.instants[row] == queried.instants[row]
+        assert scanned.properties[row] == queried.properties[row]
+        assert scanned.summary(row) == queried.summary(row)

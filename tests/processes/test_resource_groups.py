@@ -8,6 +8,7 @@ import datetime as dt
 import threading
 from fnmatch import fnmatchcase
 
+import numpy as np
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -82,6 +83,42 @@ def test_a_table_is_in_its_explicit_group_then_a_pattern_group_then_a_catalog_gr
         loose.pk: DEFAULT_GROUP,  # no catalog, no dotted identifier
     }
     assert group_of(tables[0]).name == "by-pattern"
+
+
+def test_the_tick_resolves_from_its_awake_scan_the_groups_the_membership_query_resolves():
+    """The scheduler resolves due tables' groups from the awake scan's columns (catalog, explicit
+    assignment, a hash of the namespace), not by the membership query: the same answer."""
+    from processes.due import Snapshot
+    from processes.groups.tick import TickGroups
+
+    sales, ops = _catalog("sales"), _catalog("ops")
+    services.resource_group_create(name="by-catalog", catalogs=[sales])
+    services.resource_group_create(name="by-pattern", namespace_patterns=["sales.eu*", "ops.x?"])
+    names = [
+        "sales.eu.orders",
+        "sales.eu2.a",
+        "sales.us.orders",
+        "ops.xy.t",
+        "ops.xyz.t",
+        "misc.other",
+        "été.t",
+    ]
+    tables = (
+        _tables(names, catalog=sales) + _tables(["ops.xy.u", "ops.jobs"], catalog=ops) + _tables(["plain"])
+    )
+    services.resource_group_create(name="by-name", tables=[tables[2], tables[7]])
+    ids = sorted(t.pk for t in tables)
+    now = timezone.now()
+
+    resolved = TickGroups(now).resolve_awake(Snapshot(now), np.array(ids))
+
+    expected = {pk: group.name for pk, group in groups_for_tables(ids).items()}
+    assert {pk: resolved[pk].name for pk in ids} == expected
+    assert [expected[t.pk] for t in tables] == [
+        "by-pattern", "by-pattern", "by-name", "by-pattern", "by-catalog", "by-catalog", "by-catalog",
+        "by-name", DEFAULT_GROUP, DEFAULT_GROUP,
+    ]  # fmt: skip
+    assert resolved.get(max(ids) + 1) is None
 
 
 def test_a_missing_default_group_comes_back_with_the_budgets_the_migration_gave_it():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -73,9 +74,16 @@ def mix():
     return tables, busy, now
 
 
+@pytest.mark.parametrize("by_id", [True, False], ids=["state-by-id", "state-of-every-table"])
 @pytest.mark.parametrize("on_new_snapshot", [False, True])
 @pytest.mark.parametrize("interval", [30, 600])
-def test_the_database_picks_the_tables_the_per_table_rule_picks(mix, on_new_snapshot, interval):
+def test_the_database_picks_the_tables_the_per_table_rule_picks(
+    mix, on_new_snapshot, interval, by_id, monkeypatch
+):
+    """Both ways the due query reads the evaluation state (by the awake tables' ids, or every row
+    of the pairs' keys when most tables are awake) pick the tables the rule picks."""
+    if not by_id:
+        monkeypatch.setattr("processes.due.STATE_BY_ID", 0)
     tables, busy, now = mix
     strategy = TriggerStrategy(interval=dt.timedelta(seconds=interval), on_new_snapshot=on_new_snapshot)
     states: dict[int, dict] = {}
@@ -139,3 +147,23 @@ def test_an_idle_table_is_looked_at_again_when_its_interval_passes_or_the_config
     assert set(Table.objects.values_list("scheduler_wake_at", flat=True)) == {
         now + dt.timedelta(seconds=181 + 60)
     }
+
+
+def test_a_snapshot_that_moves_after_the_awake_scan_is_not_recorded_as_seen(mix):
+    """The facts of a tick are the awake scan's; the snapshot ids recorded as evaluated are read
+    later (only when wanted). A table whose snapshot moved in between gets none: what was decided
+    for it was decided at the snapshot before, so it must be due again at the new one."""
+    from processes.due import Snapshot
+    from processes.estimates import DueFacts
+
+    tables, _, now = mix
+    snapshot = Snapshot(now)
+    moved, kept = tables[1], tables[2]
+    Table.objects.filter(pk=moved.pk).update(current_instant="99")
+
+    facts = DueFacts.of_snapshot(snapshot, np.array(sorted([moved.pk, kept.pk])))
+
+    rows = {int(table_id): row for row, table_id in enumerate(facts.ids)}
+    assert facts.instants[rows[moved.pk]] is None
+    assert facts.instants[rows[kept.pk]] == kept.current_instant == "2"
+    assert list(facts.formats) == ["delta", "delta"]
