@@ -164,7 +164,6 @@ class Table(models.Model):
             models.Index(fields=["format", "name", "id"], name="table_format_name_idx"),
             # The table list pages by name (issue 17: 100,000 tables).
             models.Index(fields=["name", "id"], name="table_name_id_idx"),
-            models.Index(fields=["scheduler_wake_at"], name="table_scheduler_wake_idx"),
             # The table list's sorts (issue 34: 100,000 tables), each in its first click's order
             # with the list's tie-breaks, so a page is an index walk (the reverse: backwards).
             *_sort_indexes(),
