@@ -30,13 +30,21 @@ def machine() -> str:
 
 
 def write_section(title: str, body: str) -> None:
-    """Replace (or append) the ``## title`` section of bench/RESULTS.md."""
+    """Replace (or append) the ``## title`` section of bench/RESULTS.md. What the section held
+    before (its run, the notes written under it by hand, its own earlier runs) is kept below the
+    new run, under ``### Earlier run``: a record is never lost by measuring again."""
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\nWritten by `make bench`.\n"
     stamp = f"_Run {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} on {machine()}._\n\n"
     section = f"## {title}\n\n{stamp}{body.strip()}\n"
-    pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
-    RESULTS.write_text(text)
+    pattern = re.compile(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", re.S | re.M)
+    found = pattern.search(text)
+    if found is None:
+        RESULTS.write_text(text.rstrip() + "\n\n" + section)
+        return
+    earlier = found.group(1).strip()
+    if earlier:
+        section += f"\n### Earlier run\n\n{earlier}\n"
+    RESULTS.write_text(text[: found.start()] + section + "\n" + text[found.end() :])
 
 
 BENCH_DATABASE = os.environ.get(
