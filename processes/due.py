@@ -78,7 +78,8 @@ SELECT t.format, count(*), string_agg(
     || int8send(CASE WHEN (SELECT bool_or(g.namespace_patterns <> '[]'::jsonb) FROM {group} g)
       THEN hashtextextended({namespace}, 0) ELSE 0 END)
     || int2send(((t.refreshed_at IS NOT NULL)::int + 2 * (t.properties ?| %(own)s)::int + 4 * t.settled::int)::int2),
-  ''::bytea) FILTER (WHERE t.awake)
+  ''::bytea) FILTER (WHERE t.awake),
+  COALESCE((SELECT bool_or(g.namespace_patterns <> '[]'::jsonb) FROM {group} g), false)
 FROM (
   SELECT t.*,
     t.scheduler_wake_at IS NULL OR t.scheduler_wake_at <= %(now)s
@@ -127,8 +128,12 @@ class Snapshot:
         with connection.cursor() as cursor:
             cursor.execute(sql, {"now": now, "own": list(OWN_KEYS)})
             rows = cursor.fetchall()
-        self._counts: dict[str, int] = {table_format: n for table_format, n, _ in rows}
-        parts = [(fmt, np.frombuffer(bytes(packed), dtype=AWAKE_RECORD)) for fmt, _, packed in rows if packed]
+        self._counts: dict[str, int] = {table_format: n for table_format, n, _, _ in rows}
+        #: Whether the scan hashed the namespaces (a group had patterns when it ran).
+        self.namespaces_hashed = any(hashed for _, _, _, hashed in rows)
+        parts = [
+            (fmt, np.frombuffer(bytes(packed), dtype=AWAKE_RECORD)) for fmt, _, packed, _ in rows if packed
+        ]
         #: The format names, and each awake table's as an index into them.
         self.format_names: list[str] = [fmt for fmt, _ in parts]
         records = np.concatenate([p for _, p in parts]) if parts else np.zeros(0, dtype=AWAKE_RECORD)

@@ -95,6 +95,9 @@ class TickGroups:
         patterns. ``group_pks`` then answers as after ``resolve``."""
         rules = self.rules
         ids = np.asarray(table_ids, dtype=np.int64)
+        if rules.patterns and not snapshot.namespaces_hashed:  # a pattern made since the scan
+            self.resolve(ids.tolist())
+            return GroupsOf(*self._resolved, rules.groups)
         rows = snapshot.rows_of(ids)
         catalog, assigned = snapshot.column("catalog")[rows], assigned_groups(ids)
         hashes = snapshot.column("namespace")[rows] if rules.patterns else np.zeros(len(ids), dtype=np.int64)

@@ -121,6 +121,23 @@ def test_the_tick_resolves_from_its_awake_scan_the_groups_the_membership_query_r
     assert resolved.get(max(ids) + 1) is None
 
 
+def test_a_pattern_group_made_after_the_ticks_scan_still_gets_its_tables():
+    """The awake scan hashes namespaces only when some group has patterns: a pattern group made
+    between the scan and the groups' rules is resolved by the membership query instead."""
+    from processes.due import Snapshot
+    from processes.groups.tick import TickGroups
+
+    tables = _tables(["late.a", "early.b"])
+    now = timezone.now()
+    snapshot = Snapshot(now)
+    services.resource_group_create(name="late", namespace_patterns=["late"])
+
+    resolved = TickGroups(now).resolve_awake(snapshot, np.array(sorted(t.pk for t in tables)))
+
+    assert not snapshot.namespaces_hashed
+    assert {t.identifier: resolved[t.pk].name for t in tables} == {"late.a": "late", "early.b": DEFAULT_GROUP}
+
+
 def test_a_missing_default_group_comes_back_with_the_budgets_the_migration_gave_it():
     from processes.groups.membership import GroupRules
 
