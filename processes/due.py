@@ -66,7 +66,8 @@ PG_EPOCH = 946_684_800.0
 #: The tables a tick looks at, per format: never given a wake time, woken by now, or at a new
 #: snapshot, each as an ``AWAKE_RECORD`` (its facts, its group's inputs, its snapshot); and how
 #: many tables each format has (the same scan: the report's "considered"). The record is built
-#: only for awake rows (an idle tick packs nothing).
+#: only for awake rows (an idle tick packs nothing); a row per format and block of 2^20 ids keeps
+#: each bytea under 100 MB (a value may not pass 1 GB) whatever the number of tables.
 _AWAKE_SQL = """
 SELECT t.format, count(*), string_agg(
     int8send(t.id) || int8send(hashtextextended(t.current_instant, 0))
@@ -88,7 +89,7 @@ FROM (
       AND t.scheduler_instant = t.current_instant, false) AS settled
   FROM {table} t
 ) t
-GROUP BY t.format
+GROUP BY t.format, t.id >> 20
 """
 
 
@@ -128,16 +129,21 @@ class Snapshot:
         with connection.cursor() as cursor:
             cursor.execute(sql, {"now": now, "own": list(OWN_KEYS)})
             rows = cursor.fetchall()
-        self._counts: dict[str, int] = {table_format: n for table_format, n, _, _ in rows}
+        self._counts: dict[str, int] = {}
+        for table_format, n, _, _ in rows:
+            self._counts[table_format] = self._counts.get(table_format, 0) + n
         #: Whether the scan hashed the namespaces (a group had patterns when it ran).
         self.namespaces_hashed = any(hashed for _, _, _, hashed in rows)
         parts = [
             (fmt, np.frombuffer(bytes(packed), dtype=AWAKE_RECORD)) for fmt, _, packed, _ in rows if packed
         ]
         #: The format names, and each awake table's as an index into them.
-        self.format_names: list[str] = [fmt for fmt, _ in parts]
+        self.format_names: list[str] = sorted({fmt for fmt, _ in parts})
+        code_of = {fmt: code for code, fmt in enumerate(self.format_names)}
         records = np.concatenate([p for _, p in parts]) if parts else np.zeros(0, dtype=AWAKE_RECORD)
-        codes = np.repeat(np.arange(len(parts), dtype=np.int64), [len(p) for _, p in parts])
+        codes = np.repeat(
+            np.array([code_of[fmt] for fmt, _ in parts], dtype=np.int64), [len(p) for _, p in parts]
+        )
         order = np.argsort(records["id"], kind="stable")
         #: Every awake table (sorted by id) and its columns: native integers, epoch seconds.
         self.records = records[order]

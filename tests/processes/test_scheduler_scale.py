@@ -208,3 +208,31 @@ def test_wake_times_are_written_in_place_without_new_index_entries(test_plugin):
             if "scheduler_wake_at" in definition["columns"] or "scheduler_instant" in definition["columns"]
         ]
     assert indexed == []
+
+
+def test_the_awake_scan_packs_tables_in_blocks_of_ids_and_joins_them_per_format():
+    """The scan packs a row per format and block of 2^20 ids (each packed value stays far below
+    Postgres's 1 GB): tables of one format in several blocks are one format's tables."""
+    from processes.due import Snapshot
+
+    ids = [7, 2**20 + 3, 3 * 2**20 + 1]
+    Table.objects.bulk_create(
+        Table(
+            id=table_id,
+            name=f"b{table_id}",
+            format="delta",
+            location=f"/lake/b{table_id}",
+            current_instant="1",
+        )
+        for table_id in ids
+    )
+    Table.objects.create(
+        id=2**20 + 9, name="ice", format="iceberg", location="/lake/ice", current_instant="1"
+    )
+
+    snapshot = Snapshot(timezone.now())
+
+    assert snapshot.awake == {"delta": ids, "iceberg": [2**20 + 9]}
+    assert (snapshot.table_count("delta"), snapshot.table_count("iceberg")) == (3, 1)
+    assert snapshot.ids.tolist() == sorted([*ids, 2**20 + 9])
+    assert [snapshot.format_names[c] for c in snapshot.format_codes] == ["delta", "delta", "iceberg", "delta"]
