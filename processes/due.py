@@ -49,7 +49,9 @@ NEVER = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
 #: width), read with ``np.frombuffer``: a bytea per format costs the client a copy, where 100,000
 #: rows or a dozen arrays of text cost it a parse per value (0.4 s at 100,000 tables). Timestamps
 #: are ``timestamptz_send``'s microseconds since 2000-01-01 (``-infinity``: none); ``instant`` and
-#: ``namespace`` are ``hashtextextended`` of the snapshot id and of the namespace.
+#: ``namespace`` are ``hashtextextended`` of the snapshot id and of the namespace. File counts go
+#: as 32-bit integers, capped at 2^31-1 (a table of more files is ranked as one of that many; the
+#: estimate's points saturate far below); bytes, ids and times as 64-bit.
 AWAKE_RECORD = np.dtype(
     [
         ("id", ">i8"), ("instant", ">i8"), ("files", ">i4"), ("small", ">i4"), ("compactable", ">i4"),
@@ -78,7 +80,8 @@ SELECT t.format, count(*), string_agg(
     || int8send(COALESCE(t.catalog_id, 0))
     || int8send(CASE WHEN (SELECT bool_or(g.namespace_patterns <> '[]'::jsonb) FROM {group} g)
       THEN hashtextextended({namespace}, 0) ELSE 0 END)
-    || int2send(((t.refreshed_at IS NOT NULL)::int + 2 * (t.properties ?| %(own)s)::int + 4 * t.settled::int)::int2),
+    || int2send(((t.refreshed_at IS NOT NULL)::int + 2 * COALESCE(t.properties ?| %(own)s, false)::int
+      + 4 * t.settled::int)::int2),
   ''::bytea) FILTER (WHERE t.awake),
   COALESCE((SELECT bool_or(g.namespace_patterns <> '[]'::jsonb) FROM {group} g), false)
 FROM (
@@ -99,6 +102,23 @@ def _epoch(microseconds: np.ndarray) -> np.ndarray:
     return np.where(microseconds == np.iinfo(np.int64).min, np.nan, seconds)
 
 
+def _scan_awake(now: dt.datetime) -> list[tuple[str, int, bytes | None, bool]]:
+    """``_AWAKE_SQL``'s rows: (format, tables in its block, packed records, namespaces hashed)."""
+    from processes.estimates import OWN_KEYS
+    from processes.groups.membership import NAMESPACE_SQL
+    from processes.groups.models import ResourceGroup
+
+    sql = _AWAKE_SQL.format(
+        table=Table._meta.db_table,
+        group=ResourceGroup._meta.db_table,
+        namespace=NAMESPACE_SQL,
+        most=np.iinfo(np.int32).max,
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"now": now, "own": list(OWN_KEYS)})
+        return cursor.fetchall()
+
+
 class Snapshot:
     """What one tick reads once: active processes, the number of tables per format and the
     tables awake (their wake time passed or blank) with their facts and what decides their group
@@ -108,10 +128,6 @@ class Snapshot:
     table and written by one update (``save_wakes``)."""
 
     def __init__(self, now: dt.datetime) -> None:
-        from processes.estimates import OWN_KEYS
-        from processes.groups.membership import NAMESPACE_SQL
-        from processes.groups.models import ResourceGroup
-
         self.now = now
         self.active: list[tuple[str, str]] = []
         self.busy: dict[str, list[int]] = {}  # action -> tables with an active process for it
@@ -120,22 +136,14 @@ class Snapshot:
         ):
             self.active.append((table_format, action))
             self.busy.setdefault(action, []).append(table_id)
-        sql = _AWAKE_SQL.format(
-            table=Table._meta.db_table,
-            group=ResourceGroup._meta.db_table,
-            namespace=NAMESPACE_SQL,
-            most=np.iinfo(np.int32).max,
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, {"now": now, "own": list(OWN_KEYS)})
-            rows = cursor.fetchall()
+        scanned = _scan_awake(now)
         self._counts: dict[str, int] = {}
-        for table_format, n, _, _ in rows:
+        for table_format, n, _, _ in scanned:
             self._counts[table_format] = self._counts.get(table_format, 0) + n
         #: Whether the scan hashed the namespaces (a group had patterns when it ran).
-        self.namespaces_hashed = any(hashed for _, _, _, hashed in rows)
+        self.namespaces_hashed = any(hashed for _, _, _, hashed in scanned)
         parts = [
-            (fmt, np.frombuffer(bytes(packed), dtype=AWAKE_RECORD)) for fmt, _, packed, _ in rows if packed
+            (fmt, np.frombuffer(bytes(packed), dtype=AWAKE_RECORD)) for fmt, _, packed, _ in scanned if packed
         ]
         #: The format names, and each awake table's as an index into them.
         self.format_names: list[str] = sorted({fmt for fmt, _ in parts})

@@ -113,7 +113,7 @@ def schedule_tick(*, now: dt.datetime | None = None) -> TickReport:
             _Walk(open_pairs, ranking, report, groups, log).run()
         _record_evaluations(due, now)
         for pair in due:
-            report.skipped_busy += len(pair.due.ids) - len(pair.asked)
+            report.skipped_busy += len(pair.due.ids) - len(pair.asked) - pair.unrecorded
             snapshot.wake_due(pair)
     snapshot.save_wakes()
     report.held = groups.save()
@@ -132,6 +132,8 @@ class _Pair:
     #: Evaluated this tick (asked, or below the minimum benefit): table id -> its snapshot.
     asked: dict[int, str] = field(default_factory=dict)
     waits_recorded: int = 0
+    #: Evaluated this tick but not recorded: their snapshot moved since the awake scan.
+    unrecorded: int = 0
 
 
 def _due_pairs(pairs, snapshot: Snapshot, now: dt.datetime, report: TickReport) -> list[_Pair]:
@@ -184,7 +186,9 @@ class _Walk:
     def run(self) -> None:
         for index, below in self.ranking.below_minimum.items():
             # a table whose snapshot moved since the awake scan is not recorded as evaluated
-            self.pairs[index].asked.update((t, instant) for t, instant in below if instant is not None)
+            pair = self.pairs[index]
+            pair.asked.update((t, instant) for t, instant in below if instant is not None)
+            pair.unrecorded += sum(1 for _, instant in below if instant is None)
         ranking = self.ranking
         count = len(ranking.table_ids)
         if count:
@@ -219,7 +223,9 @@ class _Walk:
                 if pair.waits_recorded < WAITING_RECORDED:
                     _record_slot_waits(self.log, pair, [table_id])
                 continue
-            group = group_of[table_id]
+            group = group_of.get(table_id)
+            if group is None:  # deleted since the awake scan (the membership query left it out)
+                continue
             problem = self._refusal(group, action)
             mine = None if priorities is None else priorities[offset]
             if problem is not None:

@@ -97,7 +97,14 @@ class TickGroups:
         ids = np.asarray(table_ids, dtype=np.int64)
         if rules.patterns and not snapshot.namespaces_hashed:  # a pattern made since the scan
             self.resolve(ids.tolist())
-            return GroupsOf(*self._resolved, rules.groups)
+            known, pks = self._resolved
+            # a table deleted since the scan is not in the answer: the default group's, not a
+            # neighbour's (the walk skips it; only the held counts see it)
+            at = np.minimum(np.searchsorted(known, ids), max(len(known) - 1, 0))
+            present = known[at] == ids if len(known) else np.zeros(len(ids), dtype=bool)
+            every = np.where(present, pks[at] if len(known) else 0, rules.default.pk).astype(np.int64)
+            self._resolved = (ids, every)
+            return GroupsOf(ids, every, rules.groups)
         rows = snapshot.rows_of(ids)
         catalog, assigned = snapshot.column("catalog")[rows], assigned_groups(ids)
         hashes = snapshot.column("namespace")[rows] if rules.patterns else np.zeros(len(ids), dtype=np.int64)

@@ -224,6 +224,44 @@ def test_below_the_minimum_benefit_is_skipped_evaluated_and_its_decision_recorde
     assert [p.table_id for p in Process.objects.filter(pk__in=later.triggered)] == [few.pk]
 
 
+def test_a_below_minimum_table_whose_snapshot_moves_during_the_tick_is_not_recorded_as_evaluated(
+    test_plugin, monkeypatch
+):
+    """The tick ranks on the awake scan's facts and reads snapshot ids later: a table whose snapshot
+    moves in between gets its decision but no evaluation record, so it is due again at once."""
+    from processes.estimates import DueFacts
+    from processes.models import TableState
+    from processes.scheduler import evaluated_key
+
+    _touch(parallelism=5, **{"min-benefit": 10})
+    few = _table("few", small=3)
+    stays = _table("stays", small=3)
+    scanned = DueFacts.of_snapshot
+
+    def then_a_commit(snapshot, ids):
+        facts = scanned(snapshot, ids)
+        Table.objects.filter(pk=few.pk).update(current_instant="moved")  # another writer commits
+        return facts
+
+    monkeypatch.setattr(DueFacts, "of_snapshot", staticmethod(then_a_commit))
+
+    report = schedule_tick()
+
+    assert set(
+        Decision.objects.filter(kind=DecisionKind.BELOW_BENEFIT).values_list("table_id", flat=True)
+    ) == {
+        few.pk,
+        stays.pk,
+    }
+    assert set(TableState.objects.filter(key=evaluated_key("touch")).values_list("table_id", flat=True)) == {
+        stays.pk
+    }
+    assert report.due == 2 and report.skipped_busy == 0
+    monkeypatch.undo()
+    again = schedule_tick(now=timezone.now() + dt.timedelta(seconds=30))
+    assert again.due == 1  # the moved one, at its new snapshot
+
+
 def test_a_bad_minimum_benefit_is_refused_with_the_property_named(test_plugin):
     from processes.registry import factory_classes
 

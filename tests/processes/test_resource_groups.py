@@ -138,6 +138,31 @@ def test_a_pattern_group_made_after_the_ticks_scan_still_gets_its_tables():
     assert {t.identifier: resolved[t.pk].name for t in tables} == {"late.a": "late", "early.b": DEFAULT_GROUP}
 
 
+def test_a_table_deleted_since_the_scan_is_in_no_other_tables_group(test_plugin):
+    """The fallback's membership query leaves out a table deleted since the awake scan: it gets the
+    default group (never a neighbour's), and a tick that ranks it skips it without failing."""
+    from processes.due import Snapshot
+    from processes.groups.tick import TickGroups
+
+    _configure()
+    tables = _tables(["late.a", "late.gone", "late.c"])
+    now = timezone.now()
+    snapshot = Snapshot(now)
+    services.resource_group_create(name="late", namespace_patterns=["late"])
+    gone = tables[1].pk
+    Table.objects.filter(pk=gone).delete()
+    groups = TickGroups(now)
+
+    resolved = groups.resolve_awake(snapshot, np.array(sorted(t.pk for t in tables)))
+
+    assert {pk: resolved[pk].name for pk in sorted(t.pk for t in tables)} == {
+        tables[0].pk: "late", gone: DEFAULT_GROUP, tables[2].pk: "late",
+    }  # fmt: skip
+    assert groups.group_pks(np.array([gone])).tolist() == [resolved[gone].pk]
+    report = schedule_tick()  # the live tables are asked; nothing fails
+    assert report.errors == {} and len(report.triggered) == 2
+
+
 def test_a_missing_default_group_comes_back_with_the_budgets_the_migration_gave_it():
     from processes.groups.membership import GroupRules
 
