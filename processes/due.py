@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from django.db import connection
 
+from processes.id_arrays import locate_sorted
 from processes.models import ACTIVE_STATUSES, Process, TableState
 from processes.sql_arrays import float_array, int_array
 from storage.models import Table
@@ -71,6 +72,9 @@ PG_EPOCH = 946_684_800.0
 #: only for awake rows (an idle tick packs nothing); a row per format and block of 2^20 ids keeps
 #: each bytea under 100 MB (a value may not pass 1 GB) whatever the number of tables.
 _AWAKE_SQL = """
+WITH rules AS (
+  SELECT COALESCE(bool_or(g.namespace_patterns <> '[]'::jsonb), false) AS patterns FROM {group} g
+)
 SELECT t.format, count(*), string_agg(
     int8send(t.id) || int8send(hashtextextended(t.current_instant, 0))
     || int4send(LEAST(t.file_count, {most})::int4) || int4send(LEAST(t.small_file_count, {most})::int4)
@@ -78,12 +82,11 @@ SELECT t.format, count(*), string_agg(
     || int4send(LEAST(t.delete_file_count, {most})::int4) || int8send(t.total_bytes) || int4send(t.instant_count)
     || timestamptz_send(t.registered_at) || timestamptz_send(COALESCE(t.last_maintenance_at, '-infinity'))
     || int8send(COALESCE(t.catalog_id, 0))
-    || int8send(CASE WHEN (SELECT bool_or(g.namespace_patterns <> '[]'::jsonb) FROM {group} g)
-      THEN hashtextextended({namespace}, 0) ELSE 0 END)
+    || int8send(CASE WHEN (SELECT patterns FROM rules) THEN hashtextextended({namespace}, 0) ELSE 0 END)
     || int2send(((t.refreshed_at IS NOT NULL)::int + 2 * COALESCE(t.properties ?| %(own)s, false)::int
       + 4 * t.settled::int)::int2),
   ''::bytea) FILTER (WHERE t.awake),
-  COALESCE((SELECT bool_or(g.namespace_patterns <> '[]'::jsonb) FROM {group} g), false)
+  (SELECT patterns FROM rules)
 FROM (
   SELECT t.*,
     t.scheduler_wake_at IS NULL OR t.scheduler_wake_at <= %(now)s
@@ -314,22 +317,18 @@ class _StateColumn:
         self.ids = ids[order]
         self.values = records["value"][order].astype(np.int64 if texts else np.float64)
 
-    def _at(self, table_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        at = np.minimum(np.searchsorted(self.ids, table_ids), len(self.ids) - 1)
-        return at, self.ids[at] == table_ids
-
     def evaluated(self, table_ids: np.ndarray) -> np.ndarray:
         """When each table was evaluated (epoch seconds; NaN: never, or not a number)."""
         if not len(self.ids):
             return np.full(len(table_ids), np.nan)
-        at, present = self._at(table_ids)
+        at, present = locate_sorted(self.ids, table_ids)
         return np.where(present, self.values[at], np.nan)
 
     def seen(self, table_ids: np.ndarray, instants: np.ndarray) -> np.ndarray:
         """Whether each table's stored snapshot (a JSON string) is ``instants`` (their hashes)."""
         if not len(self.ids):
             return np.zeros(len(table_ids), dtype=bool)
-        at, present = self._at(table_ids)
+        at, present = locate_sorted(self.ids, table_ids)
         return present & (self.values[at] == instants)
 
 

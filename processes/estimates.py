@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from django.db import connection
 
+from processes.id_arrays import locate_sorted
 from processes.maintenance.schemas import MIN_BENEFIT
 from processes.models import TableState
 from processes.plugin import (
@@ -149,11 +150,7 @@ class DueFacts:
 
     def locate(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """(positions in ``ids`` of the tables still there, their rows here)."""
-        wanted = np.array(ids, dtype=np.int64)
-        if not len(self.ids):
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
-        present = self.ids[at] == wanted
+        at, present = locate_sorted(self.ids, ids)
         return np.nonzero(present)[0], at[present]
 
 
@@ -184,7 +181,8 @@ class _TextColumns:
             order = np.argsort(found, kind="stable")
             found = found[order]
             instants = _objects(instants, order)
-            instants[np.array(hashes, dtype=np.int64)[order] != _aligned(found, self.ids, self.hashes)] = None
+            scanned = self.hashes[locate_sorted(self.ids, found)[0]]  # found: some of self.ids
+            instants[np.array(hashes, dtype=np.int64)[order] != scanned] = None
             self.loaded = {
                 "instant": _reindexed(found, self.ids, instants),
                 "properties": _reindexed(found, self.ids, _objects(properties, order)),
@@ -200,18 +198,11 @@ class _LazyColumn:
         return self.columns.load()[self.name][row]
 
 
-def _aligned(found: np.ndarray, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``values`` (in the order of ``ids``, sorted) for each of ``found`` (a subset of ``ids``)."""
-    return values[np.searchsorted(ids, found)]
-
-
 def _reindexed(found: np.ndarray, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
     """``values`` (in the order of ``found``) in the order of ``ids``; None for ids not found."""
     column = np.empty(len(ids), dtype=object)
-    if len(found):
-        at = np.minimum(np.searchsorted(found, ids), len(found) - 1)
-        present = found[at] == ids
-        column[present] = values[at[present]]
+    at, present = locate_sorted(found, ids)
+    column[present] = values[at[present]]
     return column
 
 

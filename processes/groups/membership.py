@@ -18,6 +18,7 @@ import numpy as np
 from django.db import connection
 
 from processes.groups.models import DEFAULT_GROUP, DEFAULT_GROUP_FIELDS, ResourceGroup, ResourceGroupTable
+from processes.id_arrays import locate_sorted
 from processes.sql_arrays import int_array
 from storage.models import Table
 
@@ -130,10 +131,8 @@ def assigned_groups(table_ids: np.ndarray) -> np.ndarray:
         -1, 2
     )
     answer = np.zeros(len(table_ids), dtype=np.int64)
-    if len(pairs) and len(table_ids):
-        at = np.minimum(np.searchsorted(table_ids, pairs[:, 0]), len(table_ids) - 1)
-        mine = table_ids[at] == pairs[:, 0]
-        answer[at[mine]] = pairs[mine, 1]
+    at, mine = locate_sorted(table_ids, pairs[:, 0])
+    answer[at[mine]] = pairs[mine, 1]
     return answer
 
 

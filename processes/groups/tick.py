@@ -27,6 +27,7 @@ from processes.groups.membership import (
     tables_by_group,
 )
 from processes.groups.models import ResourceGroup
+from processes.id_arrays import locate_sorted
 
 if TYPE_CHECKING:
     from processes.due import Snapshot
@@ -100,9 +101,9 @@ class TickGroups:
             known, pks = self._resolved
             # a table deleted since the scan is not in the answer: the default group's, not a
             # neighbour's (the walk skips it; only the held counts see it)
-            at = np.minimum(np.searchsorted(known, ids), max(len(known) - 1, 0))
-            present = known[at] == ids if len(known) else np.zeros(len(ids), dtype=bool)
-            every = np.where(present, pks[at] if len(known) else 0, rules.default.pk).astype(np.int64)
+            at, present = locate_sorted(known, ids)
+            every = np.full(len(ids), rules.default.pk, dtype=np.int64)
+            every[present] = pks[at[present]]
             self._resolved = (ids, every)
             return GroupsOf(ids, every, rules.groups)
         rows = snapshot.rows_of(ids)
