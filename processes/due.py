@@ -69,8 +69,11 @@ PG_EPOCH = 946_684_800.0
 #: The tables a tick looks at, per format: never given a wake time, woken by now, or at a new
 #: snapshot, each as an ``AWAKE_RECORD`` (its facts, its group's inputs, its snapshot); and how
 #: many tables each format has (the same scan: the report's "considered"). The record is built
-#: only for awake rows (an idle tick packs nothing); a row per format and block of 2^20 ids keeps
-#: each bytea under 100 MB (a value may not pass 1 GB) whatever the number of tables.
+#: only for awake rows (an idle tick packs nothing). One bytea per format: 78 bytes per awake table,
+#: so Postgres's 1 GB limit on a value is met at about 13 million awake tables of one format (the
+#: tick then fails with Postgres's error, having written nothing). Grouping by blocks of ids as well
+#: was tried: the planner, estimating a group per table, sorted every row to disk (50 ms to 180 ms
+#: for an idle tick at 100,000 tables).
 _AWAKE_SQL = """
 WITH rules AS (
   SELECT COALESCE(bool_or(g.namespace_patterns <> '[]'::jsonb), false) AS patterns FROM {group} g
@@ -95,7 +98,7 @@ FROM (
       AND t.scheduler_instant = t.current_instant, false) AS settled
   FROM {table} t
 ) t
-GROUP BY t.format, t.id >> 20
+GROUP BY t.format
 """
 
 
@@ -140,21 +143,16 @@ class Snapshot:
             self.active.append((table_format, action))
             self.busy.setdefault(action, []).append(table_id)
         scanned = _scan_awake(now)
-        self._counts: dict[str, int] = {}
-        for table_format, n, _, _ in scanned:
-            self._counts[table_format] = self._counts.get(table_format, 0) + n
+        self._counts: dict[str, int] = {table_format: n for table_format, n, _, _ in scanned}
         #: Whether the scan hashed the namespaces (a group had patterns when it ran).
         self.namespaces_hashed = any(hashed for _, _, _, hashed in scanned)
         parts = [
             (fmt, np.frombuffer(bytes(packed), dtype=AWAKE_RECORD)) for fmt, _, packed, _ in scanned if packed
         ]
         #: The format names, and each awake table's as an index into them.
-        self.format_names: list[str] = sorted({fmt for fmt, _ in parts})
-        code_of = {fmt: code for code, fmt in enumerate(self.format_names)}
+        self.format_names: list[str] = [fmt for fmt, _ in parts]
         records = np.concatenate([p for _, p in parts]) if parts else np.zeros(0, dtype=AWAKE_RECORD)
-        codes = np.repeat(
-            np.array([code_of[fmt] for fmt, _ in parts], dtype=np.int64), [len(p) for _, p in parts]
-        )
+        codes = np.repeat(np.arange(len(parts), dtype=np.int64), [len(p) for _, p in parts])
         order = np.argsort(records["id"], kind="stable")
         #: Every awake table (sorted by id) and its columns: native integers, epoch seconds.
         self.records = records[order]

@@ -210,9 +210,9 @@ def test_wake_times_are_written_in_place_without_new_index_entries(test_plugin):
     assert indexed == []
 
 
-def test_the_awake_scan_packs_tables_in_blocks_of_ids_and_joins_them_per_format():
-    """The scan packs a row per format and block of 2^20 ids (each packed value stays far below
-    Postgres's 1 GB): tables of one format in several blocks are one format's tables."""
+def test_the_awake_scan_gives_each_formats_tables_sorted_with_their_counts():
+    """The scan packs one value per format; the tick reads every awake table sorted by id, each
+    with its format, and each format's count (ids far apart, formats interleaved)."""
     from processes.due import Snapshot
 
     ids = [7, 2**20 + 3, 3 * 2**20 + 1]
