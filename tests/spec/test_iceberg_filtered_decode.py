@@ -36,16 +36,46 @@ NOTHING = (-1, -1, -1, -1, -1)
 
 
 def count_dropped(monkeypatch: Any, dropped: list[int]) -> None:
-    """Has each call of the compiled ``decode_filtered`` append to ``dropped`` how many entries
-    it dropped."""
-    decode_filtered = _avro._native.decode_filtered
+    """Has each filtered decoding of a payload (``decode_filtered``, or ``skim_entries`` then
+    ``decode_skimmed``) append to ``dropped`` how many entries it dropped."""
+    native = _avro._native
+    decode_filtered, skim_entries, decode_skimmed = (
+        native.decode_filtered,
+        native.skim_entries,
+        native.decode_skimmed,
+    )
+    # id(kept) -> [(kept, count of the skimmed payload)]: empty kept bytes are one object in
+    # CPython, so several payloads skimmed ahead may share a key (only their sum is compared)
+    counts: dict[int, list[tuple[bytes, int]]] = {}
 
     def counted(payload: bytes, count: int, program: Any, spec: Any) -> list[Any]:
         records = decode_filtered(payload, count, program, spec)
         dropped.append(count - len(records))
         return records
 
-    monkeypatch.setattr(_avro._native, "decode_filtered", counted)
+    def skimmed(payload: bytes, count: int, program: Any, spec: Any) -> Any:
+        found = skim_entries(payload, count, program, spec)
+        if found is not None:
+            counts.setdefault(id(found[0]), []).append((found[0], count))
+        return found
+
+    def decoded(payload: bytes, kept: bytes, partitions: Any, program: Any, spec: Any) -> list[Any]:
+        records = decode_skimmed(payload, kept, partitions, program, spec)
+        dropped.append(counts[id(kept)].pop()[1] - len(records))
+        return records
+
+    monkeypatch.setattr(native, "decode_filtered", counted)
+    monkeypatch.setattr(native, "skim_entries", skimmed)
+    monkeypatch.setattr(native, "decode_skimmed", decoded)
+
+
+def in_two_halves(payload: bytes, count: int, program: Any, spec: Any) -> Any:
+    """What ``skim_entries`` then ``decode_skimmed`` give (a read-ahead thread skims, the consumer
+    decodes): the records, or None when the skim found the payload malformed."""
+    found = _avro._native.skim_entries(payload, count, program, spec)
+    if found is None:
+        return None
+    return _avro._native.decode_skimmed(payload, found[0], found[1], program, spec)
 
 
 def _outcome(call: Any, *args: Any) -> Any:
@@ -89,18 +119,24 @@ def test_filtered_decoding_fails_where_decoding_fails_and_else_returns_the_same_
     for variant in _variants(payload, rng, 400):
         want = _outcome(decode, variant, count, program)
         kept = _outcome(decode_filtered, variant, count, program, (NOTHING, {}, None, None))
+        halves = in_two_halves(variant, count, program, (NOTHING, {}, None, None))
         if isinstance(want, Exception):
             failures += 1
             assert isinstance(kept, ValueError), f"decode raised {want!r}, filtered gave {kept!r}"
+            assert halves is None, f"decode raised {want!r}, the skim kept {halves!r}"
         else:
             assert_same(kept, want)
+            assert_same(halves, want)
         if status < 0:
             continue
         dropped = _outcome(decode_filtered, variant, count, program, drop_all)
+        halves = in_two_halves(variant, count, program, drop_all)
         if isinstance(want, Exception):
             assert isinstance(dropped, ValueError), f"decode raised {want!r}, dropping all gave {dropped!r}"
+            assert halves is None, f"decode raised {want!r}, the skim kept {halves!r}"
         else:  # a corrupted i may keep a record: decoded as decode decodes it
             assert_same(dropped, [r for r in want if r["i"] != 2])
+            assert_same(halves, [r for r in want if r["i"] != 2])
     assert failures > len(payload)  # every cut, and corruptions, failed
 
 
@@ -185,6 +221,14 @@ def test_partition_and_bounds_drop_what_the_listing_rules_drop(written_manifests
             again = len(calls)
             assert_same(_avro._native.decode_filtered(payload, count, program, spec), expected)
             assert len(calls) == again  # judged once: the verdicts are kept
+            # in two halves: the same records, each distinct partition judged once per verdicts dict
+            kept, partitions = _avro._native.skim_entries(payload, count, program, spec)
+            assert len(set(partitions)) == len(partitions) <= len(distinct)
+            assert_same(_avro._native.decode_skimmed(payload, kept, partitions, program, spec), expected)
+            assert len(calls) == again
+            fresh = (probes, {}, partition_rejects, clauses)
+            assert_same(in_two_halves(payload, count, program, fresh), expected)
+            assert len(calls) - again == len(fresh[1]) <= len(partitions)
             checked += 1
     assert checked >= 20
 
@@ -195,8 +239,30 @@ def test_a_partition_check_that_raises_fails_the_decoding(written_manifests):  #
     def broken(partition: dict[str, Any]) -> bool:
         raise ZeroDivisionError("a bug in the check")
 
+    spec = (_probes(decoder), {}, broken, None)
     with pytest.raises(ZeroDivisionError):
-        _avro._native.decode_filtered(payload, count, decoder.program(), (_probes(decoder), {}, broken, None))
+        _avro._native.decode_filtered(payload, count, decoder.program(), spec)
+    kept, partitions = _avro._native.skim_entries(payload, count, decoder.program(), spec)  # not judged yet
+    with pytest.raises(ZeroDivisionError):
+        _avro._native.decode_skimmed(payload, kept, partitions, decoder.program(), spec)
+
+
+def test_decode_skimmed_refuses_what_skim_entries_cannot_have_given(written_manifests):  # noqa: F811
+    """The consumer's half checks what it is handed: whole entries, inside the payload, of its
+    partitions (a payload swapped for another, or kept bytes cut, fail instead of reading
+    elsewhere)."""
+    decoder, payload, count = _decoder_and_payload(next(iter(written_manifests.values())), LISTING_KEEP)
+    program, spec = decoder.program(), (_probes(decoder), {}, lambda partition: False, None)
+    kept, partitions = _avro._native.skim_entries(payload, count, program, spec)
+    assert len(kept) > 0 and len(partitions) > 0
+    with pytest.raises(ValueError, match="not whole entries"):
+        _avro._native.decode_skimmed(payload, kept[:-1], partitions, program, spec)
+    with pytest.raises(ValueError, match="outside the payload"):
+        _avro._native.decode_skimmed(payload[: len(payload) // 2], kept, partitions, program, spec)
+    with pytest.raises(ValueError, match="outside the payload or its partitions"):
+        _avro._native.decode_skimmed(payload, kept, partitions[:0], program, spec)
+    with pytest.raises(ValueError, match="partitions must be bytes"):
+        _avro._native.decode_skimmed(payload, kept, ("not bytes",), program, spec)
 
 
 def test_a_partition_the_listing_cannot_convert_is_left_to_the_listing_loop(partitioned):
@@ -348,3 +414,29 @@ def test_listings_with_filtered_decoding_list_what_listings_without_it_list(list
             assert with_drops == without, (name, expr)
             compared += 1
     assert compared > 40 and sum(dropped) > 100
+
+
+def test_a_filtered_listing_skims_ahead_and_decodes_only_the_kept_entries(listed_tables, monkeypatch):
+    """The read-ahead threads skim each manifest for the filter (``skim_entries``), the listing's
+    own thread decodes what they kept (``decode_skimmed``) and never skims again itself."""
+    import threading
+
+    from storage.formats.iceberg._readahead import THREAD_PREFIX
+
+    native = _avro._native
+    seen: dict[str, set[str]] = {"skim_entries": set(), "decode_skimmed": set(), "decode_filtered": set()}
+    for name in seen:
+        original = getattr(native, name)
+
+        def traced(*args: Any, original: Any = original, name: str = name) -> Any:
+            seen[name].add(threading.current_thread().name)
+            return original(*args)
+
+        monkeypatch.setattr(native, name, traced)
+    table = listed_tables["here"]
+    expr = _filters(table)[0]
+    listed = _listed(table, expr)
+    assert listed
+    assert seen["skim_entries"] and all(name.startswith(THREAD_PREFIX) for name in seen["skim_entries"])
+    assert seen["decode_skimmed"] == {threading.current_thread().name}
+    assert seen["decode_filtered"] == set()

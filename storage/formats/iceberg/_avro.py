@@ -46,8 +46,10 @@ from storage.formats.iceberg._avro_program import (
     RAW,
     compile_program,
     int_keyed_pair,
+    named_records,
     raw_map,
     record_fields,
+    record_of,
     resolve,
     value_nodes,
 )
@@ -348,15 +350,15 @@ class ManifestDecoder:
         # (data_file and partition may be nullable unions, ["null", {record}], as BigQuery and
         # some Spark versions write them, or references to a named record)
         self.partition_names: dict[int, str] = {}
-        named = _named_records(writer_schema)
+        named = named_records(writer_schema)
         if not isinstance(writer_schema, dict) or writer_schema.get("type") != "record":
             raise ValueError("a manifest's Avro schema must be a record (manifest_entry)")
         for entry_field in writer_schema.get("fields", []):
             if entry_field["name"] != "data_file":
                 continue
-            data_file = _record_of(entry_field["type"], named)
+            data_file = record_of(entry_field["type"], named)
             for field in data_file.get("fields", []) if data_file else ():
-                partition = _record_of(field["type"], named) if field["name"] == "partition" else None
+                partition = record_of(field["type"], named) if field["name"] == "partition" else None
                 for partition_field in partition.get("fields", []) if partition else ():
                     if "field-id" in partition_field:
                         self.partition_names[int(partition_field["field-id"])] = partition_field["name"]
@@ -377,45 +379,6 @@ class ManifestDecoder:
         """The probes of ``decode_filtered`` for ``fields`` in this program (``value_nodes``)."""
         self.program()
         return value_nodes(self._nodes, fields)
-
-
-def _named_records(schema: Any) -> dict[str, Any]:
-    """Every named record of a schema by name (full name and short name)."""
-    found: dict[str, Any] = {}
-
-    def walk(node: Any) -> None:
-        if isinstance(node, list):
-            for branch in node:
-                walk(branch)
-        elif isinstance(node, dict):
-            if node.get("type") == "record" and "name" in node:
-                found[node["name"]] = node
-                found[str(node["name"]).rsplit(".", 1)[-1]] = node
-                for field in node.get("fields", []):
-                    walk(field.get("type"))
-            elif isinstance(node.get("type"), (dict, list)):
-                walk(node["type"])
-            else:
-                walk(node.get("items"))
-                walk(node.get("values"))
-
-    walk(schema)
-    return found
-
-
-def _record_of(schema: Any, named: dict[str, Any]) -> dict[str, Any] | None:
-    """The record a field type is: itself, the non-null branch of a union, or a named one."""
-    if isinstance(schema, str):
-        schema = named.get(schema)
-    if isinstance(schema, list):
-        records = [r for r in (_record_of(b, named) for b in schema if b != "null") if r is not None]
-        return records[0] if len(records) == 1 else None
-    if isinstance(schema, dict):
-        if schema.get("type") == "record":
-            return schema
-        if isinstance(schema.get("type"), (dict, list)):
-            return _record_of(schema["type"], named)
-    return None
 
 
 _decoders: dict[tuple[str, int], ManifestDecoder] = {}
@@ -508,6 +471,11 @@ NATIVE_BUILT: bool = _native is not None
 NATIVE: bool = NATIVE_BUILT and os.environ.get("LAKEWARDEN_NATIVE_AVRO", "1") != "0"
 
 
+def native_module() -> Any:
+    """The compiled decoder's module when it is used (``NATIVE``), else None."""
+    return _native if NATIVE else None
+
+
 def decode_records(
     data: bytes, keep: dict[str, Any], *, native: bool | None = None
 ) -> tuple[ManifestDecoder, list[dict[str, Any]]]:
@@ -533,6 +501,8 @@ class Joined:
 
     schema: str
     payloads: tuple[tuple[bytes, int], ...]  # (encoded records, their count)
+    # (the filter, per payload what skim_entries kept of it or None): ``skim_joined``
+    skimmed: tuple[Any, tuple[Any, ...]] | None = None
 
 
 def join(data: bytes, *, native: bool | None = None) -> Joined:
@@ -551,6 +521,20 @@ def join(data: bytes, *, native: bool | None = None) -> Joined:
     return Joined(schema, tuple(payloads))
 
 
+def _decode_filtered(joined: Joined, program: Any, spec: Any) -> list[dict[str, Any]]:
+    """The records of ``joined`` the filter ``spec`` keeps: from what ``skim_joined`` kept when it
+    skimmed for this filter (``decode_skimmed``), else skimmed here (``decode_filtered``)."""
+    skims = joined.skimmed[1] if joined.skimmed is not None and joined.skimmed[0] is spec else None
+    records: list[dict[str, Any]] = []
+    for at, (payload, count) in enumerate(joined.payloads):
+        skim = skims[at] if skims is not None else None
+        if skim is None:
+            records += _native.decode_filtered(payload, count, program, spec)
+        else:
+            records += _native.decode_skimmed(payload, skim[0], skim[1], program, spec)
+    return records
+
+
 def decode_joined(
     joined: Joined, keep: dict[str, Any], *, native: bool | None = None, drop: Any = None
 ) -> tuple[ManifestDecoder, list[dict[str, Any]]]:
@@ -560,12 +544,7 @@ def decode_joined(
     if drop is not None and (NATIVE if native is None else native) and _native is not None:
         spec = drop(decoder)
         if spec is not None:
-            program = decoder.program()
-            return decoder, [
-                record
-                for payload, count in joined.payloads
-                for record in _native.decode_filtered(payload, count, program, spec)
-            ]
+            return decoder, _decode_filtered(joined, decoder.program(), spec)
     if not (NATIVE if native is None else native):
         read = decoder.read
         return decoder, [read(dec) for dec, count in _registered(iter(joined.payloads)) for _ in range(count)]

@@ -80,9 +80,14 @@ static PyObject *fail(const char *message)
     return NULL;
 }
 
+/* Set while a thread reads without the GIL (skim_entries): failures then set no Python error;
+ * the caller falls back to reading with the GIL, which raises them. */
+static _Thread_local int quiet_failures;
+
 static int failed(const char *message)
 {
-    PyErr_SetString(PyExc_ValueError, message);
+    if (!quiet_failures)
+        PyErr_SetString(PyExc_ValueError, message);
     return -1;
 }
 
@@ -90,7 +95,19 @@ static int failed(const char *message)
 
 /* The zigzag long at c->p (the cursor moved past it): NULL, or what is wrong. Touches no
  * Python object, so the container framing can run it without the GIL. */
-static const char *varint(Cursor *c, int64_t *out)
+#if defined(__GNUC__)
+#define HOT static inline __attribute__((always_inline))
+#else
+#define HOT static inline
+#endif
+
+HOT int64_t unzigzag(uint64_t v)
+{
+    return (int64_t)((v >> 1) ^ (~(v & 1) + 1));
+}
+
+/* varint's careful loop, for the last bytes of the data (each byte checked against the end). */
+static const char *varint_near_end(Cursor *c, int64_t *out)
 {
     const unsigned char *p = c->p;
     uint64_t v = 0;
@@ -103,28 +120,67 @@ static const char *varint(Cursor *c, int64_t *out)
         v |= (uint64_t)(b & 0x7f) << (7 * i);
         if (!(b & 0x80)) {
             c->p = p;
-            *out = (int64_t)((v >> 1) ^ (~(v & 1) + 1));
+            *out = unzigzag(v);
             return NULL;
         }
     }
     return "malformed Avro data: a number longer than 10 bytes";
 }
 
-static int read_long(Cursor *c, int64_t *out)
+HOT const char *varint(Cursor *c, int64_t *out)
+{
+    const unsigned char *p = c->p;
+    if (c->end - p < 10)
+        return varint_near_end(c, out);
+    uint64_t v = 0; /* ten bytes are there: no end check per byte */
+    for (int i = 0; i < 10; i++) {
+        unsigned char b = p[i];
+        if (i == 9 && b > 1)
+            return "malformed Avro data: a number longer than 64 bits";
+        v |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            c->p = p + i + 1;
+            *out = unzigzag(v);
+            return NULL;
+        }
+    }
+    return "malformed Avro data: a number longer than 10 bytes";
+}
+
+HOT int read_long(Cursor *c, int64_t *out)
 {
     const unsigned char *p = c->p;
     if (p < c->end && *p < 0x80) { /* one-byte numbers: most of a manifest */
-        uint64_t v = *p;
         c->p = p + 1;
-        *out = (int64_t)((v >> 1) ^ (~(v & 1) + 1));
+        *out = unzigzag(*p);
         return 0;
     }
     const char *error = varint(c, out);
     return error ? failed(error) : 0;
 }
 
+/* Reads through the zigzag long at c->p without computing it: read_long's checks, less work. */
+HOT int skip_long(Cursor *c)
+{
+    const unsigned char *p = c->p;
+    if (c->end - p < 10) {
+        int64_t ignored;
+        return read_long(c, &ignored);
+    }
+    for (int i = 0; i < 9; i++) {
+        if (!(p[i] & 0x80)) {
+            c->p = p + i + 1;
+            return 0;
+        }
+    }
+    if (p[9] > 1)
+        return failed("malformed Avro data: a number longer than 64 bits");
+    c->p = p + 10;
+    return 0;
+}
+
 /* Length-prefixed bytes: *start and *length of the content, the cursor moved past it. */
-static int read_span(Cursor *c, const unsigned char **start, Py_ssize_t *length)
+HOT int read_span(Cursor *c, const unsigned char **start, Py_ssize_t *length)
 {
     int64_t n;
     if (read_long(c, &n) < 0)
@@ -139,7 +195,7 @@ static int read_span(Cursor *c, const unsigned char **start, Py_ssize_t *length)
     return 0;
 }
 
-static int take(Cursor *c, Py_ssize_t n, const unsigned char **start)
+HOT int take(Cursor *c, Py_ssize_t n, const unsigned char **start)
 {
     if (n > c->end - c->p)
         return failed("truncated Avro data: a fixed-size value runs past the end");
@@ -150,7 +206,7 @@ static int take(Cursor *c, Py_ssize_t n, const unsigned char **start)
 
 /* Item count of the next array/map block (negative: followed by the block's byte size), bounded
  * by what the remaining bytes can hold so that a corrupt count cannot allocate or loop forever. */
-static int read_count(Cursor *c, Py_ssize_t item_size, int64_t *count)
+HOT int read_count(Cursor *c, Py_ssize_t item_size, int64_t *count)
 {
     int64_t n, size;
     if (read_long(c, &n) < 0)
@@ -1676,6 +1732,11 @@ static int find_bounds(PyObject *raw, const Clause *clauses, Py_ssize_t n, const
 static int valid_utf8(const unsigned char *s, Py_ssize_t n)
 {
     Py_ssize_t i = 0;
+    for (uint64_t word; i + 8 <= n; i += 8) { /* ASCII (most paths and names) eight bytes at a time */
+        memcpy(&word, s + i, 8);
+        if (word & 0x8080808080808080ULL)
+            break;
+    }
     while (i < n) {
         unsigned char b = s[i];
         if (b < 0x80) {
@@ -1856,7 +1917,7 @@ typedef struct {
 static int skim_block(int op, Cursor *c)
 {
     int is_list = op == OP_INT_ARRAY;
-    int64_t count, number;
+    int64_t count;
     const unsigned char *s;
     Py_ssize_t n;
     for (;;) {
@@ -1864,13 +1925,20 @@ static int skim_block(int op, Cursor *c)
             return -1;
         if (count == 0)
             return 0;
-        for (int64_t i = 0; i < count; i++) {
-            if (read_long(c, &number) < 0)
-                return -1;
-            if ((op == OP_INT_BYTES_MAP || op == OP_RAW_INT_BYTES_MAP) && read_span(c, &s, &n) < 0)
-                return -1;
-            if ((op == OP_INT_LONG_MAP || op == OP_RAW_INT_LONG_MAP) && read_long(c, &number) < 0)
-                return -1;
+        if (op == OP_INT_BYTES_MAP || op == OP_RAW_INT_BYTES_MAP) {
+            for (int64_t i = 0; i < count; i++)
+                if (skip_long(c) < 0 || read_span(c, &s, &n) < 0)
+                    return -1;
+        }
+        else if (op == OP_INT_LONG_MAP || op == OP_RAW_INT_LONG_MAP) {
+            for (int64_t i = 0; i < count; i++)
+                if (skip_long(c) < 0 || skip_long(c) < 0)
+                    return -1;
+        }
+        else {
+            for (int64_t i = 0; i < count; i++)
+                if (skip_long(c) < 0)
+                    return -1;
         }
     }
 }
@@ -1891,7 +1959,7 @@ static int skim(Skim *k, const Node *node, Cursor *c)
             return -1;
         break;
     case OP_LONG:
-        if (read_long(c, &number) < 0)
+        if (skip_long(c) < 0)
             return -1;
         break;
     case OP_FLOAT:
@@ -1992,6 +2060,63 @@ typedef struct {
     Py_ssize_t nclauses; /* -1: no clauses */
 } EntryFilter;
 
+/* 1 when the partition encoded at at[0:len] (`key`: those bytes, a new reference when NULL is
+ * given: made here) is rejected by the filter, 0 when not, -1 on error. The verdict is kept in
+ * the filter's dict by the encoded bytes. */
+static int partition_rejected(const Program *prog, const EntryFilter *f, PyObject *key, const unsigned char *at,
+                              Py_ssize_t len, int *collecting)
+{
+    int own = key == NULL;
+    if (own && !(key = PyBytes_FromStringAndSize((const char *)at, len)))
+        return -1;
+    int result = -1;
+    PyObject *verdict = PyDict_GetItemWithError(f->verdicts, key); /* borrowed */
+    if (!verdict) {
+        if (PyErr_Occurred())
+            goto done;
+        Cursor pc = {at, at + len};
+        PyObject *values = run(prog, &prog->nodes[f->partition_node], &pc);
+        if (values && *collecting) /* Python code runs: let the collector run too */
+            PyGC_Enable();
+        verdict = values ? PyObject_CallOneArg(f->partition_rejects, values) : NULL;
+        if (*collecting)
+            PyGC_Disable();
+        Py_XDECREF(values);
+        int truth = verdict ? PyObject_IsTrue(verdict) : -1;
+        Py_XDECREF(verdict);
+        if (truth < 0)
+            goto done;
+        if (PyDict_GET_SIZE(f->verdicts) > 4096)
+            PyDict_Clear(f->verdicts);
+        verdict = truth ? Py_True : Py_False;
+        if (PyDict_SetItem(f->verdicts, key, verdict) < 0)
+            goto done;
+    }
+    result = verdict == Py_True;
+done:
+    if (own)
+        Py_DECREF(key);
+    return result;
+}
+
+/* Whether a data entry's bounds reject the filter's clauses (1), or not (0): bounds that cannot
+ * be read reject nothing (the entry is decoded, and the listing's own check reports them). Sets
+ * no Python error, so it runs without the GIL too. */
+static int entry_bounds_reject(const EntryFilter *f, const Span *spans)
+{
+    if (f->nclauses <= 0 || span_long(&spans[PROBE_CONTENT], 0) != 0)
+        return 0;
+    const unsigned char *low_at[MAX_CLAUSES], *high_at[MAX_CLAUSES];
+    Py_ssize_t low_len[MAX_CLAUSES], high_len[MAX_CLAUSES];
+    const Span *low = &spans[PROBE_LOWER], *high = &spans[PROBE_UPPER];
+    int quiet = quiet_failures;
+    quiet_failures = 1;
+    int unreadable = find_bounds_in(low->at, low->len, f->clauses, f->nclauses, low_at, low_len) < 0 ||
+                     find_bounds_in(high->at, high->len, f->clauses, f->nclauses, high_at, high_len) < 0;
+    quiet_failures = quiet;
+    return unreadable ? 0 : bounds_reject(f->clauses, f->nclauses, low_at, low_len, high_at, high_len);
+}
+
 /* 1 when the skimmed entry is dropped, 0 when it is decoded, -1 on error. */
 static int drops(const Program *prog, const EntryFilter *f, const Span *spans, int *collecting)
 {
@@ -1999,53 +2124,11 @@ static int drops(const Program *prog, const EntryFilter *f, const Span *spans, i
         return 1;
     const Span *part = &spans[PROBE_PARTITION];
     if (f->partition_rejects != Py_None && part->at) {
-        PyObject *key = PyBytes_FromStringAndSize((const char *)part->at, part->len);
-        if (!key)
-            return -1;
-        PyObject *verdict = PyDict_GetItemWithError(f->verdicts, key); /* borrowed */
-        if (!verdict) {
-            if (PyErr_Occurred()) {
-                Py_DECREF(key);
-                return -1;
-            }
-            Cursor pc = {part->at, part->at + part->len};
-            PyObject *values = run(prog, &prog->nodes[f->partition_node], &pc);
-            if (values && *collecting) /* Python code runs: let the collector run too */
-                PyGC_Enable();
-            verdict = values ? PyObject_CallOneArg(f->partition_rejects, values) : NULL;
-            if (*collecting)
-                PyGC_Disable();
-            Py_XDECREF(values);
-            int truth = verdict ? PyObject_IsTrue(verdict) : -1;
-            Py_XDECREF(verdict);
-            if (truth < 0) {
-                Py_DECREF(key);
-                return -1;
-            }
-            if (PyDict_GET_SIZE(f->verdicts) > 4096)
-                PyDict_Clear(f->verdicts);
-            verdict = truth ? Py_True : Py_False;
-            if (PyDict_SetItem(f->verdicts, key, verdict) < 0) {
-                Py_DECREF(key);
-                return -1;
-            }
-        }
-        Py_DECREF(key);
-        if (verdict == Py_True)
-            return 1;
+        int rejected = partition_rejected(prog, f, NULL, part->at, part->len, collecting);
+        if (rejected != 0)
+            return rejected;
     }
-    if (f->nclauses > 0 && span_long(&spans[PROBE_CONTENT], 0) == 0) {
-        const unsigned char *low_at[MAX_CLAUSES], *high_at[MAX_CLAUSES];
-        Py_ssize_t low_len[MAX_CLAUSES], high_len[MAX_CLAUSES];
-        const Span *low = &spans[PROBE_LOWER], *high = &spans[PROBE_UPPER];
-        if (find_bounds_in(low->at, low->len, f->clauses, f->nclauses, low_at, low_len) < 0 ||
-            find_bounds_in(high->at, high->len, f->clauses, f->nclauses, high_at, high_len) < 0) {
-            PyErr_Clear(); /* decoded: the listing's own check reports the malformed map */
-            return 0;
-        }
-        return bounds_reject(f->clauses, f->nclauses, low_at, low_len, high_at, high_len);
-    }
-    return 0;
+    return entry_bounds_reject(f, spans);
 }
 
 static const int PROBE_OPS[PROBES] = {OP_LONG, OP_LONG, OP_RECORD, OP_RAW_INT_BYTES_MAP, OP_RAW_INT_BYTES_MAP};
@@ -2084,6 +2167,18 @@ static int load_filter(PyObject *spec, const Program *prog, EntryFilter *f, sign
     return 0;
 }
 
+/* Appends the record of the program's root read at `entry` to `out`: 0, or -1 on error. */
+static int append_record(PyObject *out, const Program *prog, Cursor *entry)
+{
+    PyObject *record = run(prog, &prog->nodes[0], entry);
+    if (!record || PyList_Append(out, record) < 0) {
+        Py_XDECREF(record);
+        return -1;
+    }
+    Py_DECREF(record);
+    return 0;
+}
+
 static PyObject *decode_filtered(PyObject *module, PyObject *args)
 {
     Py_buffer payload;
@@ -2116,18 +2211,274 @@ static PyObject *decode_filtered(PyObject *module, PyObject *args)
         if (dropped == 1)
             continue;
         Cursor entry = {start, c.p};
-        PyObject *record = dropped < 0 ? NULL : run(prog, root, &entry);
-        if (!record || PyList_Append(out, record) < 0) {
-            Py_XDECREF(record);
+        if (dropped < 0 || append_record(out, prog, &entry) < 0) {
             Py_CLEAR(out);
             break;
         }
-        Py_DECREF(record);
     }
     if (collecting)
         PyGC_Enable();
 done:
     PyMem_Free(k.slot_of);
+    PyBuffer_Release(&payload);
+    return out;
+}
+
+/* ---- filtered decoding in two halves ----------------------------------------------------------
+ *
+ * skim_entries(payload, count, program, filter) -> (kept, partitions) | None: the first half of
+ * decode_filtered, run without the GIL (a listing's read-ahead thread skims the next manifest
+ * while the consumer decodes this one): every entry read through, the deleted ones and those
+ * the clauses' bounds reject left out. `kept` packs each other entry as a SkimmedEntry (where it
+ * is in the payload and its partition's index); `partitions` holds each distinct encoded
+ * partition once. None when the payload is malformed: decode_filtered, with the GIL, reports it.
+ *
+ * decode_skimmed(payload, kept, partitions, program, filter) -> list: the second half, with the
+ * GIL: one verdict per distinct partition (partition_rejects, kept in `verdicts` as
+ * decode_filtered keeps them), then the entries left decoded. The same records as
+ * decode_filtered(payload, count, program, filter). */
+typedef struct {
+    int64_t start, end; /* the entry's bytes in the payload */
+    int64_t partition;  /* index into partitions; -1: no partition probed */
+} SkimmedEntry;
+
+typedef struct {
+    const unsigned char *at;
+    Py_ssize_t len;
+    uint64_t hash;
+    int64_t index;
+} PartitionSlot;
+
+typedef struct {
+    PartitionSlot *slots; /* open addressing, capacity a power of two */
+    size_t capacity, used;
+    Span *distinct; /* in order of first appearance */
+} Partitions;
+
+static uint64_t span_hash(const unsigned char *at, Py_ssize_t len)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (Py_ssize_t i = 0; i < len; i++)
+        h = (h ^ at[i]) * 1099511628211ULL;
+    return h;
+}
+
+static int partitions_grow(Partitions *t)
+{
+    size_t capacity = t->capacity ? t->capacity * 2 : 64;
+    PartitionSlot *slots = PyMem_RawCalloc(capacity, sizeof *slots);
+    Span *distinct = PyMem_RawRealloc(t->distinct, capacity / 2 * sizeof *distinct);
+    if (!slots || !distinct) {
+        PyMem_RawFree(slots);
+        if (distinct)
+            t->distinct = distinct;
+        return -1;
+    }
+    t->distinct = distinct;
+    for (size_t i = 0; i < t->capacity; i++) {
+        PartitionSlot *old = &t->slots[i];
+        if (!old->at)
+            continue;
+        size_t j = old->hash & (capacity - 1);
+        while (slots[j].at)
+            j = (j + 1) & (capacity - 1);
+        slots[j] = *old;
+    }
+    PyMem_RawFree(t->slots);
+    t->slots = slots;
+    t->capacity = capacity;
+    return 0;
+}
+
+/* The index of the partition encoded at at[0:len], added when new; -1 when out of memory. */
+static int64_t partition_index(Partitions *t, const unsigned char *at, Py_ssize_t len)
+{
+    if ((t->used + 1) * 2 > t->capacity && partitions_grow(t) < 0)
+        return -1;
+    uint64_t hash = span_hash(at, len);
+    size_t j = hash & (t->capacity - 1);
+    while (t->slots[j].at) {
+        PartitionSlot *slot = &t->slots[j];
+        if (slot->hash == hash && slot->len == len && !memcmp(slot->at, at, (size_t)len))
+            return slot->index;
+        j = (j + 1) & (t->capacity - 1);
+    }
+    t->slots[j] = (PartitionSlot){at ? at : (const unsigned char *)"", len, hash, (int64_t)t->used};
+    t->distinct[t->used].at = at;
+    t->distinct[t->used].len = len;
+    return (int64_t)t->used++;
+}
+
+/* Skims `count` entries of buf[0:len] into out (kept entries; *kept their number) and parts:
+ * 0, -1 for malformed data, -2 out of memory. Touches no Python object. */
+static int skim_kept(Skim *k, const EntryFilter *f, const unsigned char *buf, Py_ssize_t len, long long count,
+                     SkimmedEntry *out, Py_ssize_t *kept, Partitions *parts)
+{
+    Cursor c = {buf, buf + len};
+    const Node *root = &k->prog->nodes[0];
+    int with_partitions = f->partition_rejects != Py_None;
+    *kept = 0;
+    for (long long i = 0; i < count; i++) {
+        const unsigned char *start = c.p;
+        memset(k->spans, 0, sizeof k->spans);
+        if (skim(k, root, &c) < 0)
+            return -1;
+        if (span_long(&k->spans[PROBE_STATUS], 0) == 2 || entry_bounds_reject(f, k->spans))
+            continue;
+        const Span *part = &k->spans[PROBE_PARTITION];
+        int64_t index = -1;
+        if (with_partitions && part->at && (index = partition_index(parts, part->at, part->len)) < 0)
+            return -2;
+        out[*kept] = (SkimmedEntry){start - buf, c.p - buf, index};
+        ++*kept;
+    }
+    return 0;
+}
+
+static PyObject *skim_entries(PyObject *module, PyObject *args)
+{
+    Py_buffer payload;
+    long long count;
+    PyObject *prog_, *spec, *kept_bytes = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*LO!O:skim_entries", &payload, &count, &ProgramType, &prog_, &spec))
+        return NULL;
+    const Program *prog = (const Program *)prog_;
+    EntryFilter f;
+    Skim k = {prog, NULL, {{NULL, 0}}};
+    Partitions parts = {NULL, 0, 0, NULL};
+    Py_ssize_t kept = 0;
+    int status;
+    if (!(k.slot_of = PyMem_Malloc((size_t)prog->nnodes))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (load_filter(spec, prog, &f, k.slot_of) < 0)
+        goto done;
+    Py_ssize_t minsize = prog->nodes[0].minsize;
+    if (count < 0 || (minsize > 0 ? count > payload.len / minsize : count > MAX_ZERO_SIZE_ITEMS)) {
+        result = Py_NewRef(Py_None); /* decode_filtered reports it */
+        goto done;
+    }
+    if (!(kept_bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * (long long)sizeof(SkimmedEntry)))))
+        goto done;
+    SkimmedEntry *out = (SkimmedEntry *)PyBytes_AS_STRING(kept_bytes);
+    Py_BEGIN_ALLOW_THREADS
+    quiet_failures = 1;
+    status = skim_kept(&k, &f, payload.buf, payload.len, count, out, &kept, &parts);
+    quiet_failures = 0;
+    Py_END_ALLOW_THREADS
+    if (status == -2) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (status < 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (_PyBytes_Resize(&kept_bytes, kept * (Py_ssize_t)sizeof(SkimmedEntry)) < 0)
+        goto done;
+    PyObject *distinct = PyTuple_New((Py_ssize_t)parts.used);
+    if (!distinct)
+        goto done;
+    for (size_t i = 0; i < parts.used; i++) {
+        PyObject *item = PyBytes_FromStringAndSize((const char *)parts.distinct[i].at, parts.distinct[i].len);
+        if (!item) {
+            Py_DECREF(distinct);
+            goto done;
+        }
+        PyTuple_SET_ITEM(distinct, (Py_ssize_t)i, item);
+    }
+    result = PyTuple_Pack(2, kept_bytes, distinct);
+    Py_DECREF(distinct);
+done:
+    Py_XDECREF(kept_bytes);
+    PyMem_RawFree(parts.slots);
+    PyMem_RawFree(parts.distinct);
+    PyMem_Free(k.slot_of);
+    PyBuffer_Release(&payload);
+    return result;
+}
+
+/* Per distinct partition, whether the filter rejects it (a new array, NULL on error). */
+static char *rejected_partitions(const Program *prog, const EntryFilter *f, PyObject *partitions)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(partitions);
+    char *rejected = PyMem_Calloc((size_t)n + 1, 1);
+    if (!rejected) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    int collecting = PyGC_Disable();
+    for (Py_ssize_t i = 0; i < n && f->partition_rejects != Py_None; i++) {
+        PyObject *key = PyTuple_GET_ITEM(partitions, i);
+        if (!PyBytes_CheckExact(key)) {
+            failed("decode_skimmed: partitions must be bytes");
+            goto error;
+        }
+        int verdict = partition_rejected(prog, f, key, (const unsigned char *)PyBytes_AS_STRING(key),
+                                         PyBytes_GET_SIZE(key), &collecting);
+        if (verdict < 0)
+            goto error;
+        rejected[i] = (char)verdict;
+    }
+    if (collecting)
+        PyGC_Enable();
+    return rejected;
+error:
+    if (collecting)
+        PyGC_Enable();
+    PyMem_Free(rejected);
+    return NULL;
+}
+
+static PyObject *decode_skimmed(PyObject *module, PyObject *args)
+{
+    Py_buffer payload, kept;
+    PyObject *partitions, *prog_, *spec, *out = NULL;
+    char *rejected = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*O!O!O:decode_skimmed", &payload, &kept, &PyTuple_Type, &partitions,
+                          &ProgramType, &prog_, &spec))
+        return NULL;
+    const Program *prog = (const Program *)prog_;
+    EntryFilter f;
+    signed char *slot_of = PyMem_Malloc((size_t)prog->nnodes);
+    if (!slot_of) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (load_filter(spec, prog, &f, slot_of) < 0 || !(rejected = rejected_partitions(prog, &f, partitions)))
+        goto done;
+    if (kept.len % (Py_ssize_t)sizeof(SkimmedEntry)) {
+        failed("decode_skimmed: kept is not whole entries");
+        goto done;
+    }
+    const SkimmedEntry *entries = kept.buf;
+    Py_ssize_t n = kept.len / (Py_ssize_t)sizeof(SkimmedEntry), nparts = PyTuple_GET_SIZE(partitions);
+    if (!(out = PyList_New(0)))
+        goto done;
+    int collecting = PyGC_Disable(); /* as in run_records */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const SkimmedEntry *e = &entries[i];
+        if (e->start < 0 || e->start > e->end || e->end > payload.len || e->partition < -1 ||
+            e->partition >= nparts) {
+            failed("decode_skimmed: an entry outside the payload or its partitions");
+            Py_CLEAR(out);
+            break;
+        }
+        if (e->partition >= 0 && rejected[e->partition])
+            continue;
+        Cursor entry = {(const unsigned char *)payload.buf + e->start, (const unsigned char *)payload.buf + e->end};
+        if (append_record(out, prog, &entry) < 0) {
+            Py_CLEAR(out);
+            break;
+        }
+    }
+    if (collecting)
+        PyGC_Enable();
+done:
+    PyMem_Free(rejected);
+    PyMem_Free(slot_of);
+    PyBuffer_Release(&kept);
     PyBuffer_Release(&payload);
     return out;
 }
@@ -2155,6 +2506,13 @@ static PyMethodDef methods[] = {
     {"decode_filtered", decode_filtered, METH_VARARGS,
      "decode_filtered(payload, count, program, filter) -> list: the records decode() gives, less\n"
      "those `filter` proves a listing drops (see _manifests.EntryFilter)."},
+    {"skim_entries", skim_entries, METH_VARARGS,
+     "skim_entries(payload, count, program, filter) -> (kept, partitions) | None: decode_filtered's\n"
+     "first half, without the GIL: the entries it would not drop by status or bounds, and their\n"
+     "distinct partitions; None for a malformed payload (decode_filtered reports it)."},
+    {"decode_skimmed", decode_skimmed, METH_VARARGS,
+     "decode_skimmed(payload, kept, partitions, program, filter) -> list: decode_filtered's second\n"
+     "half, over what skim_entries kept: the same records as decode_filtered."},
     {"decode", decode, METH_VARARGS,
      "decode(payload, count, program) -> list: `count` records decoded from the bytes `payload`."},
     {"join_container", join_container, METH_VARARGS,

@@ -271,3 +271,42 @@ def name_items(items: Any, named: dict[str, Any]) -> None:
     compiling it, and a later field may name it again."""
     if isinstance(items, dict) and "name" in items and items.get("type") in ("record", "enum", "fixed"):
         named[items["name"]] = items
+
+
+def named_records(schema: Any) -> dict[str, Any]:
+    """Every named record of a schema by name (full name and short name)."""
+    found: dict[str, Any] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for branch in node:
+                walk(branch)
+        elif isinstance(node, dict):
+            if node.get("type") == "record" and "name" in node:
+                found[node["name"]] = node
+                found[str(node["name"]).rsplit(".", 1)[-1]] = node
+                for field in node.get("fields", []):
+                    walk(field.get("type"))
+            elif isinstance(node.get("type"), (dict, list)):
+                walk(node["type"])
+            else:
+                walk(node.get("items"))
+                walk(node.get("values"))
+
+    walk(schema)
+    return found
+
+
+def record_of(schema: Any, named: dict[str, Any]) -> dict[str, Any] | None:
+    """The record a field type is: itself, the non-null branch of a union, or a named one."""
+    if isinstance(schema, str):
+        schema = named.get(schema)
+    if isinstance(schema, list):
+        records = [r for r in (record_of(b, named) for b in schema if b != "null") if r is not None]
+        return records[0] if len(records) == 1 else None
+    if isinstance(schema, dict):
+        if schema.get("type") == "record":
+            return schema
+        if isinstance(schema.get("type"), (dict, list)):
+            return record_of(schema["type"], named)
+    return None

@@ -11,9 +11,18 @@ leaves them encoded for the compiled listing loop to read straight into slices
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
-from storage.formats.iceberg._avro import Joined, decode_joined, decoder_for, join, plain_decode, plain_layout
+from storage.formats.iceberg import _avro
+from storage.formats.iceberg._avro import (
+    Joined,
+    decode_joined,
+    decoder_for,
+    join,
+    plain_decode,
+    plain_layout,
+)
 from storage.formats.iceberg._avro_program import RAW
 from storage.formats.iceberg._entry_checks import checked_entry
 from storage.formats.iceberg._manifests import ManifestInfo, read_file
@@ -58,23 +67,58 @@ KEEP: dict[str, Any] = {
 DropFor = Callable[[ManifestInfo, Any], Any]  # a listing's ``drop`` (iter_manifests)
 
 
-def iter_joined(file_io: Any, manifests: Iterable[ManifestInfo]) -> Iterator[tuple[ManifestInfo, Joined]]:
+def iter_joined(
+    file_io: Any, manifests: Iterable[ManifestInfo], drop: DropFor | None = None
+) -> Iterator[tuple[ManifestInfo, Joined]]:
     """(manifest, its container joined) for each manifest, in order.
 
     The manifests are fetched and joined (framed and inflated: ``_avro.join``, which the
     compiled decoder does without the GIL) ahead on worker threads (``read_ahead``: a few at a
     time) while the caller decodes the current one, in its thread, so on two cores inflating
     overlaps decoding; ``manifests`` is pulled lazily, so a consumer that stops early reads only
-    the manifests of the read-ahead window more."""
+    the manifests of the read-ahead window more. With ``drop`` (``iter_manifests``'s), the
+    workers also skim each manifest's entries for its filter (``_avro.skim_joined``, without the
+    GIL too), so the caller only decodes the entries kept."""
 
     def fetch(manifest: ManifestInfo) -> Joined:
         data = read_file(file_io, manifest.path, "manifest")
         try:
-            return join(bytes(data))
+            joined = join(bytes(data))
         except Exception as exc:  # any framing or inflating failure (see _avro.join)
             raise _corrupt(manifest, exc) from exc
+        if drop is None:
+            return joined
+        return skim_joined(joined, _keep_for(joined.schema), _dropper(manifest, drop))
 
     return read_ahead(manifests, fetch)
+
+
+def skim_joined(joined: Joined, keep: dict[str, Any], drop: Any) -> Joined:
+    """``joined`` with its entries skimmed for the filter ``drop(decoder)`` gives (``skim_entries``,
+    which runs without the GIL: a read-ahead thread does it for the next manifest while the
+    consumer decodes this one), for ``decode_joined``; ``joined`` itself without the compiled
+    decoder or a filter, or when anything fails here (decoding the manifest reports it)."""
+    native = _avro.native_module()
+    if native is None:
+        return joined
+    try:
+        decoder = decoder_for(joined.schema, keep)
+        spec = drop(decoder)
+        if spec is None:
+            return joined
+        program = decoder.program()
+        skims = tuple(
+            native.skim_entries(payload, count, program, spec) for payload, count in joined.payloads
+        )
+    except Exception:  # noqa: BLE001 - only work done ahead: decode_joined reads it again and raises
+        return joined
+    return replace(joined, skimmed=(spec, skims))
+
+
+def _dropper(manifest: ManifestInfo, drop: DropFor) -> Callable[[Any], Any]:
+    """``drop`` for ``manifest``'s decoder: none for a schema whose entries are checked one by one
+    (``checked_entry`` must see every record: nothing dropped unchecked)."""
+    return lambda decoder: drop(manifest, decoder) if decoder.well_typed else None
 
 
 def iter_manifests(
@@ -85,7 +129,7 @@ def iter_manifests(
 
     ``drop(manifest, decoder)`` may return the filter of the compiled ``decode_filtered``
     (``_avro.decode_joined``): the entries the caller would drop are left out while decoding."""
-    for manifest, joined in iter_joined(file_io, manifests):
+    for manifest, joined in iter_joined(file_io, manifests, drop):
         records, names = manifest_entries(manifest, joined, drop)
         yield manifest, records, names
 
@@ -104,8 +148,7 @@ def manifest_entries(
     already guarantees it (``ManifestDecoder.well_typed``: the common shape)."""
     try:
         joined = data if isinstance(data, Joined) else join(data)
-        # the entry checks (checked_entry) must see every record: nothing dropped unchecked
-        dropper = (lambda decoder: drop(manifest, decoder) if decoder.well_typed else None) if drop else None
+        dropper = _dropper(manifest, drop) if drop else None
         decoder, records = decode_joined(joined, _keep_for(joined.schema), drop=dropper)
         if not decoder.well_typed:
             for record in records:
