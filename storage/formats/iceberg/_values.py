@@ -238,7 +238,8 @@ class LazyStats(Mapping):
         if self._by_id is None:
             names = self._decoder.names
             raw = stats_map(self._raw, self._bounds)
-            self._by_id = {k: v for k, v in raw.items() if k in names}
+            # ids of dropped columns are left out; usually there are none (no copy then)
+            self._by_id = raw if names.keys() >= raw.keys() else {k: v for k, v in raw.items() if k in names}
         return self._by_id
 
     def __getitem__(self, name: str) -> Any:

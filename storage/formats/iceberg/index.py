@@ -104,10 +104,31 @@ class _Checks:
         self._partition_checks: dict[int, Callable[[Mapping[str, Any]], bool] | None] = {}
         # (spec id, id of the decoder) -> (the decoder, kept so its id is not reused; the filter)
         self._drops: dict[tuple[int, int], tuple[Any, tuple[Any, ...] | None]] = {}
+        # per spec id: partition key -> might_match_partition's verdict (bounded like the cache of
+        # SpecContext.partitions, whose keys these are)
+        self._partition_verdicts: dict[int, dict[Any, bool]] = {}
         if expr is not None:
-            from storage.spec.expressions import might_match_file
+            from storage.spec.expressions import might_match_file_stats, might_match_partition
 
-            self.might_match_file = might_match_file
+            self._partition_matches = might_match_partition
+            self._stats_match = might_match_file_stats
+
+    def file_matches(self, data_file: Any, context: SpecContext, key: Any) -> bool:
+        """``might_match_file`` (the authority the pre-checks leave survivors to), with its
+        partition verdict kept by the partition's key: entries share few partitions."""
+        spec = context.model
+        if spec.fields and data_file.partition:
+            verdicts = self._partition_verdicts.setdefault(context.spec_id, {})
+            verdict = verdicts.get(key) if key is not None else None
+            if verdict is None:
+                verdict = self._partition_matches(self.expr, spec, data_file.partition)
+                if key is not None:
+                    if len(verdicts) > 4096:
+                        verdicts.clear()
+                    verdicts[key] = verdict
+            if not verdict:
+                return False
+        return self._stats_match(self.expr, data_file)
 
     def rejecter(self, context: SpecContext) -> Callable[[Any, dict[str, Any], dict[str, Any]], bool] | None:
         """None without a filter, else a test of an entry of ``context``'s spec on its partition
@@ -220,6 +241,8 @@ class IcebergFileIndex(FileIndex):
         self._io = ListingIO(table.pyiceberg_table.io)
         self._decoder = ColumnDecoder(self._metadata.schema())
         self._specs: dict[int, SpecContext] = {}
+        # (the filter, manifest summaries' key -> verdict): _manifest_might_match
+        self._summary_verdicts: tuple[Any, dict[Any, bool]] = (None, {})
 
     # -- public API -----------------------------------------------------------------------
 
@@ -297,13 +320,39 @@ class IcebergFileIndex(FileIndex):
             raise CorruptTable(f"cannot read snapshot {snapshot.snapshot_id}: {exc}") from None
 
     def _manifest_might_match(self, manifest: ManifestInfo, expr: Any) -> bool:
+        """Whether the manifest's partition summaries admit ``expr``; the verdict is kept by the
+        summaries' encoded bounds (a snapshot's manifests often share them: each spans the same
+        days), for as long as this index's filter stays the same one."""
         if expr is None:
             return True
+        context = self.spec_context(manifest.spec_id)
+        if not context.names or manifest.partitions is None:
+            return True
+        key = (
+            manifest.spec_id,
+            *(
+                (s.get("contains_null", True), s.get("lower_bound"), s.get("upper_bound"))
+                for s in manifest.partitions
+            ),
+        )
+        verdicts = self._summary_verdicts
+        if verdicts[0] is not expr:
+            verdicts = self._summary_verdicts = (expr, {})
+        try:
+            found = verdicts[1].get(key)
+        except TypeError:  # a summary value that is not hashable (not one a manifest list holds)
+            return self._summary_verdict(context, manifest, expr)
+        if found is None:
+            found = self._summary_verdict(context, manifest, expr)
+            if len(verdicts[1]) > 4096:
+                verdicts[1].clear()
+            verdicts[1][key] = found
+        return found
+
+    @staticmethod
+    def _summary_verdict(context: SpecContext, manifest: ManifestInfo, expr: Any) -> bool:
         from storage.spec.expressions import might_match_partition_bounds
 
-        context = self.spec_context(manifest.spec_id)
-        if not context.names:
-            return True
         bounds = context.summary_bounds(manifest)
         if bounds is None:
             return True
@@ -372,7 +421,7 @@ class IcebergFileIndex(FileIndex):
         or None; without filter, deletes, row lineage or snapshot range the compiled
         ``plain_slices`` loops, giving ``one`` only the entries it does not cover, and reads
         ``entries`` still encoded straight into slices (``plain_decode``) where it can."""
-        decoder, spec_id, spec_model = self._decoder, context.spec_id, context.model
+        decoder, spec_id = self._decoder, context.spec_id
         partition_of = context.partitions(avro_names)
         rejects = checks.rejecter(context)
         row_ids = RowIds(manifest)
@@ -397,7 +446,7 @@ class IcebergFileIndex(FileIndex):
             ) or make_data_file(
                 record, values, decoder, sequence, snapshot_id, context, avro_names, first_row_id
             )
-            if checks.expr is not None and not checks.might_match_file(checks.expr, data_file, spec_model):
+            if checks.expr is not None and not checks.file_matches(data_file, context, key):
                 return None
             delete_files = deletes.for_data_file(data_file.path, sequence, spec_id, values) if deletes else ()
             # partition, base_file, delete_files, file_group_id, base_instant (slots_builder)

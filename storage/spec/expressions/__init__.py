@@ -16,6 +16,7 @@ import pyarrow as pa
 from storage.spec.expressions.binding import Columns, coerce_literal, coerce_prefix, type_name
 from storage.spec.expressions.evaluate import (
     might_match_file,
+    might_match_file_stats,
     might_match_partition,
     might_match_partition_bounds,
     might_match_stats,
@@ -103,6 +104,7 @@ __all__ = [
     "bind_filter",
     "bucket_hash",
     "might_match_file",
+    "might_match_file_stats",
     "might_match_partition",
     "might_match_partition_bounds",
     "might_match_stats",

@@ -406,7 +406,13 @@ def might_match_file(expr: Expression | None, data_file: DataFile, spec: Partiti
         return True
     if spec.fields and data_file.partition and not might_match_partition(expr, spec, data_file.partition):
         return False
-    if data_file.content is not FileContent.DATA:
+    return might_match_file_stats(expr, data_file)
+
+
+def might_match_file_stats(expr: Expression | None, data_file: DataFile) -> bool:
+    """The column statistics half of ``might_match_file`` (for a caller that judged the partition
+    already): True for delete and log files, whose statistics describe other rows."""
+    if expr is None or data_file.content is not FileContent.DATA:
         return True
     return might_match_stats(
         expr,
