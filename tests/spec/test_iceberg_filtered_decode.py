@@ -257,6 +257,8 @@ def test_decode_skimmed_refuses_what_skim_entries_cannot_have_given(written_mani
     assert len(kept) > 0 and len(partitions) > 0
     with pytest.raises(ValueError, match="not whole entries"):
         _avro._native.decode_skimmed(payload, kept[:-1], partitions, program, spec)
+    with pytest.raises(TypeError):  # bytes only: read in place, its data must be aligned
+        _avro._native.decode_skimmed(payload, memoryview(kept)[1:], partitions, program, spec)
     with pytest.raises(ValueError, match="outside the payload"):
         _avro._native.decode_skimmed(payload[: len(payload) // 2], kept, partitions, program, spec)
     with pytest.raises(ValueError, match="outside the payload or its partitions"):

@@ -369,10 +369,12 @@ class ManifestDecoder:
         if self._program is None:
             try:
                 nodes = compile_program(self._schema, self._keep)
-                self._program = _native.Program(nodes)
+                program = _native.Program(nodes)
             except _SCHEMA_ERRORS as exc:
                 raise ValueError(f"an Avro schema this decoder cannot read: {exc!r}") from exc
+            # the nodes first: a read-ahead thread may read them (probes) once the program is set
             self._nodes = nodes
+            self._program = program
         return self._program
 
     def probes(self, fields: tuple[tuple[tuple[str, ...], str], ...]) -> tuple[int, ...]:

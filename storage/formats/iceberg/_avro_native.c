@@ -2359,6 +2359,10 @@ static PyObject *skim_entries(PyObject *module, PyObject *args)
         result = Py_NewRef(Py_None); /* decode_filtered reports it */
         goto done;
     }
+    if ((unsigned long long)count > (unsigned long long)(PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(SkimmedEntry))) {
+        PyErr_NoMemory(); /* only where Py_ssize_t is narrower than the count */
+        goto done;
+    }
     if (!(kept_bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * (long long)sizeof(SkimmedEntry)))))
         goto done;
     SkimmedEntry *out = (SkimmedEntry *)PyBytes_AS_STRING(kept_bytes);
@@ -2436,9 +2440,15 @@ static PyObject *decode_skimmed(PyObject *module, PyObject *args)
     Py_buffer payload, kept;
     PyObject *partitions, *prog_, *spec, *out = NULL;
     char *rejected = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*O!O!O:decode_skimmed", &payload, &kept, &PyTuple_Type, &partitions,
-                          &ProgramType, &prog_, &spec))
+    PyObject *kept_bytes;
+    if (!PyArg_ParseTuple(args, "y*O!O!O!O:decode_skimmed", &payload, &PyBytes_Type, &kept_bytes, &PyTuple_Type,
+                          &partitions, &ProgramType, &prog_, &spec))
         return NULL;
+    /* bytes (what skim_entries gives): its data is aligned for reading SkimmedEntry in place */
+    if (PyObject_GetBuffer(kept_bytes, &kept, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&payload);
+        return NULL;
+    }
     const Program *prog = (const Program *)prog_;
     EntryFilter f;
     signed char *slot_of = PyMem_Malloc((size_t)prog->nnodes);
