@@ -442,3 +442,35 @@ def test_a_filtered_listing_skims_ahead_and_decodes_only_the_kept_entries(listed
     assert seen["skim_entries"] and all(name.startswith(THREAD_PREFIX) for name in seen["skim_entries"])
     assert seen["decode_skimmed"] == {threading.current_thread().name}
     assert seen["decode_filtered"] == set()
+
+
+def test_one_index_lists_filter_after_filter_as_fresh_indexes_do(tmp_path, sql_catalog):
+    """An index keeps its manifests' summary verdicts for as long as its filter is the same object,
+    and the survivors' partition verdicts per listing: on one index, a filter that rules out
+    manifests and then one that needs them list what fresh indexes list, field for field."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import DayTransform
+    from pyiceberg.types import LongType, NestedField, TimestamptzType
+
+    from storage.formats.iceberg import IcebergAdapter
+
+    catalog = sql_catalog("verdicts", tmp_path.as_uri())
+    catalog.create_namespace("db")
+    schema = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "ts", TimestamptzType()))
+    created = catalog.create_table(
+        "db.t", schema=schema, partition_spec=PartitionSpec(PartitionField(2, 1000, DayTransform(), "ts_day"))
+    )
+    for day in range(4):  # one manifest per day: its summary spans that day alone
+        when = dt.datetime(2024, 3, 1 + day, 12, tzinfo=UTC)
+        created.append(pa.Table.from_pylist([{"id": day, "ts": when}], schema=created.schema().as_arrow()))
+    table = IcebergAdapter.open(catalog.load_table("db.t").metadata_location)
+    early = Comparison("<", "ts", dt.datetime(2024, 3, 3, tzinfo=UTC))
+    late = Comparison(">=", "ts", dt.datetime(2024, 3, 3, tzinfo=UTC))
+    index = table.file_index()
+    for expr, days in ((early, 2), (late, 2), (early, 2), (None, 4), (late, 2)):
+        got = [
+            (s.partition, s.base_instant, _model(s.base_file), [_model(d) for d in s.delete_files])
+            for s in index.list_files_at(None, expr)
+        ]
+        assert got == _listed(table, expr) and len(got) == days, expr
