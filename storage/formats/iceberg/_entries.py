@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from storage.formats.iceberg import _avro
 from storage.formats.iceberg._avro import (
     Joined,
     decode_joined,
     decoder_for,
     join,
+    native_module,
     plain_decode,
     plain_layout,
 )
@@ -77,7 +77,7 @@ def iter_joined(
     time) while the caller decodes the current one, in its thread, so on two cores inflating
     overlaps decoding; ``manifests`` is pulled lazily, so a consumer that stops early reads only
     the manifests of the read-ahead window more. With ``drop`` (``iter_manifests``'s), the
-    workers also skim each manifest's entries for its filter (``_avro.skim_joined``, without the
+    workers also skim each manifest's entries for its filter (``skim_joined``, without the
     GIL too), so the caller only decodes the entries kept."""
 
     def fetch(manifest: ManifestInfo) -> Joined:
@@ -98,7 +98,7 @@ def skim_joined(joined: Joined, keep: dict[str, Any], drop: Any) -> Joined:
     which runs without the GIL: a read-ahead thread does it for the next manifest while the
     consumer decodes this one), for ``decode_joined``; ``joined`` itself without the compiled
     decoder or a filter, or when anything fails here (decoding the manifest reports it)."""
-    native = _avro.native_module()
+    native = native_module()
     if native is None:
         return joined
     try:
