@@ -370,7 +370,11 @@ def test_column_projection_returns_only_the_asked_columns_in_order(spec_table):
     assert result.num_rows > 0
 
 
-def test_split_parts_of_one_file_read_every_row_exactly_once(catalog):
+@pytest.fixture(scope="module")
+def row_groups(catalog) -> str:
+    """The metadata location of a one-file table of 10,000 ids in row groups of 1,000 rows, made
+    here for whichever test of this module asks first (tests of a module may run on different
+    xdist workers, each with its own catalog: none may rely on another having made it)."""
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField
 
@@ -380,7 +384,11 @@ def test_split_parts_of_one_file_read_every_row_exactly_once(catalog):
         properties={"write.parquet.row-group-limit": "1000"},
     )
     table.append(pa.table({"id": pa.array(range(10_000), pa.int64())}))
-    spec = IcebergAdapter.open(catalog.load_table("spec.row_groups").metadata_location)
+    return catalog.load_table("spec.row_groups").metadata_location
+
+
+def test_split_parts_of_one_file_read_every_row_exactly_once(row_groups):
+    spec = IcebergAdapter.open(row_groups)
     (file_slice,) = spec.file_index().list_files_at()
     metadata = pq.ParquetFile(file_slice.path.removeprefix("file://")).metadata
     assert metadata.num_row_groups > 3
@@ -392,8 +400,8 @@ def test_split_parts_of_one_file_read_every_row_exactly_once(catalog):
     assert sorted(ids) == list(range(10_000))
 
 
-def test_planned_splits_read_the_same_rows_as_the_whole_table(catalog, spec_table):
-    for table in (spec_table, IcebergAdapter.open(catalog.load_table("spec.row_groups").metadata_location)):
+def test_planned_splits_read_the_same_rows_as_the_whole_table(row_groups, spec_table):
+    for table in (spec_table, IcebergAdapter.open(row_groups)):
         splits = list(table.plan_splits(target_size=4096, open_file_cost=512))
         assert len(splits) > 1
         from_splits = pa.Table.from_batches(
