@@ -87,6 +87,16 @@ _PROBES = (
 )
 
 
+def _kept(verdicts: dict[Any, bool], key: Any, verdict: bool) -> bool:
+    """``verdict``, kept in ``verdicts`` under ``key`` (not kept for None), the dict cleared rather
+    than grown past 4096 keys."""
+    if key is not None:
+        if len(verdicts) > 4096:
+            verdicts.clear()
+        verdicts[key] = verdict
+    return verdict
+
+
 class _Checks:
     """The filter of one listing and its cheap pre-checks (``_prune``), compiled once per spec."""
 
@@ -121,11 +131,7 @@ class _Checks:
             verdicts = self._partition_verdicts.setdefault(context.spec_id, {})
             verdict = verdicts.get(key) if key is not None else None
             if verdict is None:
-                verdict = self._partition_matches(self.expr, spec, data_file.partition)
-                if key is not None:
-                    if len(verdicts) > 4096:
-                        verdicts.clear()
-                    verdicts[key] = verdict
+                verdict = _kept(verdicts, key, self._partition_matches(self.expr, spec, data_file.partition))
             if not verdict:
                 return False
         return self._stats_match(self.expr, data_file)
@@ -149,11 +155,7 @@ class _Checks:
             if check_partition is not None:
                 verdict = verdicts.get(key) if key is not None else None
                 if verdict is None:
-                    verdict = bool(check_partition(values))
-                    if key is not None:
-                        if len(verdicts) > 4096:
-                            verdicts.clear()
-                        verdicts[key] = verdict
+                    verdict = _kept(verdicts, key, bool(check_partition(values)))
                 if not verdict:
                     return True
             if check_stats is None or raw.get("content"):
@@ -343,10 +345,7 @@ class IcebergFileIndex(FileIndex):
         except TypeError:  # a summary value that is not hashable (not one a manifest list holds)
             return self._summary_verdict(context, manifest, expr)
         if found is None:
-            found = self._summary_verdict(context, manifest, expr)
-            if len(verdicts[1]) > 4096:
-                verdicts[1].clear()
-            verdicts[1][key] = found
+            found = _kept(verdicts[1], key, self._summary_verdict(context, manifest, expr))
         return found
 
     @staticmethod
