@@ -163,3 +163,26 @@ def test_progress_reports_objects_bytes_and_candidates_while_listing_pages(
         6,
         "comparing: 6 objects seen (60 bytes), 2 unreferenced (20 bytes), 2 old enough to remove",
     )
+
+
+def test_empty_objects_made_in_bulk_are_exactly_the_keys_asked_for(seaweedfs, s3_prefix, s3_options):
+    """``make_empty_objects`` (fs.meta.load): every key, the last included, empty, with the
+    mtime asked for; nothing else under the bucket; and the store still serves afterwards."""
+    from storage.io.objects import list_pages
+
+    key = s3_prefix.removeprefix("s3://lake/")
+    names = [f"{key}/part-{i:05d}.parquet" for i in range(2_500)]
+    assert seaweedfs.make_empty_objects("lake", iter(names), mtime=1_700_000_000) == len(names)
+    pages = list_pages(s3_prefix, s3_options)
+    assert pages is not None
+    listed = [entry for page in pages for entry in page]
+    assert [location for location, _, _ in listed] == [f"s3://lake/{name}" for name in names]
+    assert {size for _, size, _ in listed} == {0}
+    assert {int(stamp) for _, _, stamp in listed} == {1_700_000_000}
+    put(seaweedfs, f"lake/{key}/zz-after.bin")  # a PUT still answered: the filer did not panic
+    again = list_pages(s3_prefix, s3_options)
+    assert again is not None
+    assert [location for page in again for location, _, _ in page][-2:] == [
+        f"s3://lake/{names[-1]}",
+        f"s3://lake/{key}/zz-after.bin",
+    ]
