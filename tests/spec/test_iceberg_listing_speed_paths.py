@@ -74,6 +74,24 @@ def test_a_consumer_that_stops_early_leaves_no_thread_and_stops_fetching(read_ah
     assert len(fetched) <= 5  # the window and the one handed out, not the thousand
 
 
+def test_read_ahead_keeps_the_weights_in_flight_within_its_budget(read_ahead_threads):
+    submitted: list[int] = []
+
+    def weight(i: int) -> int:  # called as each item is submitted, in the consumer's thread
+        submitted.append(i)
+        return 10 if i < 6 else 100
+
+    stream = read_ahead(range(1000), lambda i: i, window=8, weight=weight, budget=25)
+    assert next(stream) == (0, 0)
+    # 0, 1 and 2 (30 >= 25) first; handing 0 out freed its 10, so 3 came in
+    assert submitted == [0, 1, 2, 3]
+    assert [next(stream) for _ in range(5)] == [(i, i) for i in range(1, 6)]
+    # items heavier than the whole budget: two in flight, never one alone
+    assert submitted == list(range(8))
+    stream.close()
+    assert not read_ahead_threads()
+
+
 def test_read_ahead_raises_a_failed_fetch_where_a_sequential_loop_would(read_ahead_threads):
     def fetch(i: int) -> int:
         if i == 2:

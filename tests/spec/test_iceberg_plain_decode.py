@@ -100,11 +100,13 @@ def _listing(
     try:
         entries = EncodedEntries(manifest, joined or _avro.join(data))
         checks = index._Checks(None, DECODER)
-        found = list(
-            file_index._manifest_slices(
+        found = [  # the slices come a few at a time (lists)
+            found_slice
+            for chunk in file_index._manifest_slices(
                 manifest, entries, entries.partition_names, context, checks, None, None
             )
-        )
+            for found_slice in chunk
+        ]
     finally:
         monkeypatch.undo()
     assert (sum(read) == sum(count for _, count in entries.joined.payloads)) == (how == "encoded")

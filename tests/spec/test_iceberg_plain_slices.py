@@ -68,7 +68,8 @@ def _slices(records: list[dict[str, Any]], manifest: ManifestInfo, compiled: boo
 
     monkeypatch.setattr(index, "plain_slices", counted if compiled else None)
     checks = index._Checks(None, DECODER)
-    found = list(file_index._manifest_slices(manifest, records, {}, context, checks, None, None))
+    chunks = file_index._manifest_slices(manifest, records, {}, context, checks, None, None)
+    found = [found_slice for chunk in chunks for found_slice in chunk]  # a few at a time (lists)
     monkeypatch.undo()
     assert (sum(calls) == len(records)) == compiled
     return [

@@ -90,7 +90,11 @@ def iter_joined(
             return joined
         return skim_joined(joined, _keep_for(joined.schema), _dropper(manifest, drop))
 
-    return read_ahead(manifests, fetch)
+    return read_ahead(manifests, fetch, weight=_manifest_length)
+
+
+def _manifest_length(manifest: ManifestInfo) -> int:
+    return manifest.length
 
 
 def skim_joined(joined: Joined, keep: dict[str, Any], drop: Any) -> Joined:
@@ -191,10 +195,10 @@ class EncodedEntries:
 
     def slices(
         self, layout: Any, scan: tuple[Any, ...], one: Callable[[Any], Any], chunk: int
-    ) -> Iterator[Any]:
-        """The slices ``plain_slices`` gives for these entries, read ``chunk`` at a time straight
-        from the encoded entries; ``CorruptTable`` naming the manifest for entries that cannot be
-        decoded (an error of ``one`` is raised as it is)."""
+    ) -> Iterator[list[Any]]:
+        """The slices ``plain_slices`` gives for these entries, a list per ``chunk`` entries read
+        straight from the encoded entries; ``CorruptTable`` naming the manifest for entries that
+        cannot be decoded (an error of ``one`` is raised as it is)."""
         failed_in_one = False
 
         def guarded(record: dict[str, Any]) -> Any:
@@ -216,7 +220,7 @@ class EncodedEntries:
                     if failed_in_one:
                         raise
                     raise _corrupt(self.manifest, exc) from exc
-                yield from found
+                yield found
 
 
 def _keep_for(schema: str) -> dict[str, Any]:

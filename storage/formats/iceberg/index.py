@@ -223,7 +223,7 @@ class _Checks:
 
 def _compiled_loop(
     entries: list[dict[str, Any]] | EncodedEntries, scan: tuple[Any, ...], one: Callable[[Any], Any]
-) -> Iterator[FileSlice]:
+) -> Iterator[list[FileSlice]]:
     """The slices of ``plain_slices`` (``scan`` is its) over decoded entries, a few at a time, or
     of ``plain_decode`` straight over entries still encoded where it reads them."""
     if isinstance(entries, EncodedEntries):
@@ -233,7 +233,7 @@ def _compiled_loop(
             return
         entries = entries.records()
     for start in range(0, len(entries), _CHUNK):  # few slices alive at once (see _CHUNK)
-        yield from plain_slices(scan, entries[start : start + _CHUNK], one)
+        yield plain_slices(scan, entries[start : start + _CHUNK], one)
 
 
 class IcebergFileIndex(FileIndex):
@@ -380,6 +380,13 @@ class IcebergFileIndex(FileIndex):
         return index
 
     def _scan(self, snapshot: Any, expr: Any, added_by: set[int] | None = None) -> Iterator[FileSlice]:
+        """The slices, one at a time: the loops below hand them over a few at a time (lists), so
+        that a slice passes through one generator here rather than through each of theirs (five
+        generators deep cost about 50 ms of 200,000 slices)."""
+        for chunk in self._scan_chunks(snapshot, expr, added_by):
+            yield from chunk
+
+    def _scan_chunks(self, snapshot: Any, expr: Any, added_by: set[int] | None) -> Iterator[list[FileSlice]]:
         manifests = self._manifests(snapshot)
         deletes = self._delete_index(manifests, expr) or None  # None: no deletes to look up
         selected = (
@@ -415,10 +422,10 @@ class IcebergFileIndex(FileIndex):
         checks: _Checks,
         deletes: DeleteIndex | None,
         added_by: set[int] | None,
-    ) -> Iterator[FileSlice]:
-        """The live data files of one manifest that may match, as slices: ``one`` gives an entry's,
-        or None; without filter, deletes, row lineage or snapshot range the compiled
-        ``plain_slices`` loops, giving ``one`` only the entries it does not cover, and reads
+    ) -> Iterator[list[FileSlice]]:
+        """The live data files of one manifest that may match, a few slices at a time (``_CHUNK``):
+        ``one`` gives an entry's, or None; without filter, deletes, row lineage or snapshot range
+        the compiled ``plain_slices`` loops (``one`` gets the entries it does not cover), reading
         ``entries`` still encoded straight into slices (``plain_decode``) where it can."""
         decoder, spec_id = self._decoder, context.spec_id
         partition_of = context.partitions(avro_names)
@@ -453,19 +460,13 @@ class IcebergFileIndex(FileIndex):
 
         if plain is not None and plain_slices is not None and not (rejects or assign or deletes or added_by):
             cache, keys = context.partition_cache(avro_names)
-            scan = (
-                plain,
-                _file_slice,
-                cache,
-                keys,
-                partition_of,
-                manifest.sequence_number,
-                manifest.added_snapshot_id,
-            )
+            sequence, added = manifest.sequence_number, manifest.added_snapshot_id
+            scan = (plain, _file_slice, cache, keys, partition_of, sequence, added)
             yield from _compiled_loop(entries, scan, one)
-        else:
-            records = entries.records() if isinstance(entries, EncodedEntries) else entries
-            yield from filter(None, map(one, records))
+            return
+        records = entries.records() if isinstance(entries, EncodedEntries) else entries
+        for start in range(0, len(records), _CHUNK):
+            yield [found for found in map(one, records[start : start + _CHUNK]) if found is not None]
 
     def _changes(self, snapshots: list[Any], expr: Any) -> Iterator[FileChange]:
         for snapshot in snapshots:
