@@ -93,12 +93,16 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+_obstore_module: Any
+try:  # loaded with this module, not on a listing's first read (4-20 ms in a fresh process)
+    import obstore as _obstore_module
+    import obstore.store  # noqa: F401 - S3Store, for the first store made
+except ImportError:  # an install without it reads through pyarrow, as before
+    _obstore_module = None
+
+
 def _obstore() -> Any:
-    try:
-        import obstore
-    except ImportError:  # an install without it reads through pyarrow, as before
-        return None
-    return obstore
+    return _obstore_module
 
 
 def _environment_allows(explicit_endpoint: bool, environ: Mapping[str, str]) -> bool:
@@ -183,6 +187,15 @@ class OneGetReads:
         # one attempt: a failed read is made again through pyarrow, whose own retries (three
         # attempts, stores.py) then apply, so a dead store costs one timeout more than before
         return _s3_store(self.options, bucket)
+
+
+def one_get_reader(file_io: Any) -> OneGetReads | None:
+    """The reader for a pyiceberg FileIO, or None: only where pyiceberg reads through pyarrow
+    itself (not fsspec, not a custom FileIO) and ``for_properties`` takes its properties."""
+    pyarrow_io = (
+        type(file_io).__module__ == "pyiceberg.io.pyarrow" and type(file_io).__name__ == "PyArrowFileIO"
+    )
+    return OneGetReads.for_properties(file_io.properties) if pyarrow_io else None
 
 
 @functools.lru_cache(maxsize=32)

@@ -4,6 +4,8 @@ missing or refused object, a process forked after a request)."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import pickle
 import select
@@ -232,7 +234,6 @@ def test_a_listing_gives_the_same_slices_with_and_without_the_fast_path(
     from pyiceberg.transforms import IdentityTransform
     from pyiceberg.types import LongType, NestedField, StringType
 
-    from storage.formats.iceberg import _manifests
     from storage.spec import load_table
 
     catalog = sql_catalog(f"onegets_{uuid.uuid4().hex[:6]}", s3_prefix, **seaweedfs.s3_properties())
@@ -261,7 +262,7 @@ def test_a_listing_gives_the_same_slices_with_and_without_the_fast_path(
         return slices, seaweedfs.request_count("lake", at_least=loaded + expected) - loaded
 
     fast, fast_requests = listing(manifests + 1)
-    monkeypatch.setattr(_manifests.OneGetReads, "for_properties", classmethod(lambda cls, *a, **k: None))
+    monkeypatch.setattr(OneGetReads, "for_properties", classmethod(lambda cls, *a, **k: None))
     slow, slow_requests = listing(2 * (manifests + 1))
     assert fast_requests == manifests + 1 and slow_requests == 2 * (manifests + 1)
     # the eu files (ids 0-2) are pruned by their bounds; the others hold ids >= 10
@@ -272,3 +273,45 @@ def test_a_listing_gives_the_same_slices_with_and_without_the_fast_path(
         assert a.partition == b.partition and dict(a.base_file.partition) == dict(b.base_file.partition)
         assert dict(a.base_file.lower_bounds) == dict(b.base_file.lower_bounds)
         assert dict(a.base_file.upper_bounds) == dict(b.base_file.upper_bounds)
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip"])
+def test_opening_a_table_reads_its_metadata_file_in_one_request(
+    seaweedfs, s3_options, s3_prefix, sql_catalog, monkeypatch, codec
+):
+    """The metadata file is read through the client the table's listings use (made there, once),
+    in one GET, and parses to what pyiceberg's own read of it gives, gzipped or not."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from storage.formats.iceberg._metadata import read_document
+    from storage.spec import load_table
+    from storage.spec.errors import TableNotFound
+
+    catalog = sql_catalog(f"onegets_{uuid.uuid4().hex[:6]}", s3_prefix, **seaweedfs.s3_properties())
+    catalog.create_namespace("ns")
+    table = catalog.create_table("ns.t", Schema(NestedField(1, "id", LongType(), required=False)))
+    for k in range(2):
+        table.append(pa.table({"id": pa.array([k, k + 10], pa.int64())}))
+    location = catalog.load_table("ns.t").metadata_location
+    plain = _pyarrow_read(s3_options, location)
+    if codec == "gzip":  # what a writer with write.metadata.compression-codec=gzip leaves
+        location = location.replace("/00002-", "/00003-").replace(".metadata.json", ".gz.metadata.json")
+        _put(s3_options, location, gzip.compress(plain))
+
+    before = seaweedfs.request_count("lake")
+    document = read_document(_file_io(seaweedfs), location)
+    assert seaweedfs.request_count("lake", at_least=before + 1) == before + 1
+    assert document == json.loads(plain)
+    assert document["current-snapshot-id"] == table.current_snapshot().snapshot_id
+
+    fast = load_table(location, storage=s3_options)
+    monkeypatch.setattr(OneGetReads, "for_properties", classmethod(lambda cls, *a, **k: None))
+    slow = load_table(location, storage=s3_options)
+    assert fast.pyiceberg_table.metadata == slow.pyiceberg_table.metadata
+    assert [i.id for i in fast.timeline().instants()] == [i.id for i in slow.timeline().instants()]
+    assert len(fast.timeline().instants()) == 2
+    monkeypatch.undo()
+    with pytest.raises(TableNotFound):
+        load_table(location.replace("/metadata/", "/metadata/gone-"), storage=s3_options)

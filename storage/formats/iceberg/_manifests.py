@@ -43,7 +43,7 @@ from storage.formats.iceberg._values import (
     bytes_to_python,
     exact_equality,
 )
-from storage.io.objects import OneGetReads
+from storage.io.objects import one_get_reader
 from storage.spec.errors import CorruptTable
 from storage.spec.models import DataFile, FileContent, PartitionDescriptor, PartitionField, PartitionSpec
 
@@ -97,11 +97,7 @@ class ListingIO:
 
     def __init__(self, file_io: Any) -> None:
         self.file_io = file_io
-        # only where pyiceberg reads through pyarrow itself (not fsspec, not a custom FileIO)
-        pyarrow_io = (
-            type(file_io).__module__ == "pyiceberg.io.pyarrow" and type(file_io).__name__ == "PyArrowFileIO"
-        )
-        self.one_get = OneGetReads.for_properties(file_io.properties) if pyarrow_io else None
+        self.one_get = one_get_reader(file_io)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.file_io, name)

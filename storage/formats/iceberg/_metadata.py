@@ -19,6 +19,7 @@ The JSON is normalised here before pyiceberg sees it:
 
 from __future__ import annotations
 
+import io as io_module
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -195,12 +196,22 @@ def parse_document(document: Any) -> tuple[Any, MetadataExtras]:
 
 
 def read_document(io: Any, location: str) -> dict[str, Any]:
-    """The JSON document of a metadata file (``.gz.metadata.json`` decompressed)."""
+    """The JSON document of a metadata file (``.gz.metadata.json`` decompressed): in one GET on
+    S3 where ``storage.io.objects`` can (the client listings of the table then read through is
+    made here, once), else through the FileIO, whose bytes or error stand."""
     from pyiceberg.serializers import Compressor
 
-    with io.new_input(location).open(seekable=False) as raw:
-        with Compressor.get_compressor(location).stream_decompressor(raw) as stream:
+    from storage.io.objects import one_get_reader
+
+    reader = one_get_reader(io)
+    whole = reader.read(location) if reader is not None else None
+    if whole is not None:
+        with Compressor.get_compressor(location).stream_decompressor(io_module.BytesIO(whole)) as stream:
             payload = stream.read()
+    else:
+        with io.new_input(location).open(seekable=False) as raw:
+            with Compressor.get_compressor(location).stream_decompressor(raw) as stream:
+                payload = stream.read()
     document = json.loads(payload)
     if not isinstance(document, dict):
         raise ValueError("table metadata must be a JSON object")
