@@ -92,6 +92,38 @@ def test_read_ahead_keeps_the_weights_in_flight_within_its_budget(read_ahead_thr
     assert not read_ahead_threads()
 
 
+def test_read_ahead_runs_a_window_wider_than_its_threads_on_those_threads(read_ahead_threads):
+    from storage.formats.iceberg._readahead import THREADS
+
+    threads: set[int] = set()
+    lock = threading.Lock()
+    started, release = threading.Semaphore(0), threading.Event()
+    seen_blocked: list[int] = []
+
+    def fetch(i: int) -> int:
+        with lock:
+            threads.add(threading.get_ident())
+        started.release()
+        assert release.wait(timeout=30)
+        return i
+
+    def release_once_the_threads_are_busy() -> None:
+        # every thread blocks in a fetch: THREADS of them, the rest of the window queued
+        for _ in range(THREADS):
+            assert started.acquire(timeout=30)
+        with lock:
+            seen_blocked.append(len(threads))
+        release.set()
+
+    releaser = threading.Thread(target=release_once_the_threads_are_busy)
+    releaser.start()
+    assert [i for i, _ in read_ahead(range(200), fetch, window=THREADS * 3)] == list(range(200))
+    releaser.join()
+    assert seen_blocked == [THREADS]
+    assert len(threads) == THREADS  # never more threads than that, however wide the window
+    assert not read_ahead_threads()
+
+
 def test_read_ahead_raises_a_failed_fetch_where_a_sequential_loop_would(read_ahead_threads):
     def fetch(i: int) -> int:
         if i == 2:
