@@ -1070,3 +1070,92 @@ def test_an_entry_schema_that_does_not_guarantee_the_listed_fields_keeps_the_per
     nullable_data_file = _entry_schema()
     nullable_data_file["fields"][1]["type"] = ["null", nullable_data_file["fields"][1]["type"]]
     assert not _avro.ManifestDecoder(nullable_data_file, KEEP).well_typed
+
+
+# -- numbers read through a word at a time ---------------------------------------------------
+
+COUNTS_SCHEMA = {
+    "type": "record",
+    "name": "entry",
+    "fields": [
+        {"name": "counts", "type": EVERYTHING["fields"][21]["type"]},
+        {"name": "ids", "type": {"type": "array", "items": "int"}},
+        {"name": "after", "type": "string"},
+    ],
+}
+COUNTS_KEEPS = [
+    {"counts": False, "ids": False, "after": True},  # read through: skip_longs
+    {"counts": "raw", "ids": True, "after": True},  # a raw map is read through too, then cut
+    True,
+]
+
+
+def _counts_program(keep: Any) -> Any:
+    return _avro.decoder_for(json.dumps(COUNTS_SCHEMA), keep).program()
+
+
+def _zigzag_of_length(length: int, rng: random.Random) -> int:
+    """A long whose zigzag varint takes ``length`` bytes (1 to 10)."""
+    low = 0 if length == 1 else 1 << (7 * (length - 1))
+    high = (1 << min(64, 7 * length)) - 1
+    zigzag = rng.randint(max(low, 1 if length > 1 else 0), high)
+    return (zigzag >> 1) ^ -(zigzag & 1)
+
+
+def _counts_record(values: list[int], ids: list[int], after: str) -> bytes:
+    items = b"".join(_long(k) + _long(v) for k, v in enumerate(values))
+    counts = _long(1) + (_long(len(values)) + items if values else b"") + _long(0)  # the union's array
+    id_block = (_long(len(ids)) + b"".join(_long(i) for i in ids) if ids else b"") + _long(0)
+    return counts + id_block + _long(len(after)) + after.encode()
+
+
+@needs_native
+@pytest.mark.parametrize("keep", COUNTS_KEEPS, ids=["skipped", "raw", "decoded"])
+def test_numbers_of_every_length_read_through_land_where_the_decoders_agree(keep):
+    """Maps of longs are read through eight bytes at a time: numbers of 1 to 10 bytes, in maps of
+    0 to 40 items, each followed by fields read again: both decoders give the same records."""
+    rng = random.Random(11)
+    records, payload = [], b""
+    for n in range(300):
+        values = [_zigzag_of_length(rng.choice(range(1, 11)), rng) for _ in range(n % 41)]
+        ids = [_zigzag_of_length(rng.choice((1, 2, 5)), rng) % 2**31 for _ in range(n % 7)]
+        records.append((values, ids, f"after {n}"))
+        payload += _counts_record(values, ids, f"after {n}")
+    got = assert_decoders_agree(_container(COUNTS_SCHEMA, [(len(records), payload)]), keep)
+    assert [r["after"] for r in got] == [f"after {n}" for n in range(300)]
+    if keep is True:
+        assert [r["counts"] for r in got] == [dict(enumerate(values)) for values, _, _ in records]
+        assert [r["ids"] for r in got] == [ids for _, ids, _ in records]
+
+
+@needs_native
+@pytest.mark.parametrize("keep", COUNTS_KEEPS, ids=["skipped", "raw", "decoded"])
+@pytest.mark.parametrize(
+    ("number", "message"),
+    [
+        (b"\xff" * 9 + b"\x02", "64 bits"),  # ten bytes, the last above one
+        (b"\xff" * 10 + b"\x01", "64 bits"),  # an eleventh byte: refused at the tenth
+        (b"\x80" * 12, "64 bits"),
+    ],
+)
+def test_a_malformed_number_among_many_is_refused_as_one_alone(keep, number, message):
+    rng = random.Random(3)
+    for at in range(0, 24, 5):  # the bad number after `at` good ones, at every alignment
+        values = b"".join(_long(k) + _long(_zigzag_of_length(rng.choice((1, 2, 3)), rng)) for k in range(at))
+        counts = _long(1) + _long(at + 1) + values + _long(at) + number + _long(0)
+        record = counts + _long(0) + _long(1) + b"x" + b"\x00" * 16
+        with pytest.raises(ValueError, match=message):
+            _avro._native.decode(record, 1, _counts_program(keep))
+
+
+@needs_native
+@pytest.mark.parametrize("keep", COUNTS_KEEPS, ids=["skipped", "raw", "decoded"])
+def test_numbers_cut_at_any_byte_fail_both_decoders_alike(keep):
+    rng = random.Random(5)
+    values = [_zigzag_of_length(length, rng) for length in (1, 3, 10, 2, 9, 1, 1, 4, 8, 1, 1, 1, 7, 2)]
+    record = _counts_record(values, [1, 2**20], "tail")
+    program = _counts_program(keep)
+    assert _avro._native.decode(record, 1, program)[0]["after"] == "tail"
+    for cut in range(len(record)):
+        with pytest.raises(ValueError):
+            _avro._native.decode(record[:cut], 1, program)
