@@ -283,6 +283,50 @@ def test_listing_with_filter_agrees_with_pyiceberg_on_partition_pruning(events, 
     assert ours == {t.file.file_path for t in _pyiceberg_tasks(table, None, EqualTo("region", "us"))}
 
 
+PROVED_BY_PARTITIONS = [
+    "ts >= timestamp '2024-01-02 00:00:00+00:00' and ts < timestamp '2024-01-03 00:00:00+00:00'",
+    "region = 'us' and ts >= timestamp '2024-01-03 00:00:00+00:00'",
+    "ts < timestamp '2024-01-03 00:00:00+00:00' or region = 'ap'",
+    # partly proved: a day cut at noon leaves those files to their statistics
+    "ts >= timestamp '2024-01-02 12:00:00+00:00' and ts < timestamp '2024-01-04 00:00:00+00:00'",
+]
+
+
+@pytest.mark.parametrize("text", PROVED_BY_PARTITIONS)
+def test_files_of_partitions_that_prove_the_filter_are_kept_without_their_statistics(
+    events, spec_table, monkeypatch, text
+):
+    """Where a partition's values prove every row matches (always_matches_partition), its files
+    are kept without a statistics check, and the listing is the same as with every file checked
+    and as pyiceberg's plan; the other partitions' files are still checked."""
+    from storage.spec import expressions
+    from storage.spec.expressions import to_pyiceberg
+
+    table, _ = events
+    checked: list[str] = []
+    real_check = expressions.might_match_file_stats
+
+    def counted(expr, data_file):
+        checked.append(data_file.path)
+        return real_check(expr, data_file)
+
+    monkeypatch.setattr(expressions, "might_match_file_stats", counted)
+    proved = list(spec_table.file_index().list_files_at(filters=text))
+    checked_with_proofs = set(checked)
+    monkeypatch.setattr(expressions, "always_matches_partition", lambda expr, spec, values: False)
+    checked.clear()
+    unproved = list(spec_table.file_index().list_files_at(filters=text))
+    assert proved == unproved and proved
+    assert _paths(proved) == {
+        t.file.file_path for t in _pyiceberg_tasks(table, None, to_pyiceberg(spec_table.bind(text)))
+    }
+    assert checked_with_proofs < set(checked)  # fewer files checked, none kept otherwise
+    if "12:00" in text:  # the cut day's files are checked, the whole day's are not
+        assert checked_with_proofs and all("ts_day=2024-01-02" in path for path in checked_with_proofs)
+    else:
+        assert not checked_with_proofs
+
+
 def test_partitions_at_aggregates_the_listing(spec_table):
     partitions = spec_table.file_index().partitions_at()
     slices = list(spec_table.file_index().list_files_at())

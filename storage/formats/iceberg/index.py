@@ -117,23 +117,39 @@ class _Checks:
         # per spec id: partition key -> might_match_partition's verdict (bounded like the cache of
         # SpecContext.partitions, whose keys these are)
         self._partition_verdicts: dict[int, dict[Any, bool]] = {}
+        # ... and whether every row of the partition matches (then its files' statistics agree)
+        self._partition_proofs: dict[int, dict[Any, bool]] = {}
         if expr is not None:
-            from storage.spec.expressions import might_match_file_stats, might_match_partition
+            from storage.spec.expressions import (
+                always_matches_partition,
+                might_match_file_stats,
+                might_match_partition,
+            )
 
             self._partition_matches = might_match_partition
+            self._partition_proves = always_matches_partition
             self._stats_match = might_match_file_stats
 
     def file_matches(self, data_file: Any, context: SpecContext, key: Any) -> bool:
         """``might_match_file`` (the authority the pre-checks leave survivors to), with its
-        partition verdict kept by the partition's key: entries share few partitions."""
+        partition verdict kept by the partition's key (entries share few partitions), and its
+        statistics check left out where the partition proves every row matches (a day filter on
+        a day-partitioned table: ``always_matches_partition``)."""
         spec = context.model
         if spec.fields and data_file.partition:
+            partition = data_file.partition
             verdicts = self._partition_verdicts.setdefault(context.spec_id, {})
             verdict = verdicts.get(key) if key is not None else None
             if verdict is None:
-                verdict = _kept(verdicts, key, self._partition_matches(self.expr, spec, data_file.partition))
+                verdict = _kept(verdicts, key, self._partition_matches(self.expr, spec, partition))
             if not verdict:
                 return False
+            proofs = self._partition_proofs.setdefault(context.spec_id, {})
+            proved = proofs.get(key) if key is not None else None
+            if proved is None:
+                proved = _kept(proofs, key, self._partition_proves(self.expr, spec, partition))
+            if proved:
+                return True
         return self._stats_match(self.expr, data_file)
 
     def rejecter(self, context: SpecContext) -> Callable[[Any, dict[str, Any], dict[str, Any]], bool] | None:

@@ -23,6 +23,7 @@ from storage.spec.expressions.evaluate import (
     partition_projection,
 )
 from storage.spec.expressions.parser import parse_filter
+from storage.spec.expressions.residual import always_matches_partition
 from storage.spec.expressions.transforms import apply_transform, bucket_hash, parse_transform
 from storage.spec.expressions.translate import (
     to_arrow,
@@ -98,6 +99,7 @@ __all__ = [
     "Or",
     "Predicate",
     "StartsWith",
+    "always_matches_partition",
     "and_",
     "apply_transform",
     "bind_expression",
