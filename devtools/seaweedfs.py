@@ -388,7 +388,9 @@ class SeaweedFS:
                 entry = _proto_field(1, uuid.uuid4().hex.encode()) + attributes
                 sentinel = _proto_field(1, b"/.lakewarden-meta-load") + _proto_field(2, entry)
                 out.write(struct.pack(">I", len(sentinel)) + sentinel)
-            answer = self._shell(f"fs.meta.load -v=false -concurrency=8 {meta}", timeout=1800)
+            # about 6,500 a second on a quiet 2-core machine: 30 minutes, or more for millions
+            timeout = max(1800, made // 1000)
+            answer = self._shell(f"fs.meta.load -v=false -concurrency=8 {meta}", timeout=timeout)
             if "is loaded" not in answer:
                 raise RuntimeError(f"fs.meta.load failed: {answer[-500:]}")
         finally:
