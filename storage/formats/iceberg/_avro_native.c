@@ -1296,6 +1296,22 @@ static int read_field(const Program *prog, const Node *node, Cursor *c, PyObject
     return 0;
 }
 
+/* A data file's format into f[F_FORMAT] as run() reads the string: nearly every entry's is
+ * "PARQUET", given as one shared str rather than decoded into a new one each time. */
+static int read_format(Cursor *c, PyObject **f)
+{
+    const unsigned char *s;
+    Py_ssize_t n;
+    if (read_span(c, &s, &n) < 0)
+        return -1;
+    PyObject *format = n == 7 && memcmp(s, "PARQUET", 7) == 0 ? Py_NewRef(str_PARQUET)
+                                                              : PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+    if (!format)
+        return -1;
+    Py_XSETREF(f[F_FORMAT], format);
+    return 0;
+}
+
 /* The fields of one entry read at `c` into r (R_*), f (F_*) and the partition's into p (new
  * references, NULL where absent; the caller clears them): -1 on error. */
 static int read_entry(const Layout *layout, Cursor *c, PyObject **r, PyObject **f, PyObject **p)
@@ -1311,6 +1327,11 @@ static int read_entry(const Layout *layout, Cursor *c, PyObject **r, PyObject **
         }
         for (Py_ssize_t j = 0; j < kid->nkids; j++) {
             const Node *field = &prog->nodes[prog->kids[kid->first + j]];
+            if (layout->data_slot[j] == F_FORMAT && field->op == OP_STRING && field->keep) {
+                if (read_format(c, f) < 0)
+                    return -1;
+                continue;
+            }
             if (j != layout->partition_kid) {
                 if (read_field(prog, field, c, f, layout->data_slot[j]) < 0)
                     return -1;
