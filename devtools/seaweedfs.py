@@ -381,12 +381,15 @@ class SeaweedFS:
                     record = struct.pack(">I", len(full)) + full
                     out.write(record)
                     made += 1
-                # fs.meta.load (3.x) drops the file's last record, mostly: one more, then, outside
-                # /buckets (no S3 key) and new. It was the last one twice, whose second load,
-                # when it happened, replaced an entry without chunks: the filer panicked (a nil
-                # interval list in cleanupChunks) and the store was gone for the tests after.
-                entry = _proto_field(1, uuid.uuid4().hex.encode()) + attributes
-                sentinel = _proto_field(1, b"/.lakewarden-meta-load") + _proto_field(2, entry)
+                # fs.meta.load (3.x) creates files on its workers and may exit before the last
+                # ones are made; a directory is made only once they are (it waits for them). So
+                # the file ends with a new directory outside /buckets (no S3 key). It was the
+                # last key twice, whose second load, when it happened, replaced an entry without
+                # chunks: the filer panicked (a nil interval list in cleanupChunks).
+                directory = _proto_field(1, uuid.uuid4().hex.encode()) + _varint(2 << 3) + _varint(1)
+                sentinel = _proto_field(1, b"/.lakewarden-meta-load") + _proto_field(
+                    2, directory + attributes
+                )
                 out.write(struct.pack(">I", len(sentinel)) + sentinel)
             # about 6,500 a second on a quiet 2-core machine: 30 minutes, or more for millions
             timeout = max(1800, made // 1000)

@@ -97,7 +97,7 @@ _obstore_module: Any
 try:  # loaded with this module, not on a listing's first read (4-20 ms in a fresh process)
     import obstore as _obstore_module
     import obstore.store  # noqa: F401 - S3Store, for the first store made
-except ImportError:  # an install without it reads through pyarrow, as before
+except Exception:  # noqa: BLE001 - an install without it (or whose import fails) reads through pyarrow
     _obstore_module = None
 
 

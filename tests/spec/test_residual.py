@@ -91,6 +91,25 @@ def test_identity_partitions_prove_by_their_exact_value():
     assert not always_matches_partition(Comparison("=", "region", 5), spec, values)  # str vs int: not proved
 
 
+def test_identity_timestamps_are_the_microsecond_they_were_read_as_and_kinds_must_match():
+    """A nanosecond column's value is floored to the microsecond it is read as: = and <= at that
+    microsecond are not proved, whole-range comparisons are; mixed kinds prove nothing."""
+    spec = PartitionSpec((PartitionField("ts", "ts", "identity"), PartitionField("d", "d", "identity")))
+    at = MIDNIGHT + dt.timedelta(microseconds=1)
+    values = {"ts": at, "d": dt.date(2024, 3, 5)}
+    assert not always_matches_partition(Comparison("=", "ts", at), spec, values)
+    assert not always_matches_partition(Comparison("<=", "ts", at), spec, values)
+    assert always_matches_partition(Comparison("<=", "ts", at + dt.timedelta(microseconds=1)), spec, values)
+    assert always_matches_partition(Comparison(">=", "ts", at), spec, values)
+    assert always_matches_partition(Comparison("!=", "ts", MIDNIGHT), spec, values)
+    assert not always_matches_partition(Comparison(">=", "ts", at.replace(tzinfo=None)), spec, values)
+    assert not always_matches_partition(Comparison("!=", "d", MIDNIGHT), spec, values)  # date vs datetime
+    assert always_matches_partition(Comparison("=", "d", dt.date(2024, 3, 5)), spec, values)
+    flags = PartitionSpec((PartitionField("flag", "flag", "identity"),))
+    assert not always_matches_partition(Comparison("!=", "flag", 2), flags, {"flag": True})
+    assert always_matches_partition(Comparison("=", "flag", True), flags, {"flag": True})
+
+
 def test_date_literals_on_day_month_and_year_fields():
     for transform, value in (("day", dt.date(2024, 3, 5)), ("month", 650), ("year", 54)):
         spec = PartitionSpec((PartitionField("d_part", "d", transform),))

@@ -94,7 +94,9 @@ def iter_joined(
 
 
 def _manifest_length(manifest: ManifestInfo) -> int:
-    return manifest.length
+    """The length its list gives (0 where it gives none: a null is read as None)."""
+    length = manifest.length
+    return length if isinstance(length, int) and length > 0 else 0
 
 
 def skim_joined(joined: Joined, keep: dict[str, Any], drop: Any) -> Joined:

@@ -37,7 +37,9 @@ WINDOW = 32
 #: and that 5-8% faster than 8 on 8 (bench/RESULTS.md)...
 THREADS = 16
 #: ...and at most this many bytes of them (by ``weight``, a manifest's length in its list) beyond
-#: the first two in flight: 32 manifests of up to 2 MB, 8 of Iceberg's default 8 MB.
+#: the first two in flight: 32 manifests of up to 2 MB, 8 of Iceberg's default 8 MB. Held in
+#: memory they are larger once inflated (about 2.7 times for the bench's manifests): for 8 MB
+#: manifests that is what the window of 8 held before, for small ones a few MB.
 BUDGET = 64 << 20
 THREAD_PREFIX = "lakewarden-read-ahead"
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from storage.spec.expressions.transforms import parse_transform
@@ -72,7 +73,7 @@ def _comparison_holds(predicate: Comparison, field: PartitionField, value: Any) 
     name, _ = parse_transform(field.transform)
     try:
         if name == "identity":
-            return bool(_POINT_OPS[predicate.op](value, literal))
+            return _identity_holds(predicate.op, value, literal)
         found = _time_range(name, value, literal)
         if found is None or predicate.op not in _RANGE_OPS:
             return False
@@ -80,6 +81,36 @@ def _comparison_holds(predicate: Comparison, field: PartitionField, value: Any) 
         return bool(_RANGE_OPS[predicate.op](start, end, comparable))
     except (TypeError, ValueError, OverflowError):  # values that do not compare: nothing proved
         return False
+
+
+def _identity_holds(op: str, value: Any, literal: Any) -> bool:
+    """An identity field's value against the literal, when both are of one kind. A timestamp is
+    the microsecond it was read as: a nanosecond column's value lies anywhere in it, so it is
+    compared as the range ``[value, value + 1 µs)``."""
+    if not _same_kind(value, literal):
+        return False
+    if isinstance(value, dt.datetime):
+        if op not in _RANGE_OPS:
+            return False
+        return bool(_RANGE_OPS[op](value, value + dt.timedelta(microseconds=1), literal))
+    return bool(_POINT_OPS[op](value, literal))
+
+
+def _same_kind(value: Any, literal: Any) -> bool:
+    """Whether the two compare as the column's values do: timestamps of the same awareness,
+    dates, numbers (no bools among them), booleans, strings, bytes; nothing else is proved."""
+    if isinstance(value, dt.datetime) or isinstance(literal, dt.datetime):
+        return (
+            isinstance(value, dt.datetime)
+            and isinstance(literal, dt.datetime)
+            and (value.tzinfo is None) == (literal.tzinfo is None)
+        )
+    if isinstance(value, bool) or isinstance(literal, bool):
+        return isinstance(value, bool) and isinstance(literal, bool)
+    numbers = (int, float, Decimal)
+    if isinstance(value, numbers) and isinstance(literal, numbers):
+        return True
+    return any(isinstance(value, kind) and isinstance(literal, kind) for kind in (str, bytes, dt.date))
 
 
 def _time_range(name: str, value: Any, literal: Any) -> tuple[Any, Any, Any] | None:
