@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
+from decimal import Decimal
 
 import pytest
 
@@ -88,6 +89,7 @@ def test_identity_partitions_prove_by_their_exact_value():
     assert not always_matches_partition(Comparison(">", "x", math.nan), spec, values)
     assert not always_matches_partition(Comparison("!=", "x", math.nan), spec, values)
     assert not always_matches_partition(Comparison("!=", "x", 1.0), spec, {"region": "eu", "x": math.nan})
+    assert not always_matches_partition(Comparison(">", "x", Decimal("1")), spec, {"x": Decimal("NaN")})
     assert not always_matches_partition(Comparison("=", "region", 5), spec, values)  # str vs int: not proved
 
 

@@ -205,13 +205,11 @@ def read_document(io: Any, location: str) -> dict[str, Any]:
 
     reader = one_get_reader(io)
     whole = reader.read(location) if reader is not None else None
-    if whole is not None:
-        with Compressor.get_compressor(location).stream_decompressor(io_module.BytesIO(whole)) as stream:
+    with (
+        io_module.BytesIO(whole) if whole is not None else io.new_input(location).open(seekable=False) as raw
+    ):
+        with Compressor.get_compressor(location).stream_decompressor(raw) as stream:
             payload = stream.read()
-    else:
-        with io.new_input(location).open(seekable=False) as raw:
-            with Compressor.get_compressor(location).stream_decompressor(raw) as stream:
-                payload = stream.read()
     document = json.loads(payload)
     if not isinstance(document, dict):
         raise ValueError("table metadata must be a JSON object")

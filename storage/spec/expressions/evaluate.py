@@ -47,13 +47,13 @@ _EMPTY: Mapping[str, Any] = {}
 _MILLISECOND = dt.timedelta(milliseconds=1)
 
 
-def _is_nan(value: Any) -> bool:
+def is_nan(value: Any) -> bool:
     return (isinstance(value, float) and math.isnan(value)) or (
         isinstance(value, decimal.Decimal) and value.is_nan()
     )
 
 
-def _comparable(a: Any, b: Any) -> tuple[Any, Any] | None:
+def comparable(a: Any, b: Any) -> tuple[Any, Any] | None:
     """``(a, b)`` made comparable, or None when their types do not compare meaningfully."""
     if isinstance(a, dt.datetime) and isinstance(b, dt.datetime):
         if (a.tzinfo is None) != (b.tzinfo is None):
@@ -82,7 +82,7 @@ def compare(a: Any, b: Any) -> int | None:
     kind = type(a)
     if kind is type(b) and kind in _SIMPLE_TYPES:
         return (a > b) - (a < b)  # the common case, kept cheap: listing asks per file
-    pair = _comparable(a, b)
+    pair = comparable(a, b)
     if pair is None:
         return None
     x, y = pair
@@ -187,7 +187,7 @@ class _Compiler(NegationFold):
         exact = self.exact
         if isinstance(predicate, Comparison):
             value = predicate.value
-            if _is_nan(value):
+            if is_nan(value):
                 return None
             op = NEGATED_OP[predicate.op] if negated else predicate.op
             nan_satisfies = negated or op == "!="
@@ -203,7 +203,7 @@ class _Compiler(NegationFold):
             return compare
         if isinstance(predicate, In | NotIn):
             values = predicate.values
-            if any(_is_nan(v) for v in values):
+            if any(is_nan(v) for v in values):
                 return None
             if isinstance(predicate, In) != negated:
                 return lambda low, high: any(_compare("=", v, low, high, exact) for v in values)

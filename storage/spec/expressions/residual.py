@@ -15,12 +15,11 @@ proved only when the whole range lies below the literal (``end <= literal``).
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
-from storage.spec.expressions.transforms import parse_transform
+from storage.spec.expressions.evaluate import comparable, is_nan
+from storage.spec.expressions.transforms import parse_transform, utc_naive
 from storage.spec.expressions.tree import AlwaysTrue, And, Comparison, Expression, Or
 from storage.spec.models import PartitionField, PartitionSpec
 
@@ -68,7 +67,7 @@ def _holds(expr: Expression, spec: PartitionSpec, values: Mapping[str, Any]) -> 
 
 def _comparison_holds(predicate: Comparison, field: PartitionField, value: Any) -> bool:
     literal = predicate.value
-    if value is None or literal is None or _is_nan(value) or _is_nan(literal):
+    if value is None or literal is None or is_nan(value) or is_nan(literal):
         return False
     name, _ = parse_transform(field.transform)
     try:
@@ -77,8 +76,8 @@ def _comparison_holds(predicate: Comparison, field: PartitionField, value: Any) 
         found = _time_range(name, value, literal)
         if found is None or predicate.op not in _RANGE_OPS:
             return False
-        start, end, comparable = found
-        return bool(_RANGE_OPS[predicate.op](start, end, comparable))
+        start, end, against = found
+        return bool(_RANGE_OPS[predicate.op](start, end, against))
     except (TypeError, ValueError, OverflowError):  # values that do not compare: nothing proved
         return False
 
@@ -97,20 +96,11 @@ def _identity_holds(op: str, value: Any, literal: Any) -> bool:
 
 
 def _same_kind(value: Any, literal: Any) -> bool:
-    """Whether the two compare as the column's values do: timestamps of the same awareness,
-    dates, numbers (no bools among them), booleans, strings, bytes; nothing else is proved."""
-    if isinstance(value, dt.datetime) or isinstance(literal, dt.datetime):
-        return (
-            isinstance(value, dt.datetime)
-            and isinstance(literal, dt.datetime)
-            and (value.tzinfo is None) == (literal.tzinfo is None)
-        )
-    if isinstance(value, bool) or isinstance(literal, bool):
-        return isinstance(value, bool) and isinstance(literal, bool)
-    numbers = (int, float, Decimal)
-    if isinstance(value, numbers) and isinstance(literal, numbers):
-        return True
-    return any(isinstance(value, kind) and isinstance(literal, kind) for kind in (str, bytes, dt.date))
+    """Whether the two compare as the column's values do (``evaluate.comparable``), less a naive
+    timestamp beside an aware one, which that reads as UTC: no proof rests on that reading."""
+    if isinstance(value, dt.datetime) and isinstance(literal, dt.datetime):
+        return (value.tzinfo is None) == (literal.tzinfo is None)
+    return comparable(value, literal) is not None
 
 
 def _time_range(name: str, value: Any, literal: Any) -> tuple[Any, Any, Any] | None:
@@ -118,14 +108,14 @@ def _time_range(name: str, value: Any, literal: Any) -> tuple[Any, Any, Any] | N
     as datetimes (UTC, naive) for a datetime literal, as dates for a date literal; None when the
     transform is not a time one or the types do not fit."""
     if isinstance(literal, dt.datetime):
-        comparable = literal.astimezone(dt.UTC).replace(tzinfo=None) if literal.tzinfo else literal
+        against = utc_naive(literal)
         if name == "hour" and isinstance(value, int) and not isinstance(value, bool):
             start = _EPOCH + dt.timedelta(hours=value)
-            return start, start + dt.timedelta(hours=1), comparable
+            return start, start + dt.timedelta(hours=1), against
         days = _date_range(name, value)
         if days is None:
             return None
-        return dt.datetime.combine(days[0], dt.time()), dt.datetime.combine(days[1], dt.time()), comparable
+        return dt.datetime.combine(days[0], dt.time()), dt.datetime.combine(days[1], dt.time()), against
     if isinstance(literal, dt.date):
         days = _date_range(name, value)
         return None if days is None else (days[0], days[1], literal)
@@ -145,7 +135,3 @@ def _date_range(name: str, value: Any) -> tuple[dt.date, dt.date] | None:
     if name == "year":
         return dt.date(1970 + value, 1, 1), dt.date(1971 + value, 1, 1)
     return None
-
-
-def _is_nan(value: Any) -> bool:
-    return isinstance(value, float) and math.isnan(value)

@@ -75,13 +75,13 @@ def apply_transform(transform: str, value: Any) -> Any:
     raise ValueError(f"unknown partition transform {transform!r}")
 
 
-def _utc_naive(value: dt.datetime) -> dt.datetime:
+def utc_naive(value: dt.datetime) -> dt.datetime:
     return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo is not None else value
 
 
 def _time_transform(name: str, value: Any) -> Any:
     if isinstance(value, dt.datetime):
-        value = _utc_naive(value)
+        value = utc_naive(value)
         if name == "hour":
             return (value - _EPOCH) // dt.timedelta(hours=1)
         day = value.date()
